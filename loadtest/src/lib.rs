@@ -1,1 +1,8 @@
-//! placeholder
+//! The load tester: replays peak traffic through the local stack, measures, reconciles.
+//!
+//! At this stage it holds the stack's address book ([`stack`]) and the smoke probes
+//! ([`smoke`]) that prove each real server works; the replay, reconciliation and
+//! reports come with the later issues.
+
+pub mod smoke;
+pub mod stack;

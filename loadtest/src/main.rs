@@ -1,0 +1,145 @@
+//! `loadtest`: drive the local stack and report what it did.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
+use loadtest::smoke::{self, ProbeReport};
+use loadtest::stack::StackEnv;
+
+/// Replays reward traffic through the local stack (`ops/stack up`) and reports.
+///
+/// Server addresses come from REDIS_URL, KAFKA_BROKERS and ROCKETMQ_NAMESRV
+/// (`eval "$(ops/stack env)"`), with the stack's loopback defaults.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Prove every server works: write N items through each real client library,
+    /// read every one back, check exact counts, print rates. Exits non-zero on any
+    /// failure, naming the server and the command that starts it.
+    Smoke {
+        /// Items per server (Redis hash fields, Kafka messages, RocketMQ messages).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        messages: u64,
+        /// Probe only these servers (repeatable); default: all.
+        #[arg(long, value_enum)]
+        only: Vec<Target>,
+        /// RocketMQ consumer type to use.
+        #[arg(long, value_enum, default_value_t = ConsumerKind::LitePull)]
+        rocketmq_consumer: ConsumerKind,
+        /// RocketMQ: messages per pull request.
+        #[arg(long, default_value_t = 256)]
+        pull_batch: u32,
+        /// RocketMQ push consumer: consume threads.
+        #[arg(long, default_value_t = 4)]
+        consume_threads: u32,
+        /// RocketMQ push consumer: messages per listener call.
+        #[arg(long, default_value_t = 32)]
+        consume_batch: u32,
+        /// RocketMQ: messages per send_batch call.
+        #[arg(long, default_value_t = 100)]
+        send_batch: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Target {
+    Redis,
+    Kafka,
+    Rocketmq,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Smoke {
+            messages,
+            only,
+            rocketmq_consumer,
+            pull_batch,
+            consume_threads,
+            consume_batch,
+            send_batch,
+        } => {
+            let env = StackEnv::from_env();
+            let wanted = |t| only.is_empty() || only.contains(&t);
+            let mut failed = 0;
+            println!(
+                "{:<22} {:>8} {:>8} {:>5} {:>12} {:>12}  detail",
+                "server", "written", "read", "dups", "write/s", "read/s"
+            );
+            let mut show = |r: Result<ProbeReport, smoke::SmokeError>, name: &str| match r {
+                Ok(r) => println!(
+                    "{:<22} {:>8} {:>8} {:>5} {:>12.0} {:>12.0}  {}",
+                    r.server.to_string(),
+                    r.written,
+                    r.read_back,
+                    r.duplicates,
+                    r.write_rate(),
+                    r.read_rate(),
+                    r.detail
+                ),
+                Err(e) => {
+                    failed += 1;
+                    println!("{name:<22} FAILED: {e}");
+                }
+            };
+            if wanted(Target::Redis) {
+                show(smoke::redis::probe(&env, messages).await, "Redis");
+            }
+            if wanted(Target::Kafka) {
+                show(
+                    smoke::kafka::probe(&env, messages).await,
+                    "Kafka broker (tansu)",
+                );
+            }
+            if wanted(Target::Rocketmq) {
+                let opts = ProbeOptions {
+                    consumer: rocketmq_consumer,
+                    pull_batch,
+                    consume_threads,
+                    consume_batch,
+                    send_batch,
+                    consume_timeout: Duration::from_secs(120)
+                        .max(Duration::from_millis(messages / 5)),
+                    ..ProbeOptions::new(messages)
+                };
+                show(smoke::rocketmq::probe(&env, &opts).await, "RocketMQ");
+            }
+            if failed == 0 {
+                println!("smoke: every server passed");
+                ExitCode::SUCCESS
+            } else {
+                println!("smoke: {failed} server(s) failed");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

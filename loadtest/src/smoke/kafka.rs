@@ -1,0 +1,250 @@
+//! Kafka probe: produce N messages, consume them in a consumer group with committed
+//! offsets, stop the consumer half-way, start a new member of the same group, and check
+//! that it resumes from the committed offsets.
+//!
+//! The consumer stores an offset only after "handling" its message
+//! (`enable.auto.offset.store=false`) and commits what is stored: the at-least-once
+//! discipline the pipeline's consumers use. A restart may therefore redeliver what was
+//! handled after the last commit (bounded by the commit interval) but never skips.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{ProbeReport, SmokeError, unique_name};
+use crate::stack::{Server, StackEnv, check_reachable};
+
+/// Commit (asynchronously) every this many handled messages, and synchronously when
+/// the consumer stops. Also the bound on redeliveries after a crash.
+pub const COMMIT_EVERY: u64 = 500;
+const PARTITIONS: i32 = 3;
+const RECV_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn client_config(env: &StackEnv) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &env.kafka_brokers)
+        .set("socket.timeout.ms", "10000")
+        .set("log_level", "3");
+    c
+}
+
+/// Creates `topic` with `partitions` partitions (tansu creates no topic on produce).
+pub async fn create_topic(env: &StackEnv, topic: &str, partitions: i32) -> Result<(), SmokeError> {
+    let admin: AdminClient<DefaultClientContext> = client_config(env).create()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &opts,
+        )
+        .await?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(SmokeError::Kafka(KafkaError::AdminOp(code))),
+        }
+    }
+    Ok(())
+}
+
+fn first_broker(env: &StackEnv) -> &str {
+    env.kafka_brokers
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .trim()
+}
+
+/// Runs the probe with `messages` messages over 3 partitions.
+pub async fn probe(env: &StackEnv, messages: u64) -> Result<ProbeReport, SmokeError> {
+    check_reachable(Server::Kafka, first_broker(env), Duration::from_secs(2)).await?;
+    let topic = unique_name("smoke");
+    create_topic(env, &topic, PARTITIONS).await?;
+
+    let start = Instant::now();
+    produce(env, &topic, messages).await?;
+    let write_time = start.elapsed();
+
+    let group = unique_name("smoke-group");
+    let start = Instant::now();
+    let half = messages / 2;
+    let first = consume(env, &topic, &group, &HashSet::new(), |seen| {
+        seen.len() as u64 >= half
+    })
+    .await?;
+    let committed = first.committed.clone();
+    let second = consume(env, &topic, &group, &first.seen, |seen| {
+        seen.len() as u64 + first.seen.len() as u64 >= messages
+    })
+    .await?;
+    let read_time = start.elapsed();
+
+    // Resume check: on every partition the new member started exactly at the offset
+    // the first member committed (or at the start, when it committed nothing there).
+    for (partition, first_offset) in &second.first_offsets {
+        let expected = committed.get(partition).copied().unwrap_or(0);
+        if *first_offset != expected {
+            return Err(SmokeError::Mismatch {
+                server: Server::Kafka,
+                what: format!(
+                    "partition {partition}: the restarted consumer began at offset {first_offset}, \
+                     the group had committed {expected}"
+                ),
+            });
+        }
+    }
+    let all: HashSet<u64> = first.seen.union(&second.seen).copied().collect();
+    let missing = (0..messages).filter(|i| !all.contains(i)).count();
+    if missing != 0 || all.len() as u64 != messages {
+        return Err(SmokeError::Mismatch {
+            server: Server::Kafka,
+            what: format!(
+                "{missing} of {messages} messages never arrived ({} distinct seen)",
+                all.len()
+            ),
+        });
+    }
+    let duplicates = second.duplicates + first.duplicates;
+    Ok(ProbeReport {
+        server: Server::Kafka,
+        written: messages,
+        read_back: all.len() as u64,
+        duplicates,
+        write_time,
+        read_time,
+        detail: format!(
+            "{PARTITIONS} partitions; consumer stopped after {} messages, committed {:?}; \
+             second member resumed there",
+            first.seen.len(),
+            committed
+        ),
+    })
+}
+
+async fn produce(env: &StackEnv, topic: &str, messages: u64) -> Result<(), SmokeError> {
+    let producer: FutureProducer = client_config(env)
+        .set("linger.ms", "5")
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000")
+        .create()?;
+    let mut pending = VecDeque::new();
+    for i in 0..messages {
+        let text = i.to_string();
+        loop {
+            match producer.send_result(FutureRecord::to(topic).key(&text).payload(&text)) {
+                Ok(delivery) => {
+                    pending.push_back(delivery);
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    // librdkafka's queue is full: wait for the oldest delivery, then retry.
+                    if let Some(oldest) = pending.pop_front() {
+                        check_delivery(oldest.await)?;
+                    }
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+    }
+    for delivery in pending {
+        check_delivery(delivery.await)?;
+    }
+    Ok(())
+}
+
+fn check_delivery<E>(
+    result: Result<rdkafka::producer::future_producer::OwnedDeliveryResult, E>,
+) -> Result<(), SmokeError> {
+    match result {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(e.into()),
+        Err(_) => Err(SmokeError::Mismatch {
+            server: Server::Kafka,
+            what: "the producer dropped a delivery report".into(),
+        }),
+    }
+}
+
+struct Consumed {
+    seen: HashSet<u64>,
+    duplicates: u64,
+    /// Offset of the first message this member received, per partition.
+    first_offsets: BTreeMap<i32, i64>,
+    /// What the group had committed when this member stopped, per partition.
+    committed: BTreeMap<i32, i64>,
+}
+
+async fn consume(
+    env: &StackEnv,
+    topic: &str,
+    group: &str,
+    earlier: &HashSet<u64>,
+    done: impl Fn(&HashSet<u64>) -> bool,
+) -> Result<Consumed, SmokeError> {
+    let consumer: StreamConsumer = client_config(env)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .create()?;
+    consumer.subscribe(&[topic])?;
+    let mut out = Consumed {
+        seen: HashSet::new(),
+        duplicates: 0,
+        first_offsets: BTreeMap::new(),
+        committed: BTreeMap::new(),
+    };
+    let mut handled = 0u64;
+    while !done(&out.seen) {
+        let msg = tokio::time::timeout(RECV_TIMEOUT, consumer.recv())
+            .await
+            .map_err(|_| SmokeError::Timeout {
+                server: Server::Kafka,
+                step: "receiving the next message",
+                after: RECV_TIMEOUT,
+            })??;
+        let index = msg
+            .payload()
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| SmokeError::Mismatch {
+                server: Server::Kafka,
+                what: format!(
+                    "partition {} offset {}: payload is not a message index",
+                    msg.partition(),
+                    msg.offset()
+                ),
+            })?;
+        out.first_offsets
+            .entry(msg.partition())
+            .or_insert(msg.offset());
+        if earlier.contains(&index) || !out.seen.insert(index) {
+            out.duplicates += 1;
+        }
+        // "Handled": now its offset may be stored and committed.
+        consumer.store_offset_from_message(&msg)?;
+        handled += 1;
+        if handled % COMMIT_EVERY == 0 {
+            consumer.commit_consumer_state(CommitMode::Async)?;
+        }
+    }
+    consumer.commit_consumer_state(CommitMode::Sync)?;
+    let committed: TopicPartitionList = consumer.committed(Duration::from_secs(10))?;
+    for elem in committed.elements_for_topic(topic) {
+        if let Offset::Offset(o) = elem.offset() {
+            out.committed.insert(elem.partition(), o);
+        }
+    }
+    consumer.unsubscribe();
+    drop(consumer);
+    Ok(out)
+}

@@ -1,0 +1,42 @@
+//! The Kafka-protocol broker of the local stack works for real (needs `ops/stack up`;
+//! fails, never skips).
+
+use loadtest::smoke::SmokeError;
+use loadtest::smoke::kafka::{self, COMMIT_EVERY};
+use loadtest::stack::{Server, StackEnv, StackError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_consumer_restart_resumes_from_committed_offset_without_loss() {
+    // The probe itself checks that the second member starts, on every partition,
+    // exactly at the offset the first one committed.
+    let report = kafka::probe(&StackEnv::from_env(), 10_000)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.written, 10_000);
+    assert_eq!(report.read_back, 10_000, "every message consumed");
+    assert!(
+        report.duplicates <= COMMIT_EVERY,
+        "at most one commit interval is redelivered, got {} duplicates",
+        report.duplicates
+    );
+}
+
+#[tokio::test]
+async fn a_dead_broker_fails_naming_the_start_command() {
+    let env = StackEnv {
+        kafka_brokers: "127.0.0.1:1".into(),
+        ..StackEnv::from_env()
+    };
+    let err = kafka::probe(&env, 10).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SmokeError::Stack(StackError::Unreachable {
+                server: Server::Kafka,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ops/stack up"), "{err}");
+}

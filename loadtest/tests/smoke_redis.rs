@@ -1,0 +1,34 @@
+//! Redis of the local stack works for real (needs `ops/stack up`; fails, never skips).
+
+use loadtest::smoke::{SmokeError, redis};
+use loadtest::stack::{Server, StackEnv, StackError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_hset_of_10k_fields_reads_back_exactly() {
+    let report = redis::probe(&StackEnv::from_env(), 10_000)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.written, 10_000);
+    assert_eq!(report.read_back, 10_000);
+    assert_eq!(report.duplicates, 0);
+}
+
+#[tokio::test]
+async fn a_dead_redis_fails_naming_the_start_command() {
+    let env = StackEnv {
+        redis_url: "redis://127.0.0.1:1".into(),
+        ..StackEnv::from_env()
+    };
+    let err = redis::probe(&env, 10).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SmokeError::Stack(StackError::Unreachable {
+                server: Server::Redis,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ops/stack up"), "{err}");
+}

@@ -1,0 +1,147 @@
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use proptest::prelude::*;
+use proto::v1::RewardToken;
+
+use super::*;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn token(user: &str) -> RewardToken {
+    RewardToken {
+        trade_no: format!("cny:rain:r1:{user}"),
+        user_id: user.into(),
+        activity_id: "cny".into(),
+        scene_id: "rain".into(),
+        reward_type: "cash".into(),
+        amount: 888,
+        grant_time_ms: T0,
+        description: "8.88".into(),
+        expires_at_ms: 0,
+        app_id: "app".into(),
+    }
+}
+
+fn raw(sealed: &str) -> Vec<u8> {
+    URL_SAFE_NO_PAD.decode(sealed).unwrap()
+}
+
+fn enc(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+#[test]
+fn opens_what_it_sealed_and_binds_user_and_activity() {
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let sealed = codec.seal_at(&token("u1"), T0).unwrap();
+    assert_eq!(codec.open(&sealed, "u1", "cny").unwrap(), token("u1"));
+    assert_eq!(codec.open(&sealed, "u2", "cny"), Err(Illegal::Forged));
+    assert_eq!(codec.open(&sealed, "u1", "other"), Err(Illegal::Forged));
+    // Length-prefixed AAD: moving a character between the two fields changes it.
+    let mut t = token("u1");
+    t.activity_id = "xcny".into();
+    let sealed = codec.seal_at(&t, T0).unwrap();
+    assert_eq!(codec.open(&sealed, "u1x", "cny"), Err(Illegal::Forged));
+}
+
+#[test]
+fn malformed_tokens_are_illegal_with_the_right_reason() {
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let sealed = codec.seal_at(&token("u1"), T0).unwrap();
+    let bytes = raw(&sealed);
+    assert_eq!(codec.open("***", "u1", "cny"), Err(Illegal::BadBase64));
+    assert_eq!(codec.open("", "u1", "cny"), Err(Illegal::Truncated));
+    assert_eq!(
+        codec.open(&enc(&bytes[..30]), "u1", "cny"),
+        Err(Illegal::Truncated)
+    );
+    assert_eq!(
+        codec.open(&enc(&bytes[..bytes.len() - 1]), "u1", "cny"),
+        Err(Illegal::Forged)
+    );
+    let mut v = bytes.clone();
+    v[0] = 2;
+    assert_eq!(
+        codec.open(&enc(&v), "u1", "cny"),
+        Err(Illegal::BadVersion(2))
+    );
+    let mut k = bytes.clone();
+    k[1..3].copy_from_slice(&9u16.to_be_bytes());
+    assert_eq!(
+        codec.open(&enc(&k), "u1", "cny"),
+        Err(Illegal::UnknownKey(9))
+    );
+    let mut p = bytes;
+    p[6] ^= 1; // another minute: another subkey
+    assert_eq!(codec.open(&enc(&p), "u1", "cny"), Err(Illegal::Forged));
+}
+
+#[test]
+fn tokens_sealed_before_a_rotation_still_open() {
+    let old = KeyRing::random(1);
+    let before = TokenCodec::new(old.clone())
+        .seal_at(&token("u1"), T0)
+        .unwrap();
+    // Add key 2 and make it current: the text form is how rings travel between hosts.
+    let text = format!(
+        "{}2:{}\n",
+        old.to_text().as_str(),
+        URL_SAFE_NO_PAD.encode([7u8; 32])
+    );
+    let rotated = TokenCodec::new(KeyRing::parse(&text, None).unwrap());
+    assert_eq!(rotated.ring().current_id(), 2);
+    assert_eq!(rotated.open(&before, "u1", "cny").unwrap(), token("u1"));
+    let after = rotated.seal_at(&token("u1"), T0).unwrap();
+    assert_eq!(raw(&after)[1..3], 2u16.to_be_bytes());
+    // The old ring does not know key 2.
+    assert_eq!(
+        TokenCodec::new(old).open(&after, "u1", "cny"),
+        Err(Illegal::UnknownKey(2))
+    );
+}
+
+#[test]
+fn every_seal_uses_a_fresh_nonce_and_periods_change_subkeys() {
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let a = raw(&codec.seal_at(&token("u1"), T0).unwrap());
+    let b = raw(&codec.seal_at(&token("u1"), T0).unwrap());
+    assert_ne!(a[7..19], b[7..19], "nonces repeat");
+    assert_ne!(a, b);
+    let later = raw(&codec.seal_at(&token("u1"), T0 + 60_000).unwrap());
+    assert_eq!(
+        u32::from_be_bytes(later[3..7].try_into().unwrap()),
+        u32::from_be_bytes(a[3..7].try_into().unwrap()) + 1
+    );
+    assert!(codec.open(&enc(&later), "u1", "cny").is_ok());
+}
+
+#[test]
+fn clock_before_epoch_is_refused() {
+    let codec = TokenCodec::new(KeyRing::random(1));
+    assert_eq!(
+        codec.seal_at(&token("u1"), -1),
+        Err(SealError::BadClock(-1))
+    );
+}
+
+proptest! {
+    #[test]
+    fn round_trips_any_token(
+        trade_no in ".{0,64}", user in ".{1,32}", activity in ".{0,32}",
+        amount in any::<i64>(), description in ".{0,80}", now in 0i64..4_000_000_000_000,
+    ) {
+        let codec = TokenCodec::new(KeyRing::random(2));
+        let t = RewardToken { trade_no, user_id: user.clone(), activity_id: activity.clone(), amount, description, ..Default::default() };
+        let sealed = codec.seal_at(&t, now).unwrap();
+        prop_assert_eq!(codec.open(&sealed, &user, &activity).unwrap(), t);
+    }
+
+    #[test]
+    fn any_flipped_bit_is_illegal(pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let codec = TokenCodec::new(KeyRing::random(1));
+        let mut bytes = raw(&codec.seal_at(&token("u1"), T0).unwrap());
+        let i = pos.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        prop_assert!(codec.open(&enc(&bytes), "u1", "cny").is_err());
+    }
+}
