@@ -34,15 +34,19 @@ enum Command {
         /// RocketMQ consumer type to use.
         #[arg(long, value_enum, default_value_t = ConsumerKind::LitePull)]
         rocketmq_consumer: ConsumerKind,
-        /// RocketMQ: messages per pull request.
-        #[arg(long, default_value_t = 256)]
-        pull_batch: u32,
-        /// RocketMQ push consumer: consume threads.
-        #[arg(long, default_value_t = 4)]
-        consume_threads: u32,
-        /// RocketMQ push consumer: messages per listener call.
-        #[arg(long, default_value_t = 32)]
-        consume_batch: u32,
+        /// RocketMQ: messages per pull request [default: 256].
+        #[arg(long)]
+        pull_batch: Option<u32>,
+        /// RocketMQ push consumer: consume threads [default: 4].
+        #[arg(long)]
+        consume_threads: Option<u32>,
+        /// RocketMQ push consumer: messages per listener call [default: 32].
+        #[arg(long)]
+        consume_batch: Option<u32>,
+        /// RocketMQ: leave every consumer knob not given on the command line at the
+        /// client library's own default (to reproduce its behaviour).
+        #[arg(long)]
+        library_defaults: bool,
         /// RocketMQ: messages per send_batch call.
         #[arg(long, default_value_t = 100)]
         send_batch: usize,
@@ -87,6 +91,7 @@ async fn run(cli: Cli) -> ExitCode {
             consume_threads,
             consume_batch,
             send_batch,
+            library_defaults,
         } => {
             let env = StackEnv::from_env();
             let wanted = |t| only.is_empty() || only.contains(&t);
@@ -121,15 +126,19 @@ async fn run(cli: Cli) -> ExitCode {
                 );
             }
             if wanted(Target::Rocketmq) {
+                let base = ProbeOptions::new(messages);
+                let pick = |given: Option<u32>, ours: Option<u32>| {
+                    given.or(if library_defaults { None } else { ours })
+                };
                 let opts = ProbeOptions {
                     consumer: rocketmq_consumer,
-                    pull_batch,
-                    consume_threads,
-                    consume_batch,
+                    pull_batch: pick(pull_batch, base.pull_batch),
+                    consume_threads: pick(consume_threads, base.consume_threads),
+                    consume_batch: pick(consume_batch, base.consume_batch),
                     send_batch,
                     consume_timeout: Duration::from_secs(120)
                         .max(Duration::from_millis(messages / 5)),
-                    ..ProbeOptions::new(messages)
+                    ..base
                 };
                 show(smoke::rocketmq::probe(&env, &opts).await, "RocketMQ");
             }

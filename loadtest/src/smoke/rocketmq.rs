@@ -45,12 +45,12 @@ pub struct ProbeOptions {
     pub send_batch: usize,
     /// Consumer type.
     pub consumer: ConsumerKind,
-    /// Messages per pull request.
-    pub pull_batch: u32,
-    /// Push only: messages handed to one listener call.
-    pub consume_batch: u32,
-    /// Push only: consume threads (min = max).
-    pub consume_threads: u32,
+    /// Messages per pull request (`None`: the client library's default).
+    pub pull_batch: Option<u32>,
+    /// Push only: messages handed to one listener call (`None`: library default).
+    pub consume_batch: Option<u32>,
+    /// Push only: consume threads, min = max (`None`: library default).
+    pub consume_threads: Option<u32>,
     /// How long consuming every message may take.
     pub consume_timeout: Duration,
 }
@@ -62,9 +62,9 @@ impl ProbeOptions {
             messages,
             send_batch: 100,
             consumer: ConsumerKind::LitePull,
-            pull_batch: 256,
-            consume_batch: 32,
-            consume_threads: 4,
+            pull_batch: Some(256),
+            consume_batch: Some(32),
+            consume_threads: Some(4),
             consume_timeout: Duration::from_secs(120),
         }
     }
@@ -264,15 +264,20 @@ async fn consume_lite_pull(
     tx: mpsc::UnboundedSender<Option<u64>>,
     rx: mpsc::UnboundedReceiver<Option<u64>>,
 ) -> Result<Consumed, SmokeError> {
-    let consumer = DefaultLitePullConsumer::builder(client_runtime("smoke-lite-pull")?)
+    let mut builder = DefaultLitePullConsumer::builder(client_runtime("smoke-lite-pull")?)
         .consumer_group(unique_name("smoke-lite"))
         .name_server_addr(env.rocketmq_namesrv.clone())
-        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
-        .pull_batch_size(opts.pull_batch as i32)
-        .poll_timeout_millis(500)
-        .auto_commit(true)
-        .build()
-        .map_err(|e| client_error("build lite pull consumer", e))?;
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset);
+    if let Some(n) = opts.pull_batch {
+        builder = builder.pull_batch_size(i32::try_from(n).unwrap_or(i32::MAX));
+    }
+    let consumer = Arc::new(
+        builder
+            .poll_timeout_millis(500)
+            .auto_commit(true)
+            .build()
+            .map_err(|e| client_error("build lite pull consumer", e))?,
+    );
     consumer
         .subscribe(topic)
         .await
@@ -308,6 +313,10 @@ async fn consume_lite_pull(
     ))
 }
 
+fn shown(v: Option<u32>) -> String {
+    v.map_or_else(|| "default".to_string(), |n| n.to_string())
+}
+
 struct ForwardListener {
     tx: mpsc::UnboundedSender<Option<u64>>,
 }
@@ -333,15 +342,20 @@ async fn consume_push(
     tx: mpsc::UnboundedSender<Option<u64>>,
     rx: mpsc::UnboundedReceiver<Option<u64>>,
 ) -> Result<Consumed, SmokeError> {
-    let mut consumer = DefaultMQPushConsumer::builder(client_runtime("smoke-push")?)
+    let mut builder = DefaultMQPushConsumer::builder(client_runtime("smoke-push")?)
         .consumer_group(unique_name("smoke-push"))
         .name_server_addr(env.rocketmq_namesrv.clone())
-        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
-        .consume_thread_min(opts.consume_threads)
-        .consume_thread_max(opts.consume_threads)
-        .consume_message_batch_max_size(opts.consume_batch)
-        .pull_batch_size(opts.pull_batch)
-        .build();
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset);
+    if let Some(n) = opts.consume_threads {
+        builder = builder.consume_thread_min(n).consume_thread_max(n);
+    }
+    if let Some(n) = opts.consume_batch {
+        builder = builder.consume_message_batch_max_size(n);
+    }
+    if let Some(n) = opts.pull_batch {
+        builder = builder.pull_batch_size(n);
+    }
+    let mut consumer = builder.build();
     consumer
         .subscribe(topic, "*")
         .await
@@ -359,7 +373,9 @@ async fn consume_push(
         dup,
         format!(
             "push, {} consume threads, consume batch {}, pull batch {}",
-            opts.consume_threads, opts.consume_batch, opts.pull_batch
+            shown(opts.consume_threads),
+            shown(opts.consume_batch),
+            shown(opts.pull_batch)
         ),
     ))
 }
