@@ -133,28 +133,19 @@ fn golden_event() -> RewardEvent {
 const GOLDEN_TOKEN_HEX: &str = include_str!("golden/token.hex");
 const GOLDEN_EVENT_HEX: &str = include_str!("golden/event.hex");
 
+/// Committed bytes still decode to `value`, and `value` still encodes to them.
+fn assert_golden<M: Message + Default + PartialEq + std::fmt::Debug>(golden_hex: &str, value: M) {
+    let bytes = hex::decode(golden_hex.trim()).expect("golden hex");
+    assert_eq!(M::decode(bytes.as_slice()).unwrap(), value);
+    assert_eq!(hex::encode(value.encode_to_vec()), golden_hex.trim());
+}
+
 #[test]
 fn golden_token_bytes_still_decode_and_encode_identically() {
-    let bytes = hex::decode(GOLDEN_TOKEN_HEX.trim()).expect("golden hex");
-    assert_eq!(
-        RewardToken::decode(bytes.as_slice()).unwrap(),
-        golden_token()
-    );
-    assert_eq!(
-        hex::encode(golden_token().encode_to_vec()),
-        GOLDEN_TOKEN_HEX.trim()
-    );
+    assert_golden(GOLDEN_TOKEN_HEX, golden_token());
 }
 
 #[test]
 fn golden_event_bytes_still_decode_and_encode_identically() {
-    let bytes = hex::decode(GOLDEN_EVENT_HEX.trim()).expect("golden hex");
-    assert_eq!(
-        RewardEvent::decode(bytes.as_slice()).unwrap(),
-        golden_event()
-    );
-    assert_eq!(
-        hex::encode(golden_event().encode_to_vec()),
-        GOLDEN_EVENT_HEX.trim()
-    );
+    assert_golden(GOLDEN_EVENT_HEX, golden_event());
 }
