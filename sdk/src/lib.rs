@@ -1,6 +1,432 @@
 //! The in-process SDK that activity services link: a reward becomes an encrypted
 //! token for the user at once, and an event for the pipeline.
 //!
+//! - [`Sdk`]: start from a [`config::SdkConfig`], [`Sdk::send_reward`], [`Sdk::close`].
 //! - [`token`]: sealing and opening tokens (AES-256-GCM, rotating keys).
+//! - [`store`]: the Redis token store (hash per user and activity).
+//! - [`queue`]: the virtual queue over a primary and a backup broker.
+//! - [`spool`]: the durable local spool for rewards no broker takes.
+//! - [`readback`]: reading back what reached the brokers; creating topics.
+//! - [`config`], [`dynamic`]: the TOML configuration, env overrides, runtime changes.
+//! - [`request`]: reward requests, validation, scene helpers and trade numbers.
+//!
+//! # What `send_reward` does, in order
+//! 1. validates the request and its reward type (typed [`SendError::Invalid`]);
+//! 2. reserves room in the reward type's virtual queue (waits at most
+//!    `batch.enqueue_wait_ms`, then [`SendError::Backpressure`]);
+//! 3. seals the token and writes it to Redis (a user over the per-activity cap gets
+//!    [`SendError::TooManyTokens`]; a Redis failure is counted and, unless
+//!    `store.strict`, does not fail the reward, as in the source design);
+//! 4. hands the event to the queue and returns the token. It never waits for a broker.
+//!
+//! A failure in steps 1-3 leaves nothing behind: the reserved slot is released, no
+//! event is sent, and a refused write stores no token. Once the slot is reserved,
+//! step 4 cannot fail, so a stored token always has its event.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use sdk::{Sdk, config::SdkConfig, request::{RedEnvelopeRain, User}};
+//!
+//! let config = SdkConfig::load(std::path::Path::new("sdk.toml"))?;
+//! let sdk = Sdk::builder(config).start().await?; // keys from REWARD_TOKEN_KEYS[_FILE]
+//! let rain = RedEnvelopeRain::new("cny2027", "cash");
+//! let issued = sdk.send_reward(rain.grab(&User::new("42"), 1, 888)).await?;
+//! println!("show the user: {}", issued.token);
+//! let report = sdk.close(std::time::Duration::from_secs(10)).await;
+//! assert_eq!(report.left, 0);
+//! # Ok(()) }
+//! ```
 
+pub mod config;
+pub mod dynamic;
+pub mod queue;
+pub mod readback;
+pub mod request;
+pub mod spool;
+pub mod store;
 pub mod token;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use prost::Message as _;
+
+use crate::config::{ConfigError, ProducerConfig, Routing, SdkConfig};
+use crate::queue::{CloseReport, Engine, EnqueueError, Envelope, Producer, StatsSnapshot};
+use crate::request::{RequestError, RewardRequest};
+use crate::store::{StoreError, TokenStore};
+use crate::token::{KeyRing, KeyRingError, SealError, TokenCodec};
+
+/// A reward accepted by the SDK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// The sealed token (base64url) to show and give to the user.
+    pub token: String,
+    /// The reward's trade number.
+    pub trade_no: String,
+    /// The virtual queue the event went to.
+    pub queue: String,
+    /// Whether the token reached the store (false only outside strict mode).
+    pub stored: bool,
+}
+
+/// Why `send_reward` refused a reward. Nothing was sent for it.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The request is malformed.
+    #[error(transparent)]
+    Invalid(#[from] RequestError),
+    /// The queue stayed full for the whole wait: slow down or retry later.
+    #[error(transparent)]
+    Backpressure(EnqueueError),
+    /// `close` has begun.
+    #[error("the SDK is closing")]
+    Closed,
+    /// The user holds the most tokens allowed in this activity.
+    #[error("user holds {cap} tokens in this activity already")]
+    TooManyTokens {
+        /// The cap.
+        cap: u32,
+    },
+    /// The token store failed and `store.strict` is on.
+    #[error(transparent)]
+    Store(StoreError),
+    /// The clock is before 1970 or past 2106: no token can be sealed.
+    #[error(transparent)]
+    Seal(#[from] SealError),
+}
+
+impl From<EnqueueError> for SendError {
+    fn from(e: EnqueueError) -> Self {
+        match e {
+            EnqueueError::Closed => SendError::Closed,
+            other => SendError::Backpressure(other),
+        }
+    }
+}
+
+/// Why the SDK did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The key ring is missing or malformed.
+    #[error("token keys: {0}")]
+    Keys(#[from] KeyRingError),
+    /// Redis is unreachable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A producer could not be created.
+    #[error(transparent)]
+    Producer(#[from] queue::ProduceError),
+    /// The spool directory is unusable.
+    #[error(transparent)]
+    Spool(#[from] spool::SpoolError),
+    /// The configuration is inconsistent.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Builds an [`Sdk`].
+#[derive(Debug)]
+pub struct SdkBuilder {
+    config: SdkConfig,
+    keys: Option<KeyRing>,
+    producers: BTreeMap<String, Arc<dyn Producer>>,
+    watch: bool,
+}
+
+impl SdkBuilder {
+    /// Uses this key ring instead of the configured/env one.
+    #[must_use]
+    pub fn key_ring(mut self, ring: KeyRing) -> Self {
+        self.keys = Some(ring);
+        self
+    }
+
+    /// Uses this producer for the configured name instead of building one.
+    #[must_use]
+    pub fn producer(mut self, name: &str, producer: Arc<dyn Producer>) -> Self {
+        self.producers.insert(name.to_string(), producer);
+        self
+    }
+
+    /// Whether to watch the dynamic sources (`[dynamic]`); on by default.
+    #[must_use]
+    pub fn watch(mut self, on: bool) -> Self {
+        self.watch = on;
+        self
+    }
+
+    /// Connects to Redis and the brokers and starts the queue tasks.
+    pub async fn start(self) -> Result<Sdk, StartError> {
+        let cfg = self.config;
+        let ring = match self.keys {
+            Some(r) => r,
+            None => match &cfg.token.keys_file {
+                Some(path) => KeyRing::from_file(path, None)?,
+                None => KeyRing::from_env()?,
+            },
+        };
+        let store = TokenStore::connect(cfg.store.clone()).await?;
+        let timeout = Duration::from_millis(cfg.batch.send_timeout_ms);
+        let mut producers = self.producers;
+        for (name, p) in &cfg.producers {
+            if producers.contains_key(name) {
+                continue;
+            }
+            let made: Arc<dyn Producer> = match p {
+                ProducerConfig::Kafka { brokers, settings } => Arc::new(
+                    queue::producer::KafkaProducer::new(name, brokers, settings, timeout)?,
+                ),
+                ProducerConfig::Rocketmq { namesrv, group } => {
+                    let rt = queue::rocketmq_runtime("reward-sdk-producer").map_err(|reason| {
+                        queue::ProduceError {
+                            producer: name.clone(),
+                            reason,
+                        }
+                    })?;
+                    Arc::new(
+                        queue::producer::RocketMqProducer::start(name, rt, namesrv, group, timeout)
+                            .await?,
+                    )
+                }
+            };
+            producers.insert(name.clone(), made);
+        }
+        let routing = Arc::new(ArcSwap::from_pointee(cfg.routing.clone()));
+        let engine = Engine::start(
+            routing.clone(),
+            producers,
+            cfg.batch.clone(),
+            cfg.retry.clone(),
+            cfg.spool.clone(),
+        )?;
+        let inner = Arc::new(Inner {
+            codec: TokenCodec::new(ring),
+            store,
+            engine,
+            routing,
+            token_write_failures: AtomicU64::new(0),
+            watcher: std::sync::Mutex::new(None),
+            config: cfg,
+        });
+        let sdk = Sdk { inner };
+        if self.watch {
+            sdk.start_watch();
+        }
+        Ok(sdk)
+    }
+}
+
+struct Inner {
+    config: SdkConfig,
+    codec: TokenCodec,
+    store: TokenStore,
+    engine: Arc<Engine>,
+    routing: Arc<ArcSwap<Routing>>,
+    token_write_failures: AtomicU64,
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The SDK: cheap to clone, share one per process.
+#[derive(Clone)]
+pub struct Sdk {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sdk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sdk")
+            .field("engine", &self.inner.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Sdk {
+    /// A builder for `config`.
+    pub fn builder(config: SdkConfig) -> SdkBuilder {
+        SdkBuilder {
+            config,
+            keys: None,
+            producers: BTreeMap::new(),
+            watch: true,
+        }
+    }
+
+    /// Validates, mints and stores the token, queues the event, returns the token.
+    pub async fn send_reward(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
+        let inner = &*self.inner;
+        req.validate(&inner.config.limits)?;
+        let (queue, max_amount) = {
+            let routing = inner.routing.load();
+            let (queue, _) = routing
+                .route(&req.reward_type)
+                .ok_or_else(|| RequestError::UnknownRewardType(req.reward_type.clone()))?;
+            let max = routing
+                .max_amount(&req.reward_type)
+                .unwrap_or(inner.config.limits.max_amount);
+            (queue.to_string(), max)
+        };
+        req.check_amount(max_amount)?;
+        let slot = inner.engine.reserve(&queue).await?;
+        let now = now_ms();
+        let ttl_ms = i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let token = req.token(now, now.saturating_add(ttl_ms));
+        let sealed = inner.codec.seal_at(&token, now)?;
+        let stored = match inner
+            .store
+            .put(&req.user.user_id, &req.activity_id, &req.trade_no, &sealed)
+            .await
+        {
+            Ok(()) => true,
+            Err(StoreError::CapReached { cap }) => return Err(SendError::TooManyTokens { cap }),
+            Err(e) if inner.config.store.strict => return Err(SendError::Store(e)),
+            Err(e) => {
+                inner.token_write_failures.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
+                tracing::warn!(trade_no = %req.trade_no, error = %e, "token not stored; the reward goes on");
+                false
+            }
+        };
+        let payload = Bytes::from(req.event(now).encode_to_vec());
+        let env = Envelope::new(
+            Arc::from(queue.as_str()),
+            req.trade_no.clone(),
+            queue::bucket(&req.user.user_id),
+            payload,
+        );
+        inner.engine.commit(slot, env);
+        Ok(IssuedToken {
+            token: sealed,
+            trade_no: req.trade_no,
+            queue,
+            stored,
+        })
+    }
+
+    /// The token codec (to open tokens in tests and tools).
+    pub fn codec(&self) -> &TokenCodec {
+        &self.inner.codec
+    }
+
+    /// The token store.
+    pub fn store(&self) -> &TokenStore {
+        &self.inner.store
+    }
+
+    /// The queue counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.engine.stats()
+    }
+
+    /// Token writes that failed (outside strict mode) since start.
+    pub fn token_write_failures(&self) -> u64 {
+        self.inner.token_write_failures.load(Ordering::Relaxed)
+    }
+
+    /// Bytes waiting in the spool.
+    pub fn spool_bytes(&self) -> u64 {
+        self.inner.engine.spool_bytes()
+    }
+
+    /// The routing in force.
+    pub fn routing(&self) -> Arc<Routing> {
+        self.inner.routing.load_full()
+    }
+
+    /// Applies a new dynamic document (ratios, routing, topics). Refused, with the
+    /// old routing kept, if it is inconsistent or names a queue that had no buffer at
+    /// start-up (new queues need a restart).
+    pub fn apply_config(&self, doc: &toml::Table) -> Result<(), ConfigError> {
+        let inner = &*self.inner;
+        let routing = Routing::from_table(doc, &inner.config.producers, inner.config.limits.max_amount)?;
+        let known = &inner.config.routing.queues;
+        if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
+            return Err(ConfigError::Invalid(format!(
+                "queue {q} did not exist at start-up; adding a queue needs a restart"
+            )));
+        }
+        inner.routing.store(Arc::new(routing));
+        Ok(())
+    }
+
+    fn start_watch(&self) {
+        let dynamic = &self.inner.config.dynamic;
+        if dynamic.file.is_none() && dynamic.redis_key.is_none() {
+            return;
+        }
+        let sources = dynamic::Sources {
+            base: toml::Table::new(),
+            file: dynamic.file.clone(),
+            redis: dynamic
+                .redis_key
+                .clone()
+                .map(|k| (self.inner.store.pool().clone(), k)),
+            poll: Duration::from_millis(dynamic.poll_ms.unwrap_or(500)),
+        };
+        let me = Arc::downgrade(&self.inner);
+        let apply: dynamic::Apply = Arc::new(move |doc: &toml::Table| {
+            let Some(inner) = me.upgrade() else {
+                return Ok(());
+            };
+            // The sources carry changes: lay them over the start-up routing, so a key
+            // removed from the sources goes back to its start-up value.
+            let mut full = routing_table(&inner.config.routing);
+            dynamic::merge(&mut full, doc);
+            Sdk { inner }.apply_config(&full).map_err(|e| e.to_string())
+        });
+        let handle = sources.watch(vec![apply]);
+        if let Ok(mut w) = self.inner.watcher.lock() {
+            *w = Some(handle);
+        }
+    }
+
+    /// Stops accepting rewards and returns once every accepted one is on a broker or
+    /// in the spool, or when `deadline` passes; the report says what is left.
+    pub async fn close(&self, deadline: Duration) -> CloseReport {
+        if let Ok(mut w) = self.inner.watcher.lock()
+            && let Some(h) = w.take()
+        {
+            h.abort();
+        }
+        self.inner.engine.close(deadline).await
+    }
+}
+
+/// The routing as a TOML document (the dynamic sections only).
+fn routing_table(r: &Routing) -> toml::Table {
+    let mut doc = toml::Table::new();
+    let mut queues = toml::Table::new();
+    for (name, q) in &r.queues {
+        let mut t = toml::Table::new();
+        t.insert("topic".into(), q.topic.clone().into());
+        t.insert("primary".into(), q.primary.clone().into());
+        t.insert("backup".into(), q.backup.clone().into());
+        t.insert("ratio".into(), i64::from(q.ratio).into());
+        queues.insert(name.clone(), t.into());
+    }
+    let mut types = toml::Table::new();
+    for (name, ty) in &r.types {
+        let mut t = toml::Table::new();
+        if let Some(q) = &ty.queue {
+            t.insert("queue".into(), q.clone().into());
+        }
+        if let Some(m) = ty.max_amount {
+            t.insert("max_amount".into(), m.into());
+        }
+        types.insert(name.clone(), t.into());
+    }
+    doc.insert("queues".into(), queues.into());
+    doc.insert("types".into(), types.into());
+    doc.insert("default_queue".into(), r.default_queue.clone().into());
+    doc
+}

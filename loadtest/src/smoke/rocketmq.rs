@@ -9,19 +9,17 @@
 //!   size exposed so the settings can be measured.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rocketmq_client_rust::{
-    ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus,
-    DefaultLitePullConsumer, DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer,
-    MessageListenerConcurrently, TelemetryHandle,
+    ClientRuntime, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultLitePullConsumer,
+    DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::common::topic::TopicValidator;
-use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 use tokio::sync::mpsc;
 
 use super::{ProbeReport, SmokeError, unique_name};
@@ -74,34 +72,9 @@ fn client_error(step: &str, e: impl std::fmt::Display) -> SmokeError {
     SmokeError::RocketMq(format!("{step}: {e}"))
 }
 
-/// The client library runs on a runtime it owns, made once per process and never
-/// dropped (dropping a runtime inside async code would panic).
-static OWNER: OnceLock<Mutex<Option<RuntimeOwner>>> = OnceLock::new();
-
-/// A client runtime for one producer or consumer, on the process-wide owner.
+/// A client runtime for one producer or consumer, on the SDK's process-wide owner.
 pub fn client_runtime(scope: &'static str) -> Result<Arc<ClientRuntime>, SmokeError> {
-    let cell = OWNER.get_or_init(|| Mutex::new(None));
-    let mut guard = cell
-        .lock()
-        .map_err(|_| SmokeError::RocketMq("runtime owner lock poisoned".into()))?;
-    if guard.is_none() {
-        let parallelism = std::thread::available_parallelism().map_or(2, usize::from);
-        let config = RuntimeConfig::for_parallelism("rocketmq-client", parallelism);
-        let owner = RuntimeOwner::plan(config)
-            .map_err(|e| client_error("plan client runtime", e))?
-            .build()
-            .map_err(|e| client_error("build client runtime", e))?;
-        *guard = Some(owner);
-    }
-    let owner = guard
-        .as_ref()
-        .ok_or_else(|| SmokeError::RocketMq("runtime owner missing".into()))?;
-    ClientRuntime::try_new(
-        owner.root_context().component(scope),
-        ClientRuntimeConfig::default(),
-        TelemetryHandle::noop(),
-    )
-    .map_err(|e| client_error("create client runtime", e))
+    sdk::queue::rocketmq_runtime(scope).map_err(SmokeError::RocketMq)
 }
 
 /// Runs the probe.

@@ -1,0 +1,195 @@
+//! Reading back what reached the brokers, and creating topics: for tests, and for
+//! the load tester's reconciliation ("every accepted reward is on a broker").
+//!
+//! Both readers decode every message as a `RewardEvent` and return the trade numbers
+//! with how often each was seen, so a caller can assert "every one at least once" and
+//! count duplicates. A message that is not a `RewardEvent` is counted separately,
+//! never dropped silently.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::Message as _;
+use rocketmq_client_rust::{DefaultLitePullConsumer, DefaultMQProducer};
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::topic::TopicValidator;
+
+/// What a topic held.
+#[derive(Debug, Default, Clone)]
+pub struct ReadBack {
+    /// Trade number → times seen.
+    pub seen: HashMap<String, u32>,
+    /// Messages that did not decode as a `RewardEvent`.
+    pub undecodable: u64,
+    /// Messages read.
+    pub messages: u64,
+}
+
+impl ReadBack {
+    fn add(&mut self, payload: Option<&[u8]>) {
+        self.messages += 1;
+        match payload.map(proto::v1::RewardEvent::decode) {
+            Some(Ok(e)) => *self.seen.entry(e.trade_no).or_default() += 1,
+            _ => self.undecodable += 1,
+        }
+    }
+
+    /// Adds another read-back's counts.
+    pub fn merge(&mut self, other: ReadBack) {
+        self.messages += other.messages;
+        self.undecodable += other.undecodable;
+        for (k, n) in other.seen {
+            *self.seen.entry(k).or_default() += n;
+        }
+    }
+
+    /// Messages beyond the first of each trade number.
+    pub fn duplicates(&self) -> u64 {
+        self.seen.values().map(|n| u64::from(n.saturating_sub(1))).sum()
+    }
+}
+
+/// Creates Kafka topics (tansu creates none on produce); existing ones are fine.
+pub async fn create_kafka_topics(
+    brokers: &str,
+    topics: &[&str],
+    partitions: i32,
+) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| format!("kafka admin: {e}"))?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .create_topics(&new, &opts)
+        .await
+        .map_err(|e| format!("create topics: {e}"))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => return Err(format!("create topic {t}: {code}")),
+        }
+    }
+    Ok(())
+}
+
+/// Creates RocketMQ topics through the broker's auto-create template and waits until
+/// the name server routes to each.
+pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<(), String> {
+    let rt = crate::queue::rocketmq_runtime("reward-topic-admin")?;
+    let mut producer = DefaultMQProducer::builder(rt)
+        .producer_group(format!("reward-admin-{}", rand::random::<u32>()))
+        .name_server_addr(namesrv.to_string())
+        .build();
+    producer.start().await.map_err(|e| format!("start: {e}"))?;
+    let mut result = Ok(());
+    for topic in topics {
+        let _ = producer
+            .create_topic(
+                TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
+                topic,
+                4,
+                HashMap::new(),
+            )
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut routed = false;
+        let mut last = String::from("no queues");
+        while Instant::now() < deadline {
+            match producer.fetch_publish_message_queues(topic).await {
+                Ok(q) if !q.is_empty() => {
+                    routed = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if !routed {
+            result = Err(format!("RocketMQ topic {topic} not routed after 15 s: {last}"));
+            break;
+        }
+    }
+    producer.shutdown().await;
+    result
+}
+
+/// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
+/// or nothing new arrived for `idle`.
+pub fn read_kafka(brokers: &str, topic: &str, want: usize, idle: Duration) -> Result<ReadBack, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("readback-{}", rand::random::<u64>()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .map_err(|e| format!("kafka consumer: {e}"))?;
+    consumer
+        .subscribe(&[topic])
+        .map_err(|e| format!("subscribe {topic}: {e}"))?;
+    let mut out = ReadBack::default();
+    let mut last_new = Instant::now();
+    while out.seen.len() < want && last_new.elapsed() < idle {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                out.add(m.payload());
+                last_new = Instant::now();
+            }
+            Some(Err(e)) => return Err(format!("read {topic}: {e}")),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a RocketMQ topic from the first offset until `want` distinct trade numbers
+/// were seen or nothing new arrived for `idle`.
+pub async fn read_rocketmq(
+    namesrv: &str,
+    topic: &str,
+    want: usize,
+    idle: Duration,
+) -> Result<ReadBack, String> {
+    let rt = crate::queue::rocketmq_runtime("reward-readback")?;
+    let consumer = DefaultLitePullConsumer::builder(rt)
+        .consumer_group(format!("readback-{}", rand::random::<u64>()))
+        .name_server_addr(namesrv.to_string())
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .pull_batch_size(256)
+        .auto_commit(true)
+        .build()
+        .map_err(|e| format!("lite pull consumer: {e}"))?;
+    consumer
+        .subscribe(topic)
+        .await
+        .map_err(|e| format!("subscribe {topic}: {e}"))?;
+    consumer
+        .start()
+        .await
+        .map_err(|e| format!("start consumer: {e}"))?;
+    let mut out = ReadBack::default();
+    let mut last_new = Instant::now();
+    while out.seen.len() < want && last_new.elapsed() < idle {
+        let batch = consumer.poll_with_timeout(300).await;
+        if !batch.is_empty() {
+            last_new = Instant::now();
+        }
+        for m in &batch {
+            let body = m.body();
+            out.add(body.as_deref());
+        }
+    }
+    consumer.shutdown().await;
+    Ok(out)
+}

@@ -1,0 +1,316 @@
+//! The token store: every token the SDK mints, kept in Redis so the wallet can list
+//! and validate what a user won even if the client lost it.
+//!
+//! # Layout
+//! One hash per user and activity: key `{prefix}:{{user}}:{activity}`, field = trade
+//! number, value = the sealed token. The hash tag is the user id, so in a Redis
+//! Cluster all of one user's tokens (across activities) live in one slot and the
+//! wallet page reads them from one node. The hash's TTL is refreshed on every write.
+//!
+//! # Writes
+//! A write is one `EVALSHA` of a small script that refuses a new field once the hash
+//! holds `max_tokens_per_user` (re-writing an existing trade number is always allowed:
+//! the same reward issued twice is one token). Writes from every caller are gathered
+//! by one task and sent as pipelines of up to `pipeline_max` scripts; a pipeline is
+//! sent as soon as the previous one is on its way, so under light load a write costs
+//! one round trip and under heavy load one round trip carries hundreds of writes.
+//!
+//! Whether a failed write fails the reward is the caller's choice
+//! ([`crate::config::StoreConfig::strict`]); this module reports every outcome.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::*;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::config::StoreConfig;
+
+/// The cap-checking write. KEYS[1] hash; ARGV: field, value, cap, ttl seconds.
+/// Returns 1 when stored (new or replaced), 0 when the cap refused it.
+const WRITE_LUA: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+";
+
+/// Token store failures.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Redis refused, timed out or is unreachable.
+    #[error("token store: {0}")]
+    Redis(String),
+    /// The user already holds the most tokens allowed in this activity.
+    #[error("user already holds {cap} tokens in this activity")]
+    CapReached {
+        /// The cap.
+        cap: u32,
+    },
+    /// The store is shutting down.
+    #[error("token store closed")]
+    Closed,
+}
+
+impl From<fred::error::Error> for StoreError {
+    fn from(e: fred::error::Error) -> Self {
+        StoreError::Redis(e.to_string())
+    }
+}
+
+struct Write {
+    key: String,
+    field: String,
+    value: String,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Counts since start.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Tokens written.
+    pub written: AtomicU64,
+    /// Writes refused by the cap.
+    pub capped: AtomicU64,
+    /// Writes that failed in Redis.
+    pub failed: AtomicU64,
+    /// Pipelines sent.
+    pub pipelines: AtomicU64,
+}
+
+/// A handle to the token store; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct TokenStore {
+    pool: Pool,
+    cfg: Arc<StoreConfig>,
+    tx: mpsc::Sender<Write>,
+    stats: Arc<StoreStats>,
+}
+
+impl TokenStore {
+    /// Connects to Redis, loads the script and starts the writer task.
+    pub async fn connect(cfg: StoreConfig) -> Result<Self, StoreError> {
+        let config = Config::from_url(&cfg.redis_url)?;
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let pool = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
+            .build_pool(cfg.pool_size)?;
+        pool.init().await?;
+        let sha: String = pool.next().script_load(WRITE_LUA).await?;
+        let cfg = Arc::new(cfg);
+        let stats = Arc::new(StoreStats::default());
+        let (tx, rx) = mpsc::channel(cfg.pipeline_max * cfg.pool_size * 4);
+        tokio::spawn(writer(pool.clone(), cfg.clone(), sha, rx, stats.clone()));
+        Ok(Self {
+            pool,
+            cfg,
+            tx,
+            stats,
+        })
+    }
+
+    /// The hash key of a user's tokens in an activity.
+    pub fn key(&self, user_id: &str, activity_id: &str) -> String {
+        format!("{}:{{{user_id}}}:{activity_id}", self.cfg.key_prefix)
+    }
+
+    /// Counts since start.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// Stores a sealed token (pipelined with other callers' writes).
+    pub async fn put(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+        sealed: &str,
+    ) -> Result<(), StoreError> {
+        let (done, rx) = oneshot::channel();
+        let w = Write {
+            key: self.key(user_id, activity_id),
+            field: trade_no.to_string(),
+            value: sealed.to_string(),
+            done,
+        };
+        self.tx.send(w).await.map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Every token of a user in an activity: trade number → sealed token.
+    pub async fn list(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+    ) -> Result<HashMap<String, String>, StoreError> {
+        Ok(self
+            .pool
+            .next()
+            .hgetall(self.key(user_id, activity_id))
+            .await?)
+    }
+
+    /// The sealed token stored under a trade number, if any.
+    pub async fn get(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .pool
+            .next()
+            .hget(self.key(user_id, activity_id), trade_no)
+            .await?)
+    }
+
+    /// Removes a token (once its reward is credited); true if it was there.
+    pub async fn remove(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+    ) -> Result<bool, StoreError> {
+        let n: i64 = self
+            .pool
+            .next()
+            .hdel(self.key(user_id, activity_id), trade_no)
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// The Redis pool (for callers that share the connection).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+async fn writer(
+    pool: Pool,
+    cfg: Arc<StoreConfig>,
+    sha: String,
+    mut rx: mpsc::Receiver<Write>,
+    stats: Arc<StoreStats>,
+) {
+    let sha = Arc::new(sha);
+    let lanes = Arc::new(Semaphore::new(cfg.pool_size));
+    let ttl = i64::try_from(cfg.ttl_secs).unwrap_or(i64::MAX);
+    loop {
+        let Some(first) = rx.recv().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < cfg.pipeline_max {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        // At most pool_size pipelines in flight; the next batch gathers meanwhile.
+        let Ok(permit) = lanes.clone().acquire_owned().await else {
+            break;
+        };
+        let client = pool.next().clone();
+        let (sha, stats, cap) = (sha.clone(), stats.clone(), cfg.max_tokens_per_user);
+        tokio::spawn(async move {
+            send_pipeline(&client, &sha, batch, cap, ttl, &stats).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn send_pipeline(
+    client: &Client,
+    sha: &str,
+    batch: Vec<Write>,
+    cap: u32,
+    ttl: i64,
+    stats: &StoreStats,
+) {
+    stats.pipelines.fetch_add(1, Ordering::Relaxed);
+    let mut results = run_pipeline(client, sha, &batch, cap, ttl).await;
+    let noscript = results.iter().any(|r| {
+        matches!(r, Err(e) if e.details().starts_with("NOSCRIPT"))
+    });
+    if noscript {
+        // Redis restarted and lost its script cache: load again, send again (the
+        // script is idempotent per field).
+        match client.script_load::<String, _>(WRITE_LUA).await {
+            Ok(_) => results = run_pipeline(client, sha, &batch, cap, ttl).await,
+            Err(e) => results = batch.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+    for (w, r) in batch.into_iter().zip(results) {
+        let out = match r {
+            Ok(1) => {
+                stats.written.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(_) => {
+                stats.capped.fetch_add(1, Ordering::Relaxed);
+                Err(StoreError::CapReached { cap })
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                Err(StoreError::from(e))
+            }
+        };
+        // The caller may have given up waiting; nothing to do then.
+        let _ = w.done.send(out);
+    }
+}
+
+async fn run_pipeline(
+    client: &Client,
+    sha: &str,
+    batch: &[Write],
+    cap: u32,
+    ttl: i64,
+) -> Vec<Result<i64, fred::error::Error>> {
+    let pipe = client.pipeline();
+    for w in batch {
+        let queued: Result<(), _> = pipe
+            .evalsha(
+                sha,
+                vec![w.key.as_str()],
+                vec![
+                    Value::from(w.field.as_str()),
+                    Value::from(w.value.as_str()),
+                    Value::from(i64::from(cap)),
+                    Value::from(ttl),
+                ],
+            )
+            .await;
+        if let Err(e) = queued {
+            return batch.iter().map(|_| Err(e.clone())).collect();
+        }
+    }
+    let results = pipe.try_all::<i64>().await;
+    if results.len() == batch.len() {
+        results
+    } else {
+        // A connection-level failure answers once for the whole pipeline.
+        let e = results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| {
+                fred::error::Error::new(
+                    fred::error::ErrorKind::Protocol,
+                    "pipeline answered a different number of replies",
+                )
+            });
+        batch.iter().map(|_| Err(e.clone())).collect()
+    }
+}

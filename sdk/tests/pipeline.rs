@@ -1,0 +1,245 @@
+//! The SDK against the real stack: every accepted reward on a broker and in Redis,
+//! failover, draining close, bad requests leaving nothing behind.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{config, stack, temp_dir, topics, unique};
+use rdkafka::mocking::MockCluster;
+use sdk::readback::{ReadBack, create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
+use sdk::request::{RedEnvelopeRain, RequestError, RewardRequest, User};
+use sdk::token::KeyRing;
+use sdk::{IssuedToken, Sdk, SendError};
+
+async fn create_topics(s: &common::Stack, tag: &str) {
+    let t = topics(tag);
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    create_kafka_topics(&s.kafka, &t, 3).await.unwrap();
+    create_rocketmq_topics(&s.namesrv, &t).await.unwrap();
+}
+
+/// Sends `reqs` with `concurrency` callers; returns what was issued, in order.
+async fn send_all(sdk: &Sdk, reqs: Vec<RewardRequest>, concurrency: usize) -> Vec<(RewardRequest, IssuedToken)> {
+    let reqs = Arc::new(reqs);
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let (sdk, reqs) = (sdk.clone(), reqs.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for r in reqs.iter().skip(w).step_by(concurrency) {
+                let issued = sdk.send_reward(r.clone()).await.unwrap_or_else(|e| panic!("send {}: {e}", r.trade_no));
+                out.push((r.clone(), issued));
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// `n` rewards over three types (so three queues), users "1000".. with 100 each.
+fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
+    let types = ["cash", "coupon", "coin"];
+    (0..n)
+        .map(|i| {
+            let user = User::new((1000 + i / 100).to_string()).app("wallet");
+            let mut r = RedEnvelopeRain::new(activity, types[(i % 3) as usize]).grab(&user, i % 100, 1 + (i % 500) as i64);
+            r.extension.insert("i".into(), i.to_string());
+            r
+        })
+        .collect()
+}
+
+async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack {
+    let mut all = ReadBack::default();
+    for t in topics(tag) {
+        let (kafka, t2) = (s.kafka.clone(), t.clone());
+        let k = tokio::task::spawn_blocking(move || read_kafka(&kafka, &t2, want, Duration::from_secs(8)))
+            .await
+            .unwrap()
+            .unwrap();
+        all.merge(k);
+        all.merge(read_rocketmq(&s.namesrv, &t, want, Duration::from_secs(8)).await.unwrap());
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
+    let s = stack();
+    let tag = unique("e2e");
+    create_topics(&s, &tag).await;
+    let spool = temp_dir("spool-e2e");
+    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "");
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(2)).start().await.unwrap();
+    let n = 100_000u64;
+    let activity = unique("act");
+    let issued = send_all(&sdk, rewards(&activity, n), 64).await;
+    let report = sdk.close(Duration::from_secs(60)).await;
+    assert_eq!(report.left, 0, "{report:?}");
+    assert_eq!(report.stats.accepted, n);
+    assert_eq!(report.stats.delivered, n, "{report:?}");
+    assert_eq!(report.stats.spooled, 0);
+    // Both producer kinds carried traffic.
+    assert!(report.stats.per_producer.get("k").copied().unwrap_or(0) > 0, "{report:?}");
+    assert!(report.stats.per_producer.get("r").copied().unwrap_or(0) > 0, "{report:?}");
+
+    // Every reward is on a broker (at least once).
+    let back = read_everything(&s, &tag, n as usize).await;
+    assert_eq!(back.undecodable, 0);
+    let missing: Vec<_> = issued.iter().filter(|(r, _)| !back.seen.contains_key(&r.trade_no)).take(5).collect();
+    assert!(missing.is_empty(), "{} of {n} not on any broker, e.g. {:?}", issued.iter().filter(|(r, _)| !back.seen.contains_key(&r.trade_no)).count(), missing.iter().map(|m| &m.0.trade_no).collect::<Vec<_>>());
+    assert_eq!(back.seen.len() as u64, n);
+
+    // Every token is in Redis, and opens to the request's fields.
+    let mut by_user: HashMap<String, Vec<&(RewardRequest, IssuedToken)>> = HashMap::new();
+    for item in &issued {
+        by_user.entry(item.0.user.user_id.clone()).or_default().push(item);
+    }
+    let mut checked = 0;
+    for (user, items) in by_user {
+        let stored = sdk.store().list(&user, &activity).await.unwrap();
+        assert_eq!(stored.len(), items.len(), "user {user}");
+        for (req, tok) in items {
+            assert_eq!(stored.get(&req.trade_no), Some(&tok.token));
+            let opened = sdk.codec().open(&tok.token, &user, &activity).unwrap();
+            assert_eq!(
+                (opened.trade_no.as_str(), opened.reward_type.as_str(), opened.amount, opened.app_id.as_str()),
+                (req.trade_no.as_str(), req.reward_type.as_str(), req.amount, "wallet")
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, n);
+    std::fs::remove_dir_all(&spool).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn primary_down_fails_over_to_backup_and_ratio_returns() {
+    let s = stack();
+    let tag = unique("fo");
+    // The Kafka side is librdkafka's mock cluster, so it can fail on cue.
+    let mock = MockCluster::new(1).unwrap();
+    for t in topics(&tag) {
+        mock.create_topic(&t, 3, 1).unwrap();
+    }
+    let t = topics(&tag);
+    let tr: Vec<&str> = t.iter().map(String::as_str).collect();
+    create_rocketmq_topics(&s.namesrv, &tr).await.unwrap();
+    let spool = temp_dir("spool-fo");
+    let cfg = config(&s, &mock.bootstrap_servers(), &s.namesrv, &tag, &spool, "after_ms = 60000\n[batch]\nsend_timeout_ms = 1500");
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let activity = unique("act");
+    // Only cash: queue massive, k primary for users with bucket < 50.
+    let cash = |from: u64, n: u64| -> Vec<RewardRequest> {
+        (from..from + n)
+            .map(|i| RedEnvelopeRain::new(&activity, "cash").grab(&User::new(i.to_string()), 1, 5))
+            .collect()
+    };
+
+    // Phase 1, broker down: every reward goes to RocketMQ.
+    mock.broker_down(1).unwrap();
+    send_all(&sdk, cash(0, 2_000), 16).await;
+    wait_settled(&sdk).await;
+    let st = sdk.stats();
+    assert_eq!(st.delivered, 2_000, "{st:?}");
+    assert_eq!(st.per_producer.get("r").copied(), Some(2_000), "{st:?}");
+    assert_eq!(st.failovers, 1_000, "half the users start on k: {st:?}");
+    assert_eq!(st.spooled, 0);
+
+    // Phase 2, broker back: traffic follows the ratio again, exactly by bucket.
+    mock.broker_up(1).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send_all(&sdk, cash(10_000, 2_000), 16).await;
+    wait_settled(&sdk).await;
+    let st2 = sdk.stats();
+    assert_eq!(st2.delivered, 4_000, "{st2:?}");
+    assert_eq!(st2.per_producer.get("k").copied(), Some(1_000), "{st2:?}");
+    assert_eq!(st2.per_producer.get("r").copied(), Some(3_000), "{st2:?}");
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!(report.left, 0);
+
+    // None lost: RocketMQ has phase 1 and half of phase 2.
+    let back = read_rocketmq(&s.namesrv, &format!("massive-{tag}"), 3_000, Duration::from_secs(8)).await.unwrap();
+    assert_eq!(back.seen.len(), 3_000);
+    std::fs::remove_dir_all(&spool).ok();
+}
+
+async fn wait_settled(sdk: &Sdk) {
+    for _ in 0..600 {
+        if sdk.stats().unsettled == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not settled after 30 s: {:?}", sdk.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_drains_everything_accepted() {
+    let s = stack();
+    let tag = unique("close");
+    create_topics(&s, &tag).await;
+    let spool = temp_dir("spool-close");
+    // A long linger: without a draining close, events would still sit in the buffers.
+    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "[batch]\nlinger_ms = 2000\nmax_events = 1000");
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let issued = send_all(&sdk, rewards(&unique("act"), 3_000), 8).await;
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!(report.left, 0, "{report:?}");
+    assert_eq!(report.stats.delivered + report.stats.spooled, 3_000, "{report:?}");
+    assert!(matches!(
+        sdk.send_reward(rewards("late", 1).remove(0)).await,
+        Err(SendError::Closed)
+    ));
+    let back = read_everything(&s, &tag, 3_000).await;
+    let want: HashSet<_> = issued.iter().map(|(r, _)| r.trade_no.clone()).collect();
+    assert!(want.iter().all(|t| back.seen.contains_key(t)));
+    std::fs::remove_dir_all(&spool).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_typed_errors_and_leave_nothing() {
+    let s = stack();
+    let tag = unique("bad");
+    create_topics(&s, &tag).await;
+    let spool = temp_dir("spool-bad");
+    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "[store]\nmax_tokens_per_user = 2");
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let activity = unique("act");
+    let rain = RedEnvelopeRain::new(&activity, "cash");
+    let u = User::new("77");
+    let cases: Vec<(RewardRequest, fn(&SendError) -> bool)> = vec![
+        (RewardRequest { reward_type: "gold".into(), ..rain.grab(&u, 1, 5) }, |e| matches!(e, SendError::Invalid(RequestError::UnknownRewardType(_)))),
+        (rain.grab(&u, 1, 0), |e| matches!(e, SendError::Invalid(RequestError::NonPositiveAmount(0)))),
+        (RewardRequest { reward_type: "coin".into(), ..rain.grab(&u, 1, 1001) }, |e| matches!(e, SendError::Invalid(RequestError::AmountTooLarge { max: 1000, .. }))),
+        (rain.grab(&User::new(""), 1, 5), |e| matches!(e, SendError::Invalid(RequestError::EmptyId { field: "user_id" }))),
+        (RewardRequest { trade_no: "x y".into(), ..rain.grab(&u, 1, 5) }, |e| matches!(e, SendError::Invalid(RequestError::MalformedTradeNo { .. }))),
+    ];
+    for (req, expect) in cases {
+        let e = sdk.send_reward(req.clone()).await.expect_err("bad request accepted");
+        assert!(expect(&e), "{}: {e:?}", req.trade_no);
+    }
+    assert!(sdk.store().list("77", &activity).await.unwrap().is_empty());
+    assert!(sdk.store().list("", &activity).await.unwrap().is_empty());
+    assert_eq!(sdk.stats().accepted, 0);
+
+    // The per-user cap: two tokens fit, the third is refused and leaves nothing.
+    sdk.send_reward(rain.grab(&u, 1, 5)).await.unwrap();
+    sdk.send_reward(rain.grab(&u, 2, 5)).await.unwrap();
+    // The same reward again is the same token slot, not a third token.
+    sdk.send_reward(rain.grab(&u, 2, 5)).await.unwrap();
+    let e = sdk.send_reward(rain.grab(&u, 3, 5)).await.unwrap_err();
+    assert!(matches!(e, SendError::TooManyTokens { cap: 2 }), "{e:?}");
+    assert_eq!(sdk.store().list("77", &activity).await.unwrap().len(), 2);
+    assert_eq!(sdk.stats().accepted, 3);
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!(report.left, 0);
+    std::fs::remove_dir_all(&spool).ok();
+}

@@ -1,0 +1,135 @@
+//! Both brokers down → the spool; `kill -9` the process; start again with brokers
+//! up → every spooled reward is delivered.
+//!
+//! The test re-runs its own binary as the child that spools (selected by an env
+//! variable), so the kill is a real SIGKILL of a real process.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{config, stack, temp_dir, topics, unique};
+use sdk::config::SdkConfig;
+use sdk::readback::{create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
+use sdk::request::{RedEnvelopeRain, User};
+use sdk::token::KeyRing;
+use sdk::Sdk;
+
+const CHILD_ENV: &str = "SDK_SPOOL_CRASH_CHILD";
+const N: u64 = 5_000;
+
+/// The child: both producers point at a closed port, so every event ends in the spool.
+async fn child(dir: &str, activity: &str) {
+    let s = stack();
+    let text = format!(
+        r#"
+        default_queue = "massive"
+        [store]
+        redis_url = "{redis}"
+        [producers.k]
+        kind = "kafka"
+        brokers = "127.0.0.1:1"
+        [producers.r]
+        kind = "kafka"
+        brokers = "127.0.0.1:1"
+        [queues.massive]
+        topic = "unused"
+        primary = "k"
+        backup = "r"
+        ratio = 50
+        [types.cash]
+        [spool]
+        dir = "{dir}"
+        after_ms = 300
+        [batch]
+        send_timeout_ms = 500
+        [retry]
+        backoff_initial_ms = 20
+        backoff_max_ms = 100
+        "#,
+        redis = s.redis_url
+    );
+    let cfg = SdkConfig::from_toml_str(&text).unwrap();
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let rain = RedEnvelopeRain::new(activity, "cash");
+    for i in 0..N {
+        sdk.send_reward(rain.grab(&User::new(i.to_string()), 1, 1)).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sdk.stats().spooled < N {
+        assert!(Instant::now() < deadline, "not spooled: {:?}", sdk.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("SPOOLED {}", sdk.stats().spooled);
+    // Wait to be killed.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spooled_rewards_survive_kill_9_and_are_delivered() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        let activity = std::env::var("SDK_SPOOL_CRASH_ACTIVITY").unwrap();
+        child(&dir, &activity).await;
+        return;
+    }
+    let s = stack();
+    let tag = unique("crash");
+    let t = topics(&tag);
+    let tr: Vec<&str> = t.iter().map(String::as_str).collect();
+    create_kafka_topics(&s.kafka, &tr, 3).await.unwrap();
+    create_rocketmq_topics(&s.namesrv, &tr).await.unwrap();
+    let spool = temp_dir("spool-crash");
+    let activity = unique("act");
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "spooled_rewards_survive_kill_9_and_are_delivered", "--nocapture"])
+        .env(CHILD_ENV, &spool)
+        .env("SDK_SPOOL_CRASH_ACTIVITY", &activity)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("SPOOLED"))
+    })
+    .await
+    .unwrap();
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    assert_eq!(line.as_deref(), Some(format!("SPOOLED {N}").as_str()), "the child did not spool everything");
+
+    // Restart with brokers up: the spool is replayed.
+    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "replay_every_ms = 200");
+    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    assert!(sdk.spool_bytes() > 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sdk.stats().replayed < N {
+        assert!(Instant::now() < deadline, "not replayed: {:?}", sdk.stats());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(sdk.stats().replayed, N);
+    assert_eq!(sdk.spool_bytes(), 0);
+    sdk.close(Duration::from_secs(10)).await;
+
+    // Every one is on a broker (massive: Kafka first, RocketMQ as backup).
+    let topic = format!("massive-{tag}");
+    let (kafka, t2) = (s.kafka.clone(), topic.clone());
+    let mut back = tokio::task::spawn_blocking(move || read_kafka(&kafka, &t2, N as usize, Duration::from_secs(8)))
+        .await
+        .unwrap()
+        .unwrap();
+    if (back.seen.len() as u64) < N {
+        back.merge(read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(5)).await.unwrap());
+    }
+    let rain = RedEnvelopeRain::new(&activity, "cash");
+    let missing = (0..N)
+        .filter(|i| !back.seen.contains_key(&rain.grab(&User::new(i.to_string()), 1, 1).trade_no))
+        .count();
+    assert_eq!(missing, 0, "{missing} spooled rewards never reached a broker");
+    std::fs::remove_dir_all(&spool).ok();
+}
