@@ -293,7 +293,9 @@ impl Routing {
     pub fn route(&self, reward_type: &str) -> Option<(&str, &QueueConfig)> {
         let t = self.types.get(reward_type)?;
         let name = t.queue.as_deref().unwrap_or(&self.default_queue);
-        self.queues.get_key_value(name).map(|(k, q)| (k.as_str(), q))
+        self.queues
+            .get_key_value(name)
+            .map(|(k, q)| (k.as_str(), q))
     }
 
     /// The queue config of a reward type; `None` for an unknown type.
@@ -328,8 +330,14 @@ impl Routing {
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
         let default_queue = match view.default_queue {
             Some(q) => q,
-            None if view.queues.len() == 1 => view.queues.keys().next().cloned().unwrap_or_default(),
-            None => return Err(invalid("default_queue is required when there are several queues")),
+            None if view.queues.len() == 1 => {
+                view.queues.keys().next().cloned().unwrap_or_default()
+            }
+            None => {
+                return Err(invalid(
+                    "default_queue is required when there are several queues",
+                ));
+            }
         };
         let routing = Routing {
             queues: view.queues,
@@ -379,7 +387,9 @@ impl Routing {
             }
         }
         if self.types.is_empty() {
-            return Err(invalid("no [types] defined: every reward type must be declared"));
+            return Err(invalid(
+                "no [types] defined: every reward type must be declared",
+            ));
         }
         for (name, t) in &self.types {
             if let Some(q) = &t.queue
@@ -390,7 +400,9 @@ impl Routing {
             if let Some(m) = t.max_amount
                 && m <= 0
             {
-                return Err(invalid(format!("type {name}: max_amount {m} is not positive")));
+                return Err(invalid(format!(
+                    "type {name}: max_amount {m} is not positive"
+                )));
             }
         }
         Ok(())
@@ -523,16 +535,23 @@ impl SdkConfig {
         if b.send_timeout_ms == 0 {
             return Err(invalid("batch.send_timeout_ms must be positive"));
         }
-        if raw.retry.backoff_initial_ms == 0 || raw.retry.backoff_max_ms < raw.retry.backoff_initial_ms {
+        if raw.retry.backoff_initial_ms == 0
+            || raw.retry.backoff_max_ms < raw.retry.backoff_initial_ms
+        {
             return Err(invalid("retry: 0 < backoff_initial_ms <= backoff_max_ms"));
         }
-        if raw.store.max_tokens_per_user == 0 || raw.store.pipeline_max == 0 || raw.store.pool_size == 0 {
+        if raw.store.max_tokens_per_user == 0
+            || raw.store.pipeline_max == 0
+            || raw.store.pool_size == 0
+        {
             return Err(invalid(
                 "store: max_tokens_per_user, pipeline_max and pool_size must be positive",
             ));
         }
         if raw.store.ttl_secs == 0 || raw.token.ttl_secs == 0 {
-            return Err(invalid("store.ttl_secs and token.ttl_secs must be positive"));
+            return Err(invalid(
+                "store.ttl_secs and token.ttl_secs must be positive",
+            ));
         }
         if raw.spool.max_bytes == 0 {
             return Err(invalid("spool.max_bytes must be positive"));
@@ -659,10 +678,19 @@ mod tests {
     #[test]
     fn refuses_inconsistent_documents() {
         let bad = [
-            ("[queues.x]\ntopic = \"t\"\nprimary = \"nope\"\nbackup = \"k\"", "no producer"),
+            (
+                "[queues.x]\ntopic = \"t\"\nprimary = \"nope\"\nbackup = \"k\"",
+                "no producer",
+            ),
             ("[types.coin]\nqueue = \"nope\"", "no queue named"),
-            ("[queues.y]\ntopic = \"t y\"\nprimary = \"k\"\nbackup = \"k\"", "topic"),
-            ("[queues.y]\ntopic = \"t\"\nprimary = \"k\"\nbackup = \"k\"\nratio = 101", "ratio"),
+            (
+                "[queues.y]\ntopic = \"t y\"\nprimary = \"k\"\nbackup = \"k\"",
+                "topic",
+            ),
+            (
+                "[queues.y]\ntopic = \"t\"\nprimary = \"k\"\nbackup = \"k\"\nratio = 101",
+                "ratio",
+            ),
             ("[batch]\nmax_events = 0", "batch"),
             ("[store]\nmax_tokens_per_user = 0", "store"),
             ("[types.coin]\nmax_amount = 0", "max_amount"),
@@ -684,7 +712,10 @@ mod tests {
         apply_env(
             &mut doc,
             [
-                ("REWARD_SDK__QUEUES__MASSIVE__RATIO".to_string(), "5".to_string()),
+                (
+                    "REWARD_SDK__QUEUES__MASSIVE__RATIO".to_string(),
+                    "5".to_string(),
+                ),
                 ("REWARD_SDK__STORE__REDIS_URL".into(), "redis://x:1".into()),
                 ("REWARD_SDK__STORE__STRICT".into(), "true".into()),
                 ("OTHER".into(), "ignored".into()),
@@ -695,7 +726,10 @@ mod tests {
         assert_eq!(c.routing.queues["massive"].ratio, 5);
         assert_eq!(c.store.redis_url, "redis://x:1");
         assert!(c.store.strict);
-        let err = apply_env(&mut doc, [("REWARD_SDK__QUEUES__MASSIVE__RATIO__X".into(), "1".into())]);
+        let err = apply_env(
+            &mut doc,
+            [("REWARD_SDK__QUEUES__MASSIVE__RATIO__X".into(), "1".into())],
+        );
         assert!(err.is_err());
     }
 }

@@ -279,7 +279,8 @@ impl Sdk {
         req.check_amount(max_amount)?;
         let slot = inner.engine.reserve(&queue).await?;
         let now = now_ms();
-        let ttl_ms = i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let ttl_ms =
+            i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let token = req.token(now, now.saturating_add(ttl_ms));
         let sealed = inner.codec.seal_at(&token, now)?;
         let stored = match inner
@@ -348,7 +349,8 @@ impl Sdk {
     /// start-up (new queues need a restart).
     pub fn apply_config(&self, doc: &toml::Table) -> Result<(), ConfigError> {
         let inner = &*self.inner;
-        let routing = Routing::from_table(doc, &inner.config.producers, inner.config.limits.max_amount)?;
+        let routing =
+            Routing::from_table(doc, &inner.config.producers, inner.config.limits.max_amount)?;
         let known = &inner.config.routing.queues;
         if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
             return Err(ConfigError::Invalid(format!(

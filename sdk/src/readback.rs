@@ -51,7 +51,10 @@ impl ReadBack {
 
     /// Messages beyond the first of each trade number.
     pub fn duplicates(&self) -> u64 {
-        self.seen.values().map(|n| u64::from(n.saturating_sub(1))).sum()
+        self.seen
+            .values()
+            .map(|n| u64::from(n.saturating_sub(1)))
+            .sum()
     }
 }
 
@@ -117,7 +120,9 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         if !routed {
-            result = Err(format!("RocketMQ topic {topic} not routed after 15 s: {last}"));
+            result = Err(format!(
+                "RocketMQ topic {topic} not routed after 15 s: {last}"
+            ));
             break;
         }
     }
@@ -127,7 +132,12 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
 
 /// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
 /// or nothing new arrived for `idle`.
-pub fn read_kafka(brokers: &str, topic: &str, want: usize, idle: Duration) -> Result<ReadBack, String> {
+pub fn read_kafka(
+    brokers: &str,
+    topic: &str,
+    want: usize,
+    idle: Duration,
+) -> Result<ReadBack, String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", format!("readback-{}", rand::random::<u64>()))

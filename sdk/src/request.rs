@@ -202,10 +202,7 @@ fn check_id(
             max,
         });
     }
-    if let Some(found) = value
-        .chars()
-        .find(|c| !c.is_ascii_graphic() || *c == ':')
-    {
+    if let Some(found) = value.chars().find(|c| !c.is_ascii_graphic() || *c == ':') {
         return Err(RequestError::BadId { field, found });
     }
     Ok(())
@@ -493,59 +490,116 @@ mod tests {
     fn every_bad_field_has_its_own_error() {
         let l = Limits::default();
         let cases: Vec<(Box<dyn Fn(&mut RewardRequest)>, fn(&RequestError) -> bool)> = vec![
-            (Box::new(|r| r.user.user_id.clear()), |e| {
-                matches!(e, RequestError::EmptyId { field: "user_id" })
-            }),
-            (Box::new(|r| r.activity_id = "x".repeat(65)), |e| {
-                matches!(e, RequestError::IdTooLong { field: "activity_id", len: 65, max: 64 })
-            }),
-            (Box::new(|r| r.scene_id = "a b".into()), |e| {
-                matches!(e, RequestError::BadId { field: "scene_id", found: ' ' })
-            }),
-            (Box::new(|r| r.user.device_id = "d:1".into()), |e| {
-                matches!(e, RequestError::BadId { field: "device_id", found: ':' })
-            }),
-            (Box::new(|r| r.trade_no.clear()), |e| {
-                matches!(e, RequestError::MalformedTradeNo { .. })
-            }),
-            (Box::new(|r| r.trade_no = "a/b".into()), |e| {
-                matches!(e, RequestError::MalformedTradeNo { .. })
-            }),
-            (Box::new(|r| r.trade_no = "t".repeat(201)), |e| {
-                matches!(e, RequestError::MalformedTradeNo { .. })
-            }),
-            (Box::new(|r| r.amount = 0), |e| {
-                matches!(e, RequestError::NonPositiveAmount(0))
-            }),
-            (Box::new(|r| r.amount = -5), |e| {
-                matches!(e, RequestError::NonPositiveAmount(-5))
-            }),
-            (Box::new(|r| r.amount = i64::MAX), |e| {
-                matches!(e, RequestError::AmountTooLarge { .. })
-            }),
             (
-                Box::new(|r| {
+                Box::new(|r: &mut RewardRequest| r.user.user_id.clear()),
+                |e: &RequestError| matches!(e, RequestError::EmptyId { field: "user_id" }),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.activity_id = "x".repeat(65)),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::IdTooLong {
+                            field: "activity_id",
+                            len: 65,
+                            max: 64
+                        }
+                    )
+                },
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.scene_id = "a b".into()),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::BadId {
+                            field: "scene_id",
+                            found: ' '
+                        }
+                    )
+                },
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.user.device_id = "d:1".into()),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::BadId {
+                            field: "device_id",
+                            found: ':'
+                        }
+                    )
+                },
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.trade_no.clear()),
+                |e: &RequestError| matches!(e, RequestError::MalformedTradeNo { .. }),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.trade_no = "a/b".into()),
+                |e: &RequestError| matches!(e, RequestError::MalformedTradeNo { .. }),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.trade_no = "t".repeat(201)),
+                |e: &RequestError| matches!(e, RequestError::MalformedTradeNo { .. }),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.amount = 0),
+                |e: &RequestError| matches!(e, RequestError::NonPositiveAmount(0)),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.amount = -5),
+                |e: &RequestError| matches!(e, RequestError::NonPositiveAmount(-5)),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| r.amount = i64::MAX),
+                |e: &RequestError| matches!(e, RequestError::AmountTooLarge { .. }),
+            ),
+            (
+                Box::new(|r: &mut RewardRequest| {
                     for i in 0..17 {
                         r.extension.insert(format!("k{i}"), "v".into());
                     }
                 }),
-                |e| matches!(e, RequestError::TooManyExtensionFields { count: 17, max: 16 }),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::TooManyExtensionFields { count: 17, max: 16 }
+                    )
+                },
             ),
             (
-                Box::new(|r| {
+                Box::new(|r: &mut RewardRequest| {
                     r.extension.insert(String::new(), "v".into());
                 }),
-                |e| matches!(e, RequestError::BadExtension { reason: "empty key", .. }),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::BadExtension {
+                            reason: "empty key",
+                            ..
+                        }
+                    )
+                },
             ),
             (
-                Box::new(|r| {
+                Box::new(|r: &mut RewardRequest| {
                     r.extension.insert("k".into(), "v".repeat(257));
                 }),
-                |e| matches!(e, RequestError::BadExtension { reason: "value too long", .. }),
+                |e: &RequestError| {
+                    matches!(
+                        e,
+                        RequestError::BadExtension {
+                            reason: "value too long",
+                            ..
+                        }
+                    )
+                },
             ),
-            (Box::new(|r| r.description = "d".repeat(257)), |e| {
-                matches!(e, RequestError::DescriptionTooLong { .. })
-            }),
+            (
+                Box::new(|r: &mut RewardRequest| r.description = "d".repeat(257)),
+                |e: &RequestError| matches!(e, RequestError::DescriptionTooLong { .. }),
+            ),
         ];
         for (i, (spoil, expect)) in cases.into_iter().enumerate() {
             let mut r = ok_request();
@@ -588,7 +642,12 @@ mod tests {
         r.extension.insert("k".into(), "v".into());
         let t = r.token(10, 20);
         assert_eq!(
-            (t.trade_no.as_str(), t.amount, t.grant_time_ms, t.expires_at_ms),
+            (
+                t.trade_no.as_str(),
+                t.amount,
+                t.grant_time_ms,
+                t.expires_at_ms
+            ),
             ("cny:rain:1:u1", 100, 10, 20)
         );
         let e = r.event(10);

@@ -317,7 +317,9 @@ fn parse_record(buf: &[u8]) -> Option<(Record, usize)> {
         return None;
     }
     let qlen = usize::from(*body.first()?);
-    let queue = std::str::from_utf8(body.get(1..1 + qlen)?).ok()?.to_string();
+    let queue = std::str::from_utf8(body.get(1..1 + qlen)?)
+        .ok()?
+        .to_string();
     let payload = body.get(1 + qlen..)?.to_vec();
     Some((Record { queue, payload }, HEADER + len))
 }

@@ -83,12 +83,21 @@ pub struct StoreStats {
 }
 
 /// A handle to the token store; cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct TokenStore {
     pool: Pool,
     cfg: Arc<StoreConfig>,
     tx: mpsc::Sender<Write>,
     stats: Arc<StoreStats>,
+}
+
+impl std::fmt::Debug for TokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenStore")
+            .field("key_prefix", &self.cfg.key_prefix)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokenStore {
@@ -241,9 +250,9 @@ async fn send_pipeline(
 ) {
     stats.pipelines.fetch_add(1, Ordering::Relaxed);
     let mut results = run_pipeline(client, sha, &batch, cap, ttl).await;
-    let noscript = results.iter().any(|r| {
-        matches!(r, Err(e) if e.details().starts_with("NOSCRIPT"))
-    });
+    let noscript = results
+        .iter()
+        .any(|r| matches!(r, Err(e) if e.details().starts_with("NOSCRIPT")));
     if noscript {
         // Redis restarted and lost its script cache: load again, send again (the
         // script is idempotent per field).

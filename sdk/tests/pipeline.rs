@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use common::{config, stack, temp_dir, topics, unique};
 use rdkafka::mocking::MockCluster;
-use sdk::readback::{ReadBack, create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
+use sdk::readback::{
+    ReadBack, create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq,
+};
 use sdk::request::{RedEnvelopeRain, RequestError, RewardRequest, User};
 use sdk::token::KeyRing;
 use sdk::{IssuedToken, Sdk, SendError};
@@ -22,7 +24,11 @@ async fn create_topics(s: &common::Stack, tag: &str) {
 }
 
 /// Sends `reqs` with `concurrency` callers; returns what was issued, in order.
-async fn send_all(sdk: &Sdk, reqs: Vec<RewardRequest>, concurrency: usize) -> Vec<(RewardRequest, IssuedToken)> {
+async fn send_all(
+    sdk: &Sdk,
+    reqs: Vec<RewardRequest>,
+    concurrency: usize,
+) -> Vec<(RewardRequest, IssuedToken)> {
     let reqs = Arc::new(reqs);
     let mut tasks = Vec::new();
     for w in 0..concurrency {
@@ -30,7 +36,10 @@ async fn send_all(sdk: &Sdk, reqs: Vec<RewardRequest>, concurrency: usize) -> Ve
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
             for r in reqs.iter().skip(w).step_by(concurrency) {
-                let issued = sdk.send_reward(r.clone()).await.unwrap_or_else(|e| panic!("send {}: {e}", r.trade_no));
+                let issued = sdk
+                    .send_reward(r.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("send {}: {e}", r.trade_no));
                 out.push((r.clone(), issued));
             }
             out
@@ -49,7 +58,11 @@ fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
     (0..n)
         .map(|i| {
             let user = User::new((1000 + i / 100).to_string()).app("wallet");
-            let mut r = RedEnvelopeRain::new(activity, types[(i % 3) as usize]).grab(&user, i % 100, 1 + (i % 500) as i64);
+            let mut r = RedEnvelopeRain::new(activity, types[(i % 3) as usize]).grab(
+                &user,
+                i % 100,
+                1 + (i % 500) as i64,
+            );
             r.extension.insert("i".into(), i.to_string());
             r
         })
@@ -60,12 +73,18 @@ async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack 
     let mut all = ReadBack::default();
     for t in topics(tag) {
         let (kafka, t2) = (s.kafka.clone(), t.clone());
-        let k = tokio::task::spawn_blocking(move || read_kafka(&kafka, &t2, want, Duration::from_secs(8)))
-            .await
-            .unwrap()
-            .unwrap();
+        let k = tokio::task::spawn_blocking(move || {
+            read_kafka(&kafka, &t2, want, Duration::from_secs(8))
+        })
+        .await
+        .unwrap()
+        .unwrap();
         all.merge(k);
-        all.merge(read_rocketmq(&s.namesrv, &t, want, Duration::from_secs(8)).await.unwrap());
+        all.merge(
+            read_rocketmq(&s.namesrv, &t, want, Duration::from_secs(8))
+                .await
+                .unwrap(),
+        );
     }
     all
 }
@@ -77,7 +96,11 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-e2e");
     let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "");
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(2)).start().await.unwrap();
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(2))
+        .start()
+        .await
+        .unwrap();
     let n = 100_000u64;
     let activity = unique("act");
     let issued = send_all(&sdk, rewards(&activity, n), 64).await;
@@ -87,20 +110,41 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     assert_eq!(report.stats.delivered, n, "{report:?}");
     assert_eq!(report.stats.spooled, 0);
     // Both producer kinds carried traffic.
-    assert!(report.stats.per_producer.get("k").copied().unwrap_or(0) > 0, "{report:?}");
-    assert!(report.stats.per_producer.get("r").copied().unwrap_or(0) > 0, "{report:?}");
+    assert!(
+        report.stats.per_producer.get("k").copied().unwrap_or(0) > 0,
+        "{report:?}"
+    );
+    assert!(
+        report.stats.per_producer.get("r").copied().unwrap_or(0) > 0,
+        "{report:?}"
+    );
 
     // Every reward is on a broker (at least once).
     let back = read_everything(&s, &tag, n as usize).await;
     assert_eq!(back.undecodable, 0);
-    let missing: Vec<_> = issued.iter().filter(|(r, _)| !back.seen.contains_key(&r.trade_no)).take(5).collect();
-    assert!(missing.is_empty(), "{} of {n} not on any broker, e.g. {:?}", issued.iter().filter(|(r, _)| !back.seen.contains_key(&r.trade_no)).count(), missing.iter().map(|m| &m.0.trade_no).collect::<Vec<_>>());
+    let missing: Vec<_> = issued
+        .iter()
+        .filter(|(r, _)| !back.seen.contains_key(&r.trade_no))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {n} not on any broker, e.g. {:?}",
+        issued
+            .iter()
+            .filter(|(r, _)| !back.seen.contains_key(&r.trade_no))
+            .count(),
+        missing.iter().map(|m| &m.0.trade_no).collect::<Vec<_>>()
+    );
     assert_eq!(back.seen.len() as u64, n);
 
     // Every token is in Redis, and opens to the request's fields.
     let mut by_user: HashMap<String, Vec<&(RewardRequest, IssuedToken)>> = HashMap::new();
     for item in &issued {
-        by_user.entry(item.0.user.user_id.clone()).or_default().push(item);
+        by_user
+            .entry(item.0.user.user_id.clone())
+            .or_default()
+            .push(item);
     }
     let mut checked = 0;
     for (user, items) in by_user {
@@ -110,8 +154,18 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
             assert_eq!(stored.get(&req.trade_no), Some(&tok.token));
             let opened = sdk.codec().open(&tok.token, &user, &activity).unwrap();
             assert_eq!(
-                (opened.trade_no.as_str(), opened.reward_type.as_str(), opened.amount, opened.app_id.as_str()),
-                (req.trade_no.as_str(), req.reward_type.as_str(), req.amount, "wallet")
+                (
+                    opened.trade_no.as_str(),
+                    opened.reward_type.as_str(),
+                    opened.amount,
+                    opened.app_id.as_str()
+                ),
+                (
+                    req.trade_no.as_str(),
+                    req.reward_type.as_str(),
+                    req.amount,
+                    "wallet"
+                )
             );
             checked += 1;
         }
@@ -133,8 +187,19 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     let tr: Vec<&str> = t.iter().map(String::as_str).collect();
     create_rocketmq_topics(&s.namesrv, &tr).await.unwrap();
     let spool = temp_dir("spool-fo");
-    let cfg = config(&s, &mock.bootstrap_servers(), &s.namesrv, &tag, &spool, "after_ms = 60000\n[batch]\nsend_timeout_ms = 1500");
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let cfg = config(
+        &s,
+        &mock.bootstrap_servers(),
+        &s.namesrv,
+        &tag,
+        &spool,
+        "after_ms = 60000\n[batch]\nsend_timeout_ms = 1500",
+    );
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
     let activity = unique("act");
     // Only cash: queue massive, k primary for users with bucket < 50.
     let cash = |from: u64, n: u64| -> Vec<RewardRequest> {
@@ -166,7 +231,14 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     assert_eq!(report.left, 0);
 
     // None lost: RocketMQ has phase 1 and half of phase 2.
-    let back = read_rocketmq(&s.namesrv, &format!("massive-{tag}"), 3_000, Duration::from_secs(8)).await.unwrap();
+    let back = read_rocketmq(
+        &s.namesrv,
+        &format!("massive-{tag}"),
+        3_000,
+        Duration::from_secs(8),
+    )
+    .await
+    .unwrap();
     assert_eq!(back.seen.len(), 3_000);
     std::fs::remove_dir_all(&spool).ok();
 }
@@ -188,12 +260,27 @@ async fn close_drains_everything_accepted() {
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-close");
     // A long linger: without a draining close, events would still sit in the buffers.
-    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "[batch]\nlinger_ms = 2000\nmax_events = 1000");
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let cfg = config(
+        &s,
+        &s.kafka,
+        &s.namesrv,
+        &tag,
+        &spool,
+        "[batch]\nlinger_ms = 2000\nmax_events = 1000",
+    );
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
     let issued = send_all(&sdk, rewards(&unique("act"), 3_000), 8).await;
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.left, 0, "{report:?}");
-    assert_eq!(report.stats.delivered + report.stats.spooled, 3_000, "{report:?}");
+    assert_eq!(
+        report.stats.delivered + report.stats.spooled,
+        3_000,
+        "{report:?}"
+    );
     assert!(matches!(
         sdk.send_reward(rewards("late", 1).remove(0)).await,
         Err(SendError::Closed)
@@ -210,20 +297,64 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     let tag = unique("bad");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-bad");
-    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "[store]\nmax_tokens_per_user = 2");
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let cfg = config(
+        &s,
+        &s.kafka,
+        &s.namesrv,
+        &tag,
+        &spool,
+        "[store]\nmax_tokens_per_user = 2",
+    );
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
     let activity = unique("act");
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let u = User::new("77");
     let cases: Vec<(RewardRequest, fn(&SendError) -> bool)> = vec![
-        (RewardRequest { reward_type: "gold".into(), ..rain.grab(&u, 1, 5) }, |e| matches!(e, SendError::Invalid(RequestError::UnknownRewardType(_)))),
-        (rain.grab(&u, 1, 0), |e| matches!(e, SendError::Invalid(RequestError::NonPositiveAmount(0)))),
-        (RewardRequest { reward_type: "coin".into(), ..rain.grab(&u, 1, 1001) }, |e| matches!(e, SendError::Invalid(RequestError::AmountTooLarge { max: 1000, .. }))),
-        (rain.grab(&User::new(""), 1, 5), |e| matches!(e, SendError::Invalid(RequestError::EmptyId { field: "user_id" }))),
-        (RewardRequest { trade_no: "x y".into(), ..rain.grab(&u, 1, 5) }, |e| matches!(e, SendError::Invalid(RequestError::MalformedTradeNo { .. }))),
+        (
+            RewardRequest {
+                reward_type: "gold".into(),
+                ..rain.grab(&u, 1, 5)
+            },
+            |e: &SendError| matches!(e, SendError::Invalid(RequestError::UnknownRewardType(_))),
+        ),
+        (rain.grab(&u, 1, 0), |e: &SendError| {
+            matches!(e, SendError::Invalid(RequestError::NonPositiveAmount(0)))
+        }),
+        (
+            RewardRequest {
+                reward_type: "coin".into(),
+                ..rain.grab(&u, 1, 1001)
+            },
+            |e: &SendError| {
+                matches!(
+                    e,
+                    SendError::Invalid(RequestError::AmountTooLarge { max: 1000, .. })
+                )
+            },
+        ),
+        (rain.grab(&User::new(""), 1, 5), |e: &SendError| {
+            matches!(
+                e,
+                SendError::Invalid(RequestError::EmptyId { field: "user_id" })
+            )
+        }),
+        (
+            RewardRequest {
+                trade_no: "x y".into(),
+                ..rain.grab(&u, 1, 5)
+            },
+            |e: &SendError| matches!(e, SendError::Invalid(RequestError::MalformedTradeNo { .. })),
+        ),
     ];
     for (req, expect) in cases {
-        let e = sdk.send_reward(req.clone()).await.expect_err("bad request accepted");
+        let e = sdk
+            .send_reward(req.clone())
+            .await
+            .expect_err("bad request accepted");
         assert!(expect(&e), "{}: {e:?}", req.trade_no);
     }
     assert!(sdk.store().list("77", &activity).await.unwrap().is_empty());

@@ -11,11 +11,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{config, stack, temp_dir, topics, unique};
+use sdk::Sdk;
 use sdk::config::SdkConfig;
 use sdk::readback::{create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
 use sdk::request::{RedEnvelopeRain, User};
 use sdk::token::KeyRing;
-use sdk::Sdk;
 
 const CHILD_ENV: &str = "SDK_SPOOL_CRASH_CHILD";
 const N: u64 = 5_000;
@@ -52,10 +52,16 @@ async fn child(dir: &str, activity: &str) {
         redis = s.redis_url
     );
     let cfg = SdkConfig::from_toml_str(&text).unwrap();
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
     let rain = RedEnvelopeRain::new(activity, "cash");
     for i in 0..N {
-        sdk.send_reward(rain.grab(&User::new(i.to_string()), 1, 1)).await.unwrap();
+        sdk.send_reward(rain.grab(&User::new(i.to_string()), 1, 1))
+            .await
+            .unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while sdk.stats().spooled < N {
@@ -84,7 +90,11 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     let activity = unique("act");
 
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "spooled_rewards_survive_kill_9_and_are_delivered", "--nocapture"])
+        .args([
+            "--exact",
+            "spooled_rewards_survive_kill_9_and_are_delivered",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, &spool)
         .env("SDK_SPOOL_CRASH_ACTIVITY", &activity)
         .stdout(Stdio::piped())
@@ -101,11 +111,26 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     .unwrap();
     child.kill().unwrap(); // SIGKILL
     let _ = child.wait();
-    assert_eq!(line.as_deref(), Some(format!("SPOOLED {N}").as_str()), "the child did not spool everything");
+    assert_eq!(
+        line.as_deref(),
+        Some(format!("SPOOLED {N}").as_str()),
+        "the child did not spool everything"
+    );
 
     // Restart with brokers up: the spool is replayed.
-    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "replay_every_ms = 200");
-    let sdk = Sdk::builder(cfg).key_ring(KeyRing::random(1)).start().await.unwrap();
+    let cfg = config(
+        &s,
+        &s.kafka,
+        &s.namesrv,
+        &tag,
+        &spool,
+        "replay_every_ms = 200",
+    );
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
     assert!(sdk.spool_bytes() > 0);
     let deadline = Instant::now() + Duration::from_secs(60);
     while sdk.stats().replayed < N {
@@ -119,17 +144,30 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     // Every one is on a broker (massive: Kafka first, RocketMQ as backup).
     let topic = format!("massive-{tag}");
     let (kafka, t2) = (s.kafka.clone(), topic.clone());
-    let mut back = tokio::task::spawn_blocking(move || read_kafka(&kafka, &t2, N as usize, Duration::from_secs(8)))
-        .await
-        .unwrap()
-        .unwrap();
+    let mut back = tokio::task::spawn_blocking(move || {
+        read_kafka(&kafka, &t2, N as usize, Duration::from_secs(8))
+    })
+    .await
+    .unwrap()
+    .unwrap();
     if (back.seen.len() as u64) < N {
-        back.merge(read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(5)).await.unwrap());
+        back.merge(
+            read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(5))
+                .await
+                .unwrap(),
+        );
     }
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let missing = (0..N)
-        .filter(|i| !back.seen.contains_key(&rain.grab(&User::new(i.to_string()), 1, 1).trade_no))
+        .filter(|i| {
+            !back
+                .seen
+                .contains_key(&rain.grab(&User::new(i.to_string()), 1, 1).trade_no)
+        })
         .count();
-    assert_eq!(missing, 0, "{missing} spooled rewards never reached a broker");
+    assert_eq!(
+        missing, 0,
+        "{missing} spooled rewards never reached a broker"
+    );
     std::fs::remove_dir_all(&spool).ok();
 }

@@ -8,7 +8,7 @@
 //! - [`ConsumerKind::Push`]: the classic listener, with the consume threads and batch
 //!   size exposed so the settings can be measured.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,6 @@ use rocketmq_client_rust::{
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_single::Message;
-use rocketmq_model::common::topic::TopicValidator;
 use tokio::sync::mpsc;
 
 use super::{ProbeReport, SmokeError, unique_name};
@@ -104,9 +103,9 @@ async fn run(
     env: &StackEnv,
     opts: &ProbeOptions,
     topic: &str,
-    producer: &mut DefaultMQProducer,
+    producer: &DefaultMQProducer,
 ) -> Result<ProbeReport, SmokeError> {
-    ensure_topic(producer, topic).await?;
+    ensure_topic(env, topic).await?;
 
     let start = Instant::now();
     let mut sent = 0u64;
@@ -156,35 +155,18 @@ async fn run(
     })
 }
 
-/// Creates the topic through the broker's auto-create template and waits until the
-/// name server routes to it. A broker that is down shows up here, named.
-async fn ensure_topic(producer: &DefaultMQProducer, topic: &str) -> Result<(), SmokeError> {
-    let created = producer
-        .create_topic(
-            TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
-            topic,
-            4,
-            HashMap::new(),
-        )
-        .await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut last = created.err().map(|e| e.to_string());
-    while Instant::now() < deadline {
-        match producer.fetch_publish_message_queues(topic).await {
-            Ok(queues) if !queues.is_empty() => return Ok(()),
-            Ok(_) => {}
-            Err(e) => last = Some(e.to_string()),
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Err(SmokeError::Stack(crate::stack::StackError::Unreachable {
-        server: Server::RocketMqBroker,
-        addr: "(via the name server)".into(),
-        reason: format!(
-            "no route to topic {topic} after 15 s: {}",
-            last.unwrap_or_else(|| "no queues".into())
-        ),
-    }))
+/// Creates the topic and waits until the name server routes to it. A broker that is
+/// down shows up here, named.
+async fn ensure_topic(env: &StackEnv, topic: &str) -> Result<(), SmokeError> {
+    sdk::readback::create_rocketmq_topics(&env.rocketmq_namesrv, &[topic])
+        .await
+        .map_err(|reason| {
+            SmokeError::Stack(crate::stack::StackError::Unreachable {
+                server: Server::RocketMqBroker,
+                addr: "(via the name server)".into(),
+                reason,
+            })
+        })
 }
 
 type Consumed = (HashSet<u64>, u64, String);

@@ -404,7 +404,10 @@ impl Engine {
         let mut failed = Vec::new();
         let mut ok = 0u64;
         let mut last_err = None;
-        for (env, r) in envs.into_iter().zip(results.into_iter().map(Some).chain(std::iter::repeat(None))) {
+        for (env, r) in envs
+            .into_iter()
+            .zip(results.into_iter().map(Some).chain(std::iter::repeat(None)))
+        {
             match r {
                 Some(Ok(())) => ok += 1,
                 Some(Err(e)) => {
@@ -438,7 +441,8 @@ impl Engine {
             return;
         }
         let window = Duration::from_millis(self.spool_cfg.after_ms);
-        let both_down = self.failing_for(&q.primary) >= window && self.failing_for(&q.backup) >= window;
+        let both_down =
+            self.failing_for(&q.primary) >= window && self.failing_for(&q.backup) >= window;
         let backlog = self.retry_backlog.load(Ordering::Relaxed);
         if self.closing.load(Ordering::Acquire)
             || both_down
@@ -734,7 +738,10 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
         .map_err(|_| "spool thread gone".to_string())?
         .map_err(|e| e.to_string())?;
     if replay.torn > 0 {
-        tracing::warn!(bytes = replay.torn, "spool held a torn tail (crash mid-write); skipped");
+        tracing::warn!(
+            bytes = replay.torn,
+            "spool held a torn tail (crash mid-write); skipped"
+        );
         metrics::counter!("reward_sdk_spool_torn_bytes_total").increment(replay.torn);
     }
     let mut all_ok = true;
@@ -787,14 +794,22 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
         rx.await
             .map_err(|_| "spool thread gone".to_string())?
             .map_err(|e| e.to_string())?;
-        engine.stats.replayed.fetch_add(delivered, Ordering::Relaxed);
-        engine.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
+        engine
+            .stats
+            .replayed
+            .fetch_add(delivered, Ordering::Relaxed);
+        engine
+            .stats
+            .delivered
+            .fetch_add(delivered, Ordering::Relaxed);
         metrics::counter!("reward_sdk_replayed_total").increment(delivered);
         Ok(())
     } else {
         // Some records went out before the failure: they will go again (at least once).
         let _ = engine.spool_tx.send(SpoolCmd::Release(replay));
-        Err(format!("no producer took the spooled events ({delivered} went out, will repeat)"))
+        Err(format!(
+            "no producer took the spooled events ({delivered} went out, will repeat)"
+        ))
     }
 }
 
@@ -813,7 +828,8 @@ pub fn rocketmq_runtime(
         .map_err(|_| "runtime owner lock poisoned".to_string())?;
     if guard.is_none() {
         let parallelism = std::thread::available_parallelism().map_or(2, usize::from);
-        let config = rocketmq_runtime::RuntimeConfig::for_parallelism("rocketmq-client", parallelism);
+        let config =
+            rocketmq_runtime::RuntimeConfig::for_parallelism("rocketmq-client", parallelism);
         let owner = rocketmq_runtime::RuntimeOwner::plan(config)
             .map_err(|e| format!("plan client runtime: {e}"))?
             .build()

@@ -236,7 +236,10 @@ impl Producer for RocketMqProducer {
                 }
             }
             let producer = self.inner.read().await;
-            match producer.send_batch_with_timeout(batch, self.timeout_ms).await {
+            match producer
+                .send_batch_with_timeout(batch, self.timeout_ms)
+                .await
+            {
                 Ok(_) => msgs.iter().map(|_| Ok(())).collect(),
                 Err(e) => fail(format!("send_batch: {e}")),
             }

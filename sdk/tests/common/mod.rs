@@ -35,7 +35,10 @@ pub fn stack() -> Stack {
         namesrv: var("ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
     };
     reachable("Redis", s.redis_url.trim_start_matches("redis://"));
-    reachable("Kafka broker (tansu)", s.kafka.split(',').next().unwrap_or_default());
+    reachable(
+        "Kafka broker (tansu)",
+        s.kafka.split(',').next().unwrap_or_default(),
+    );
     reachable("RocketMQ name server", &s.namesrv);
     s
 }
@@ -52,7 +55,14 @@ pub fn temp_dir(prefix: &str) -> PathBuf {
 
 /// Three queues over Kafka (`k`) and RocketMQ (`r`): massive (k first for half the
 /// users), special (r first), express (k only first). Topics get `tag` in their names.
-pub fn config(s: &Stack, kafka: &str, namesrv: &str, tag: &str, spool: &PathBuf, extra: &str) -> SdkConfig {
+pub fn config(
+    s: &Stack,
+    kafka: &str,
+    namesrv: &str,
+    tag: &str,
+    spool: &PathBuf,
+    extra: &str,
+) -> SdkConfig {
     let text = format!(
         r#"
         default_queue = "massive"
