@@ -4,5 +4,9 @@
 //! ([`smoke`]) that prove each real server works; the replay, reconciliation and
 //! reports come with the later issues.
 
+// rocketmq-client-rust's push consumer futures nest deeper than the default limit
+// when proving `Send`.
+#![recursion_limit = "256"]
+
 pub mod smoke;
 pub mod stack;

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::StoreConfig;
@@ -290,11 +291,15 @@ async fn run_pipeline(
 ) -> Vec<Result<i64, fred::error::Error>> {
     let pipe = client.pipeline();
     for w in batch {
+        // fred's pipelines have no Lua interface, so EVALSHA goes as a custom command;
+        // in a cluster it is routed by its key (argument 2: sha, numkeys, key, ...).
         let queued: Result<(), _> = pipe
-            .evalsha(
-                sha,
-                vec![w.key.as_str()],
+            .custom(
+                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
                 vec![
+                    Value::from(sha),
+                    Value::from(1_i64),
+                    Value::from(w.key.as_str()),
                     Value::from(w.field.as_str()),
                     Value::from(w.value.as_str()),
                     Value::from(i64::from(cap)),

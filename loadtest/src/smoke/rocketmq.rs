@@ -264,7 +264,10 @@ async fn consume_lite_pull(
     Ok((
         seen,
         dup,
-        format!("lite pull, pull batch {}, {polls} polls", shown(opts.pull_batch)),
+        format!(
+            "lite pull, pull batch {}, {polls} polls",
+            shown(opts.pull_batch)
+        ),
     ))
 }
 
