@@ -702,7 +702,7 @@ mod tests {
         // Unknown keys are typos, not silently ignored.
         let err = with("[batch]\nlinger = 5").unwrap_err();
         assert!(matches!(err, ConfigError::Parse(_)), "{err}");
-        let err = SdkConfig::from_toml_str("[queues.a]\ntopic=1").unwrap_err();
+        let err = with("[queues.a]\ntopic = 1").unwrap_err();
         assert!(matches!(err, ConfigError::Parse(_)), "{err}");
     }
 
