@@ -1,5 +1,9 @@
 //! Any value of the wire types survives encode → decode unchanged.
 
+// Test code: a failed unwrap is a failed test, which is what we want (helpers too,
+// which clippy's allow-unwrap-in-tests does not cover).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 
 use proptest::prelude::*;

@@ -9,6 +9,10 @@
 //! 2. Fixed byte strings, encoded once and committed, still decode to the same values,
 //!    and encoding those values still gives the same bytes.
 
+// Test code: a failed unwrap is a failed test, which is what we want (helpers too,
+// which clippy's allow-unwrap-in-tests does not cover).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 
 use prost::Message;

@@ -1,6 +1,10 @@
 //! The SDK against the real stack: every accepted reward on a broker and in Redis,
 //! failover, draining close, bad requests leaving nothing behind.
 
+// Test code: a failed unwrap is a failed test, which is what we want (helpers too,
+// which clippy's allow-unwrap-in-tests does not cover).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::{HashMap, HashSet};

@@ -4,6 +4,10 @@
 //! The test re-runs its own binary as the child that spools (selected by an env
 //! variable), so the kill is a real SIGKILL of a real process.
 
+// Test code: a failed unwrap is a failed test, which is what we want (helpers too,
+// which clippy's allow-unwrap-in-tests does not cover).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};
