@@ -489,7 +489,9 @@ mod tests {
     #[test]
     fn every_bad_field_has_its_own_error() {
         let l = Limits::default();
-        let cases: Vec<(Box<dyn Fn(&mut RewardRequest)>, fn(&RequestError) -> bool)> = vec![
+        type Mutate = Box<dyn Fn(&mut RewardRequest)>;
+        type Expect = fn(&RequestError) -> bool;
+        let cases: Vec<(Mutate, Expect)> = vec![
             (
                 Box::new(|r: &mut RewardRequest| r.user.user_id.clear()),
                 |e: &RequestError| matches!(e, RequestError::EmptyId { field: "user_id" }),

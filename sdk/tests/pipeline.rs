@@ -317,7 +317,8 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     let activity = unique("act");
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let u = User::new("77");
-    let cases: Vec<(RewardRequest, fn(&SendError) -> bool)> = vec![
+    type Expect = fn(&SendError) -> bool;
+    let cases: Vec<(RewardRequest, Expect)> = vec![
         (
             RewardRequest {
                 reward_type: "gold".into(),

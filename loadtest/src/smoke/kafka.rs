@@ -233,7 +233,7 @@ async fn consume(
         // "Handled": now its offset may be stored and committed.
         consumer.store_offset_from_message(&msg)?;
         handled += 1;
-        if handled % COMMIT_EVERY == 0 {
+        if handled.is_multiple_of(COMMIT_EVERY) {
             consumer.commit_consumer_state(CommitMode::Async)?;
         }
     }

@@ -94,7 +94,7 @@ pub async fn probe(env: &StackEnv, opts: &ProbeOptions) -> Result<ProbeReport, S
         .start()
         .await
         .map_err(|e| client_error("start producer", e))?;
-    let result = run(env, opts, &topic, &mut producer).await;
+    let result = run(env, opts, &topic, &producer).await;
     producer.shutdown().await;
     result
 }

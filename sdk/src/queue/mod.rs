@@ -418,10 +418,10 @@ impl Engine {
             }
         }
         self.mark(producer, failed.is_empty());
-        if !failed.is_empty() {
-            if let Some(e) = last_err {
-                tracing::debug!(producer, topic, failed = failed.len(), error = %e, "send failed");
-            }
+        if !failed.is_empty()
+            && let Some(e) = last_err
+        {
+            tracing::debug!(producer, topic, failed = failed.len(), error = %e, "send failed");
         }
         if ok > 0 {
             self.stats.delivered.fetch_add(ok, Ordering::Relaxed);

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sdk::config::SdkConfig;
@@ -60,7 +60,7 @@ pub fn config(
     kafka: &str,
     namesrv: &str,
     tag: &str,
-    spool: &PathBuf,
+    spool: &Path,
     extra: &str,
 ) -> SdkConfig {
     let text = format!(
