@@ -8,5 +8,6 @@
 // when proving `Send`.
 #![recursion_limit = "256"]
 
+pub mod bench;
 pub mod smoke;
 pub mod stack;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use loadtest::bench::{self, BenchOptions, BenchReport, Percentiles};
 use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
 use loadtest::stack::StackEnv;
@@ -51,6 +52,28 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         send_batch: usize,
     },
+    /// Measure `send_reward` against a raw rdkafka producer sending the same payloads
+    /// with the same settings, in this process, back to back; then `send_reward`'s
+    /// latency when paced at half the rate it reached. Needs Redis and the Kafka
+    /// broker. Prints rates, the sdk/raw ratio and latency percentiles; exits non-zero
+    /// if any run lost, refused or failed to deliver an event.
+    Bench {
+        /// Rewards per throughput run.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+        rewards: u64,
+        /// Concurrent `send_reward` callers.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        concurrency: u64,
+        /// Partitions of each topic.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1024))]
+        partitions: i32,
+        /// Seconds of paced `send_reward` calls at half the measured rate (0: skip).
+        #[arg(long, default_value_t = 10)]
+        latency_secs: u64,
+        /// Throughput rounds (raw then sdk, each on fresh topics).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+        rounds: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -83,6 +106,31 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Bench {
+            rewards,
+            concurrency,
+            partitions,
+            latency_secs,
+            rounds,
+        } => {
+            let opts = BenchOptions {
+                rewards,
+                concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
+                partitions,
+                latency_secs,
+                rounds,
+            };
+            match bench::run(&StackEnv::from_env(), &opts).await {
+                Ok(report) => {
+                    print_bench(&report);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("bench FAILED: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Smoke {
             messages,
             only,
@@ -150,5 +198,44 @@ async fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+fn print_bench(r: &BenchReport) {
+    let pct = |p: &Percentiles| format!("{} / {} / {} / {}", p.p50, p.p99, p.p999, p.max);
+    println!(
+        "{:<6} {:<12} {:>10} {:>10} {:>12}  call latency us (p50 / p99 / p99.9 / max)",
+        "round", "run", "events", "secs", "events/s"
+    );
+    for (i, round) in r.rounds.iter().enumerate() {
+        for (name, t) in [("raw rdkafka", &round.raw), ("send_reward", &round.sdk)] {
+            println!(
+                "{:<6} {:<12} {:>10} {:>10.3} {:>12.0}  {}",
+                i + 1,
+                name,
+                t.events,
+                t.elapsed.as_secs_f64(),
+                t.rate(),
+                pct(&t.calls)
+            );
+        }
+        println!(
+            "{:<6} sdk/raw ratio {:.2} (target >= 0.7)",
+            i + 1,
+            round.ratio()
+        );
+    }
+    if let Some(p) = &r.paced {
+        println!(
+            "paced send_reward: asked {:.0}/s, got {:.0}/s, {} calls, {} refused; latency us from schedule: p50 {} p99 {} p99.9 {} max {} (target p99 <= 1000)",
+            p.target_rate,
+            p.achieved_rate,
+            p.latency.count,
+            p.refused,
+            p.latency.p50,
+            p.latency.p99,
+            p.latency.p999,
+            p.latency.max
+        );
     }
 }

@@ -55,7 +55,7 @@ pub async fn create_topic(env: &StackEnv, topic: &str, partitions: i32) -> Resul
     Ok(())
 }
 
-fn first_broker(env: &StackEnv) -> &str {
+pub(crate) fn first_broker(env: &StackEnv) -> &str {
     env.kafka_brokers
         .split(',')
         .next()

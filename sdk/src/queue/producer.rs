@@ -75,31 +75,45 @@ impl fmt::Debug for KafkaProducer {
     }
 }
 
+/// The librdkafka settings the SDK's Kafka producer runs with: idempotent, `acks=all`,
+/// a 2 ms linger, a large local queue, `timeout` as the delivery timeout; `extra`
+/// (the producer's `settings` table) overrides any of them. Public so a baseline (the
+/// load tester's raw-rdkafka run) can use exactly the same settings.
+pub fn kafka_client_config(
+    brokers: &str,
+    extra: &std::collections::BTreeMap<String, String>,
+    timeout: Duration,
+) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "2")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("message.timeout.ms", timeout.as_millis().to_string())
+        .set("socket.keepalive.enable", "true");
+    for (k, v) in extra {
+        cfg.set(k, v);
+    }
+    cfg
+}
+
 impl KafkaProducer {
-    /// Our settings: idempotent, short linger, large local queue; `extra` overrides.
+    /// A producer with [`kafka_client_config`]'s settings.
     pub fn new(
         name: &str,
         brokers: &str,
         extra: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<Self, ProduceError> {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "2")
-            .set("batch.num.messages", "10000")
-            .set("queue.buffering.max.messages", "1000000")
-            .set("queue.buffering.max.kbytes", "1048576")
-            .set("message.timeout.ms", timeout.as_millis().to_string())
-            .set("socket.keepalive.enable", "true");
-        for (k, v) in extra {
-            cfg.set(k, v);
-        }
-        let inner: FutureProducer = cfg.create().map_err(|e| ProduceError {
-            producer: name.to_string(),
-            reason: format!("create: {e}"),
-        })?;
+        let inner: FutureProducer = kafka_client_config(brokers, extra, timeout)
+            .create()
+            .map_err(|e| ProduceError {
+                producer: name.to_string(),
+                reason: format!("create: {e}"),
+            })?;
         Ok(Self {
             name: name.to_string(),
             inner,
