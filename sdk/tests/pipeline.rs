@@ -99,7 +99,7 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     let tag = unique("e2e");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-e2e");
-    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "");
+    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "", "");
     let sdk = Sdk::builder(cfg)
         .key_ring(KeyRing::random(2))
         .start()
@@ -197,6 +197,7 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
         &s.namesrv,
         &tag,
         &spool,
+        "",
         "after_ms = 60000\n[batch]\nsend_timeout_ms = 1500",
     );
     let sdk = Sdk::builder(cfg)
@@ -270,6 +271,7 @@ async fn close_drains_everything_accepted() {
         &s.namesrv,
         &tag,
         &spool,
+        "",
         "[batch]\nlinger_ms = 2000\nmax_events = 1000",
     );
     let sdk = Sdk::builder(cfg)
@@ -291,7 +293,10 @@ async fn close_drains_everything_accepted() {
     ));
     let back = read_everything(&s, &tag, 3_000).await;
     let want: HashSet<_> = issued.iter().map(|(r, _)| r.trade_no.clone()).collect();
-    assert!(want.iter().all(|t| back.seen.contains_key(t)));
+    // Everything delivered is on a broker; what close could not deliver in time went
+    // to the spool (replayed at the next start), and nothing else is missing.
+    let missing = want.iter().filter(|t| !back.seen.contains_key(*t)).count() as u64;
+    assert_eq!(missing, report.stats.spooled, "{report:?}");
     std::fs::remove_dir_all(&spool).ok();
 }
 
@@ -307,7 +312,8 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
         &s.namesrv,
         &tag,
         &spool,
-        "[store]\nmax_tokens_per_user = 2",
+        "max_tokens_per_user = 2",
+        "",
     );
     let sdk = Sdk::builder(cfg)
         .key_ring(KeyRing::random(1))

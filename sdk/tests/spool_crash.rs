@@ -128,6 +128,7 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
         &s.namesrv,
         &tag,
         &spool,
+        "",
         "replay_every_ms = 200",
     );
     let sdk = Sdk::builder(cfg)

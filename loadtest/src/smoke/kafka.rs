@@ -63,6 +63,9 @@ pub(crate) fn first_broker(env: &StackEnv) -> &str {
         .trim()
 }
 
+/// How long closing a consumer may take before the probe gives up on it.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Runs the probe with `messages` messages over 3 partitions.
 pub async fn probe(env: &StackEnv, messages: u64) -> Result<ProbeReport, SmokeError> {
     check_reachable(Server::Kafka, first_broker(env), Duration::from_secs(2)).await?;
@@ -244,7 +247,17 @@ async fn consume(
             out.committed.insert(elem.partition(), o);
         }
     }
-    consumer.unsubscribe();
-    drop(consumer);
+    // Closing the consumer (leave the group, destroy the handle) has hung forever
+    // inside librdkafka's destroy against tansu 0.6 (a broker thread never exits; seen
+    // with rdkafka 0.39 after a partly consumed topic). Close it off the async workers
+    // and give it a deadline, so the probe fails with a clear error instead of hanging.
+    let closing = tokio::task::spawn_blocking(move || drop(consumer));
+    if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+        return Err(SmokeError::Timeout {
+            server: Server::Kafka,
+            step: "closing the consumer (librdkafka destroy)",
+            after: CLOSE_TIMEOUT,
+        });
+    }
     Ok(out)
 }

@@ -61,6 +61,7 @@ pub fn config(
     namesrv: &str,
     tag: &str,
     spool: &Path,
+    store_extra: &str,
     extra: &str,
 ) -> SdkConfig {
     let text = format!(
@@ -69,6 +70,9 @@ pub fn config(
         [store]
         redis_url = "{redis}"
         key_prefix = "rt-{tag}"
+        # Generous: these tests share 2 cores with the brokers and builds.
+        timeout_ms = 10000
+        {store_extra}
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
