@@ -16,6 +16,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::Message as _;
+use rdkafka::{Offset, TopicPartitionList};
 use rocketmq_client_rust::{DefaultLitePullConsumer, DefaultMQProducer};
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::topic::TopicValidator;
@@ -132,6 +133,11 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
 
 /// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
 /// or nothing new arrived for `idle`.
+///
+/// It assigns every partition itself, with no consumer group: a read-back commits
+/// nothing, and closing a group member has hung inside librdkafka's destroy against
+/// tansu 0.6 (docs/stack.md). The consumer is dropped on its own thread with a
+/// deadline, so a stuck close is an error, never a hang.
 pub fn read_kafka(
     brokers: &str,
     topic: &str,
@@ -140,27 +146,53 @@ pub fn read_kafka(
 ) -> Result<ReadBack, String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("group.id", format!("readback-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.offset.store", "false")
         .create()
         .map_err(|e| format!("kafka consumer: {e}"))?;
+    let meta = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| format!("metadata of {topic}: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for t in meta.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+                .map_err(|e| format!("assign {topic}: {e}"))?;
+        }
+    }
+    if tpl.count() == 0 {
+        return Err(format!("topic {topic} has no partitions"));
+    }
     consumer
-        .subscribe(&[topic])
-        .map_err(|e| format!("subscribe {topic}: {e}"))?;
+        .assign(&tpl)
+        .map_err(|e| format!("assign {topic}: {e}"))?;
     let mut out = ReadBack::default();
     let mut last_new = Instant::now();
+    let mut result = Ok(());
     while out.seen.len() < want && last_new.elapsed() < idle {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 out.add(m.payload());
                 last_new = Instant::now();
             }
-            Some(Err(e)) => return Err(format!("read {topic}: {e}")),
+            Some(Err(e)) => {
+                result = Err(format!("read {topic}: {e}"));
+                break;
+            }
             None => {}
         }
     }
-    Ok(out)
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(consumer);
+        let _ = done_tx.send(());
+    });
+    if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        return Err(format!(
+            "closing the read-back consumer of {topic} hung in librdkafka"
+        ));
+    }
+    result.map(|()| out)
 }
 
 /// Reads a RocketMQ topic from the first offset until `want` distinct trade numbers
