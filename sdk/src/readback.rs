@@ -134,8 +134,8 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
 /// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
 /// or nothing new arrived for `idle`.
 ///
-/// It assigns every partition itself, with no consumer group: a read-back commits
-/// nothing, and closing a group member has hung inside librdkafka's destroy against
+/// It assigns every partition itself and never joins its (throwaway) group: a
+/// read-back commits nothing, and closing a group member has hung inside librdkafka's destroy against
 /// tansu 0.6 (docs/stack.md). The consumer is dropped on its own thread with a
 /// deadline, so a stuck close is an error, never a hang.
 pub fn read_kafka(
@@ -144,8 +144,11 @@ pub fn read_kafka(
     want: usize,
     idle: Duration,
 ) -> Result<ReadBack, String> {
+    // librdkafka wants a group id even for assign(); it is never joined (no
+    // subscribe) and nothing is committed to it.
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
+        .set("group.id", format!("readback-{}", rand::random::<u64>()))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .create()
