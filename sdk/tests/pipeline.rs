@@ -220,7 +220,13 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     let st = sdk.stats();
     assert_eq!(st.delivered, 2_000, "{st:?}");
     assert_eq!(st.per_producer.get("r").copied(), Some(2_000), "{st:?}");
-    assert_eq!(st.failovers, 1_000, "half the users start on k: {st:?}");
+    // Half the users start on k and fail over once each; a send that then also timed
+    // out on r (a loaded machine) goes through the retry loop, which may fail over once
+    // more per retry.
+    assert!(
+        st.failovers >= 1_000 && st.failovers <= 1_000 + st.retries,
+        "half the users start on k: {st:?}"
+    );
     assert_eq!(st.spooled, 0);
 
     // Phase 2, broker back: traffic follows the ratio again, exactly by bucket.
