@@ -94,6 +94,9 @@ async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "blocked: at this volume the SDK's idempotent producer makes tansu 0.6's storage \
+            panic (lite.rs:503 in idempotent_message_check) and the Kafka broker stops \
+            answering (issue 2 note); run with --ignored"]
 async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     let s = stack();
     let tag = unique("e2e");
