@@ -91,8 +91,7 @@ pub struct Throughput {
 impl Throughput {
     /// Acknowledged events per second.
     pub fn rate(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 { self.events as f64 / s } else { 0.0 }
+        crate::smoke::rate(self.events, self.elapsed)
     }
 }
 
@@ -381,7 +380,9 @@ async fn wait_delivered(
                 what: format!("{} of {want} delivered within {limit:?}", s.delivered),
             });
         }
-        tokio::time::sleep(Duration::from_micros(500)).await;
+        // Coarse enough not to take CPU from the run being timed (2 cores), fine
+        // enough to be noise on runs of seconds.
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

@@ -131,13 +131,25 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
     result
 }
 
+/// Drops `value` (a librdkafka client, whose destroy can hang) on a thread of its own
+/// and waits at most `deadline` for it. Returns false if the drop did not finish: the
+/// thread is then left behind, but the caller (and its runtime's shutdown) goes on.
+pub fn drop_within<T: Send + 'static>(value: T, deadline: Duration) -> bool {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(value);
+        let _ = done_tx.send(());
+    });
+    done_rx.recv_timeout(deadline).is_ok()
+}
+
 /// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
 /// or nothing new arrived for `idle`.
 ///
 /// It assigns every partition itself and never joins its (throwaway) group: a
-/// read-back commits nothing, and closing a group member has hung inside librdkafka's destroy against
-/// tansu 0.6 (docs/stack.md). The consumer is dropped on its own thread with a
-/// deadline, so a stuck close is an error, never a hang.
+/// read-back commits nothing, and closing a group member has hung inside librdkafka's
+/// destroy against tansu 0.6 (docs/stack.md). The consumer is closed with
+/// [`drop_within`], so a stuck close is an error, never a hang.
 pub fn read_kafka(
     brokers: &str,
     topic: &str,
@@ -185,12 +197,7 @@ pub fn read_kafka(
             None => {}
         }
     }
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        drop(consumer);
-        let _ = done_tx.send(());
-    });
-    if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+    if !drop_within(consumer, Duration::from_secs(30)) {
         return Err(format!(
             "closing the read-back consumer of {topic} hung in librdkafka"
         ));

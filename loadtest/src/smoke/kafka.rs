@@ -251,8 +251,11 @@ async fn consume(
     // inside librdkafka's destroy against tansu 0.6 (a broker thread never exits; seen
     // with rdkafka 0.39 after a partly consumed topic). Close it off the async workers
     // and give it a deadline, so the probe fails with a clear error instead of hanging.
-    let closing = tokio::task::spawn_blocking(move || drop(consumer));
-    if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+    let closed =
+        tokio::task::spawn_blocking(move || sdk::readback::drop_within(consumer, CLOSE_TIMEOUT))
+            .await
+            .unwrap_or(false);
+    if !closed {
         return Err(SmokeError::Timeout {
             server: Server::Kafka,
             step: "closing the consumer (librdkafka destroy)",

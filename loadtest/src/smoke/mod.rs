@@ -80,7 +80,8 @@ impl ProbeReport {
     }
 }
 
-fn rate(n: u64, d: Duration) -> f64 {
+/// `n` per second over `d` (0 for an empty interval).
+pub(crate) fn rate(n: u64, d: Duration) -> f64 {
     let secs = d.as_secs_f64();
     if secs > 0.0 { n as f64 / secs } else { 0.0 }
 }
