@@ -239,21 +239,41 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     wait_settled(&sdk).await;
     let st2 = sdk.stats();
     assert_eq!(st2.delivered, 4_000, "{st2:?}");
-    assert_eq!(st2.per_producer.get("k").copied(), Some(1_000), "{st2:?}");
-    assert_eq!(st2.per_producer.get("r").copied(), Some(3_000), "{st2:?}");
+    // Every first attempt follows the bucket again: 1 000 start on k, 1 000 on r. On a
+    // loaded machine a RocketMQ send may time out (1.5 s here) and fail over to k, so
+    // k may carry more than 1 000, but never more than the phase's failovers explain.
+    let on_k = st2.per_producer.get("k").copied().unwrap_or(0);
+    let on_r = st2.per_producer.get("r").copied().unwrap_or(0);
+    let phase2_failovers = st2.failovers - st.failovers;
+    assert!(on_k >= 1_000 && on_k <= 1_000 + phase2_failovers, "{st2:?}");
+    assert_eq!(on_k + on_r, 4_000, "{st2:?}");
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.left, 0);
 
-    // None lost: RocketMQ has phase 1 and half of phase 2.
-    let back = read_rocketmq(
-        &s.namesrv,
-        &format!("massive-{tag}"),
-        3_000,
-        Duration::from_secs(8),
-    )
-    .await
-    .unwrap();
-    assert_eq!(back.seen.len(), 3_000);
+    // None lost: RocketMQ has phase 1 and the r-first half of phase 2, the mock
+    // cluster the k-first half (plus any that failed over to it). A send that timed out
+    // may still have been stored, so a broker can hold more than it acknowledged: read
+    // each one until it goes quiet, not until the acknowledged count.
+    let topic = format!("massive-{tag}");
+    let mut back = read_rocketmq(&s.namesrv, &topic, 4_000, Duration::from_secs(8))
+        .await
+        .unwrap();
+    let (bootstrap, t) = (mock.bootstrap_servers(), topic.clone());
+    back.merge(
+        tokio::task::spawn_blocking(move || {
+            read_kafka(&bootstrap, &t, 4_000, Duration::from_secs(8))
+        })
+        .await
+        .unwrap()
+        .unwrap(),
+    );
+    let all: Vec<String> = cash(0, 2_000)
+        .into_iter()
+        .chain(cash(10_000, 2_000))
+        .map(|r| r.trade_no)
+        .collect();
+    let missing = all.iter().filter(|t| !back.seen.contains_key(*t)).count();
+    assert_eq!(missing, 0, "{missing} of 4 000 on neither broker");
     std::fs::remove_dir_all(&spool).ok();
 }
 
