@@ -24,6 +24,9 @@
 //! stalled caller shows up as latency instead of silently sending less
 //! ("coordinated omission").
 //!
+//! Both sides run with `enable.idempotence = false` ([`STACK_KAFKA_SETTINGS`]): the
+//! stack's tansu 0.6 panics under an idempotent producer at volume (docs/stack.md).
+//!
 //! Every run checks its own counts: a run that did not get every event acknowledged, or
 //! lost a token write, fails instead of reporting a rate.
 
@@ -239,16 +242,29 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     Ok(BenchReport { rounds, paced })
 }
 
+/// librdkafka settings both sides add for the stack's tansu broker (see the module doc).
+pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
+
+fn stack_kafka_settings() -> BTreeMap<String, String> {
+    STACK_KAFKA_SETTINGS
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
 async fn raw_run(
     env: &StackEnv,
     topic: &str,
     reqs: &[RewardRequest],
 ) -> Result<Throughput, BenchError> {
     let timeout = Duration::from_secs(30);
-    let producer: FutureProducer =
-        sdk::queue::producer::kafka_client_config(&env.kafka_brokers, &BTreeMap::new(), timeout)
-            .create()
-            .map_err(|e| BenchError::Setup(format!("raw producer: {e}")))?;
+    let producer: FutureProducer = sdk::queue::producer::kafka_client_config(
+        &env.kafka_brokers,
+        &stack_kafka_settings(),
+        timeout,
+    )
+    .create()
+    .map_err(|e| BenchError::Setup(format!("raw producer: {e}")))?;
     // The same bytes the SDK puts on the wire.
     let now = 1_790_000_000_000;
     let payloads: Vec<(String, Vec<u8>)> = reqs
@@ -329,6 +345,7 @@ async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchE
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
+        settings = {{ {settings} }}
         [queues.bench]
         topic = "{topic}"
         primary = "k"
@@ -341,6 +358,11 @@ async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchE
         redis = env.redis_url,
         kafka = env.kafka_brokers,
         spool = spool.display(),
+        settings = STACK_KAFKA_SETTINGS
+            .iter()
+            .map(|(k, v)| format!("{k:?} = {v:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
     Sdk::builder(config)

@@ -94,9 +94,6 @@ async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "blocked: at this volume the SDK's idempotent producer makes tansu 0.6's storage \
-            panic (lite.rs:503 in idempotent_message_check) and the Kafka broker stops \
-            answering (issue 2 note); run with --ignored"]
 async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     let s = stack();
     let tag = unique("e2e");
@@ -110,8 +107,11 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
         .unwrap();
     let n = 100_000u64;
     let activity = unique("act");
+    let started = std::time::Instant::now();
     let issued = send_all(&sdk, rewards(&activity, n), 64).await;
+    eprintln!("[e2e] {n} sent in {:?}", started.elapsed());
     let report = sdk.close(Duration::from_secs(60)).await;
+    eprintln!("[e2e] closed at {:?}: {report:?}", started.elapsed());
     assert_eq!(report.left, 0, "{report:?}");
     assert_eq!(report.stats.accepted, n);
     assert_eq!(report.stats.delivered, n, "{report:?}");
@@ -128,6 +128,11 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
 
     // Every reward is on a broker (at least once).
     let back = read_everything(&s, &tag, n as usize).await;
+    eprintln!(
+        "[e2e] read back {} at {:?}",
+        back.seen.len(),
+        started.elapsed()
+    );
     assert_eq!(back.undecodable, 0);
     let missing: Vec<_> = issued
         .iter()
@@ -178,6 +183,7 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
         }
     }
     assert_eq!(checked, n);
+    eprintln!("[e2e] tokens checked at {:?}", started.elapsed());
     std::fs::remove_dir_all(&spool).ok();
 }
 

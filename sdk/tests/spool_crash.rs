@@ -78,8 +78,6 @@ async fn child(dir: &str, activity: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "blocked: in session 4 the child spooled all 5 000, but the restarted SDK \
-            replayed none within 60 s (not yet diagnosed; issue 3 note)"]
 async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         let activity = std::env::var("SDK_SPOOL_CRASH_ACTIVITY").unwrap();
