@@ -27,6 +27,10 @@
 //!   again, and the reward service's idempotency absorbs the repeat.
 //! - The spool is bounded ([`Spool::open`]'s `max_bytes`): past it, [`SpoolError::Full`]
 //!   and the caller falls back to logging.
+//! - Replay goes one segment at a time ([`Spool::take`] hands out the oldest), and a
+//!   segment is cut every [`SEGMENT_BYTES`]: replay memory stays bounded by one
+//!   segment whatever the spool holds, and a failure half-way repeats only the segment
+//!   it happened in, not everything delivered before it.
 //!
 //! ```
 //! # fn main() -> Result<(), sdk::spool::SpoolError> {
@@ -53,6 +57,9 @@ use std::path::{Path, PathBuf};
 const HEADER: usize = 8;
 /// Largest record payload accepted (an event is well under 2 KiB).
 pub const MAX_RECORD: usize = 1 << 20;
+/// A segment is sealed and a new one started once it holds this many bytes
+/// (about 20 000 events).
+pub const SEGMENT_BYTES: u64 = 8 << 20;
 
 /// Spool failures.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +106,8 @@ pub struct Record {
     pub payload: Vec<u8>,
 }
 
-/// The records of the sealed segments handed out by [`Spool::take`].
+/// The records of the segment handed out by [`Spool::take`] (none when the spool is
+/// empty).
 #[derive(Debug, Default)]
 pub struct Replay {
     /// Intact records, oldest first.
@@ -107,6 +115,14 @@ pub struct Replay {
     /// Bytes of torn tails skipped (a crash mid-write), summed over segments.
     pub torn: u64,
     segments: Vec<PathBuf>,
+}
+
+impl Replay {
+    /// Whether no segment was handed out: the spool had nothing left to replay. (A
+    /// segment whose records were all torn is not empty: acknowledge it to delete it.)
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
 }
 
 /// An open spool directory. One writer per directory (the SDK owns it).
@@ -118,6 +134,10 @@ pub struct Spool {
     bytes: u64,
     next_seq: u64,
     current: Option<(PathBuf, BufWriter<File>)>,
+    /// Bytes written to the open segment.
+    current_bytes: u64,
+    /// Size at which the open segment is sealed.
+    segment_bytes: u64,
     /// Segments taken for replay but not acknowledged yet.
     in_replay: Vec<PathBuf>,
 }
@@ -142,6 +162,8 @@ impl Spool {
             bytes: 0,
             next_seq: 0,
             current: None,
+            current_bytes: 0,
+            segment_bytes: SEGMENT_BYTES,
             in_replay: Vec::new(),
         };
         for path in spool.segments()? {
@@ -152,6 +174,14 @@ impl Spool {
             }
         }
         Ok(spool)
+    }
+
+    /// Seals segments at `bytes` instead of [`SEGMENT_BYTES`] (at least one record
+    /// per segment).
+    #[must_use]
+    pub fn with_segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes.max(1);
+        self
     }
 
     /// The directory.
@@ -212,6 +242,13 @@ impl Spool {
         })();
         res.map_err(io_err(&path))?;
         self.bytes += total;
+        self.current_bytes += total;
+        if self.current_bytes >= self.segment_bytes {
+            // Seal it: durable before it can be handed out, then a fresh one.
+            self.sync()?;
+            self.current = None;
+            self.current_bytes = 0;
+        }
         Ok(())
     }
 
@@ -248,21 +285,26 @@ impl Spool {
         Ok(())
     }
 
-    /// Seals the open segment and hands out every sealed segment's records for replay.
-    /// Segments already handed out and not acknowledged are not handed out twice.
+    /// Hands out the oldest segment not already handed out (and not acknowledged), for
+    /// replay; if that is the open segment, it is synced and sealed first. An empty
+    /// [`Replay`] (no records, nothing to acknowledge) means there is nothing left.
     pub fn take(&mut self) -> Result<Replay, SpoolError> {
-        self.sync()?;
-        self.current = None;
         let mut replay = Replay::default();
-        for path in self.segments()? {
-            if self.in_replay.contains(&path) {
-                continue;
-            }
-            let torn = read_segment(&path, &mut replay.records)?;
-            replay.torn += torn;
-            replay.segments.push(path.clone());
-            self.in_replay.push(path);
+        let Some(path) = self
+            .segments()?
+            .into_iter()
+            .find(|p| !self.in_replay.contains(p))
+        else {
+            return Ok(replay);
+        };
+        if self.current.as_ref().is_some_and(|(c, _)| *c == path) {
+            self.sync()?;
+            self.current = None;
+            self.current_bytes = 0;
         }
+        replay.torn = read_segment(&path, &mut replay.records)?;
+        replay.segments.push(path.clone());
+        self.in_replay.push(path);
         Ok(replay)
     }
 
@@ -353,17 +395,22 @@ mod tests {
         let mut s = Spool::open(&dir, 1 << 20).unwrap();
         assert!(!s.is_empty());
         s.append("a", &100u32.to_le_bytes()).unwrap();
-        let r = s.take().unwrap();
-        let got: Vec<u32> = r
-            .records
-            .iter()
-            .map(|r| u32::from_le_bytes(r.payload.clone().try_into().unwrap()))
-            .collect();
-        assert_eq!(got, (0..=100).collect::<Vec<_>>());
-        assert_eq!(r.torn, 0);
+        let as_u32 = |r: &Replay| -> Vec<u32> {
+            r.records
+                .iter()
+                .map(|r| u32::from_le_bytes(r.payload.clone().try_into().unwrap()))
+                .collect()
+        };
+        // The old process's segment first, then the one this process opened.
+        let old = s.take().unwrap();
+        assert_eq!(as_u32(&old), (0..100).collect::<Vec<_>>());
+        assert_eq!(old.torn, 0);
+        let new = s.take().unwrap();
+        assert_eq!(as_u32(&new), vec![100]);
         // Not handed out twice while in replay.
-        assert!(s.take().unwrap().records.is_empty());
-        s.ack(&r).unwrap();
+        assert!(s.take().unwrap().is_empty());
+        s.ack(&old).unwrap();
+        s.ack(&new).unwrap();
         assert_eq!(s.bytes(), 0);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
         fs::remove_dir_all(&dir).ok();
@@ -394,6 +441,43 @@ mod tests {
         let r = s.take().unwrap();
         assert_eq!(r.records.len(), 0);
         assert_eq!(r.torn, full.len() as u64);
+        fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn segments_are_cut_and_replayed_one_at_a_time() {
+        let dir = tmp("cut");
+        // Each record is 8 + 1 + 1 + 100 = 110 bytes: three per 300-byte segment.
+        let mut s = Spool::open(&dir, 1 << 20).unwrap().with_segment_bytes(300);
+        for i in 0..10u8 {
+            s.append("q", &[i; 100]).unwrap();
+        }
+        let total = s.bytes();
+        assert_eq!(total, 1100);
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 4);
+        let first = s.take().unwrap();
+        assert_eq!(first.records.len(), 3);
+        assert_eq!(first.records[0].payload, vec![0; 100]);
+        let second = s.take().unwrap();
+        assert_eq!(second.records[0].payload, vec![3; 100]);
+        // The first reached a broker, the second did not: only the second comes again.
+        s.ack(&first).unwrap();
+        s.release(&second);
+        assert_eq!(s.bytes(), total - 330);
+        let again = s.take().unwrap();
+        assert_eq!(again.records, second.records);
+        s.ack(&again).unwrap();
+        let mut rest = 0;
+        loop {
+            let r = s.take().unwrap();
+            if r.is_empty() {
+                break;
+            }
+            rest += r.records.len();
+            s.ack(&r).unwrap();
+        }
+        assert_eq!(rest, 4);
+        assert_eq!(s.bytes(), 0);
         fs::remove_dir_all(&dir).ok();
     }
 

@@ -727,24 +727,70 @@ async fn replay_loop(engine: std::sync::Weak<Engine>) {
     }
 }
 
+/// Replays the spool one segment at a time, oldest first, until it is empty or a
+/// segment fails. A delivered segment is deleted before the next is read, so a
+/// failure repeats only the segment it happened in (at least once), and memory holds
+/// one segment at most.
 async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
-    let (tx, rx) = oneshot::channel();
-    engine
-        .spool_tx
-        .send(SpoolCmd::Take(tx))
-        .map_err(|_| "spool thread gone".to_string())?;
-    let replay = rx
-        .await
-        .map_err(|_| "spool thread gone".to_string())?
-        .map_err(|e| e.to_string())?;
-    if replay.torn > 0 {
-        tracing::warn!(
-            bytes = replay.torn,
-            "spool held a torn tail (crash mid-write); skipped"
-        );
-        metrics::counter!("reward_sdk_spool_torn_bytes_total").increment(replay.torn);
+    loop {
+        if engine.closing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel();
+        engine
+            .spool_tx
+            .send(SpoolCmd::Take(tx))
+            .map_err(|_| "spool thread gone".to_string())?;
+        let replay = rx
+            .await
+            .map_err(|_| "spool thread gone".to_string())?
+            .map_err(|e| e.to_string())?;
+        if replay.is_empty() {
+            return Ok(());
+        }
+        if replay.torn > 0 {
+            tracing::warn!(
+                bytes = replay.torn,
+                "spool held a torn tail (crash mid-write); skipped"
+            );
+            metrics::counter!("reward_sdk_spool_torn_bytes_total").increment(replay.torn);
+        }
+        match replay_segment(engine, &replay).await {
+            Ok(delivered) => {
+                let (tx, rx) = oneshot::channel();
+                engine
+                    .spool_tx
+                    .send(SpoolCmd::Ack(replay, tx))
+                    .map_err(|_| "spool thread gone".to_string())?;
+                rx.await
+                    .map_err(|_| "spool thread gone".to_string())?
+                    .map_err(|e| e.to_string())?;
+                engine
+                    .stats
+                    .replayed
+                    .fetch_add(delivered, Ordering::Relaxed);
+                engine
+                    .stats
+                    .delivered
+                    .fetch_add(delivered, Ordering::Relaxed);
+                metrics::counter!("reward_sdk_replayed_total").increment(delivered);
+            }
+            Err(delivered) => {
+                // Some records may have gone out before the failure: they go again
+                // with the segment (at least once).
+                let _ = engine.spool_tx.send(SpoolCmd::Release(replay));
+                return Err(format!(
+                    "no producer took a spooled batch ({delivered} of the segment went \
+                     out, the segment will repeat)"
+                ));
+            }
+        }
     }
-    let mut all_ok = true;
+}
+
+/// Sends one segment's records in batches, each to its queue's primary then backup;
+/// `Ok(records)` when every batch was acknowledged, `Err(sent so far)` otherwise.
+async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> Result<u64, u64> {
     let mut delivered = 0u64;
     for chunk in replay.records.chunks(engine.batch.max_events.max(1)) {
         let mut by_queue: BTreeMap<&str, Vec<OutMsg>> = BTreeMap::new();
@@ -758,9 +804,10 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
             });
         }
         for (queue, msgs) in by_queue {
+            // An unknown queue (removed from the config since) falls back to the
+            // default queue, so the record still reaches a broker.
             let Some(q) = engine.queue_config(queue) else {
-                all_ok = false;
-                continue;
+                return Err(delivered);
             };
             let mut sent = false;
             for p in [&q.primary, &q.backup] {
@@ -775,42 +822,13 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
                     break;
                 }
             }
-            if sent {
-                delivered += msgs.len() as u64;
-            } else {
-                all_ok = false;
+            if !sent {
+                return Err(delivered);
             }
-        }
-        if !all_ok {
-            break;
+            delivered += msgs.len() as u64;
         }
     }
-    if all_ok {
-        let (tx, rx) = oneshot::channel();
-        engine
-            .spool_tx
-            .send(SpoolCmd::Ack(replay, tx))
-            .map_err(|_| "spool thread gone".to_string())?;
-        rx.await
-            .map_err(|_| "spool thread gone".to_string())?
-            .map_err(|e| e.to_string())?;
-        engine
-            .stats
-            .replayed
-            .fetch_add(delivered, Ordering::Relaxed);
-        engine
-            .stats
-            .delivered
-            .fetch_add(delivered, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_replayed_total").increment(delivered);
-        Ok(())
-    } else {
-        // Some records went out before the failure: they will go again (at least once).
-        let _ = engine.spool_tx.send(SpoolCmd::Release(replay));
-        Err(format!(
-            "no producer took the spooled events ({delivered} went out, will repeat)"
-        ))
-    }
+    Ok(delivered)
 }
 
 /// The process-wide runtime that rocketmq-client-rust's clients run on.
