@@ -143,8 +143,12 @@ pub fn drop_within<T: Send + 'static>(value: T, deadline: Duration) -> bool {
     done_rx.recv_timeout(deadline).is_ok()
 }
 
-/// Reads a Kafka topic from the start until `want` distinct trade numbers were seen
-/// or nothing new arrived for `idle`.
+/// Reads a Kafka topic from the start until every partition is read up to the high
+/// watermark it had when the read began, or `want` distinct trade numbers were seen,
+/// or nothing new arrived for `idle` (then it returns what it has; the caller's
+/// counts decide). Ending on the watermarks, not on a quiet spell, matters on a loaded
+/// machine: tansu's first fetch of a large topic can take longer than any idle
+/// guess, and a read that gave up early looked like lost messages.
 ///
 /// It assigns every partition itself and never joins its (throwaway) group: a
 /// read-back commits nothing, and closing a group member has hung inside librdkafka's
@@ -178,17 +182,33 @@ pub fn read_kafka(
     if tpl.count() == 0 {
         return Err(format!("topic {topic} has no partitions"));
     }
+    // Partition -> high watermark, for the partitions that hold anything.
+    let mut behind = std::collections::BTreeMap::new();
+    for p in tpl.elements() {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p.partition(), Duration::from_secs(10))
+            .map_err(|e| format!("watermarks of {topic}/{}: {e}", p.partition()))?;
+        if high > low {
+            behind.insert(p.partition(), high);
+        }
+    }
     consumer
         .assign(&tpl)
         .map_err(|e| format!("assign {topic}: {e}"))?;
     let mut out = ReadBack::default();
     let mut last_new = Instant::now();
     let mut result = Ok(());
-    while out.seen.len() < want && last_new.elapsed() < idle {
+    while !behind.is_empty() && out.seen.len() < want && last_new.elapsed() < idle {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 out.add(m.payload());
                 last_new = Instant::now();
+                if behind
+                    .get(&m.partition())
+                    .is_some_and(|high| m.offset() + 1 >= *high)
+                {
+                    behind.remove(&m.partition());
+                }
             }
             Some(Err(e)) => {
                 result = Err(format!("read {topic}: {e}"));
@@ -206,7 +226,8 @@ pub fn read_kafka(
 }
 
 /// Reads a RocketMQ topic from the first offset until `want` distinct trade numbers
-/// were seen or nothing new arrived for `idle`.
+/// were seen or nothing new arrived for `idle` (at least 30 s before the first
+/// message: the consumer's first rebalance is slow on a loaded machine).
 pub async fn read_rocketmq(
     namesrv: &str,
     topic: &str,
@@ -231,11 +252,20 @@ pub async fn read_rocketmq(
         .await
         .map_err(|e| format!("start consumer: {e}"))?;
     let mut out = ReadBack::default();
-    let mut last_new = Instant::now();
-    while out.seen.len() < want && last_new.elapsed() < idle {
+    // The first pull waits for the consumer's rebalance, which on a loaded machine
+    // takes far longer than a quiet spell between pulls: give it at least 30 s.
+    let first_wait = idle.max(Duration::from_secs(30));
+    let started = Instant::now();
+    let mut last_new: Option<Instant> = None;
+    while out.seen.len() < want
+        && match last_new {
+            Some(t) => t.elapsed() < idle,
+            None => started.elapsed() < first_wait,
+        }
+    {
         let batch = consumer.poll_with_timeout(300).await;
         if !batch.is_empty() {
-            last_new = Instant::now();
+            last_new = Some(Instant::now());
         }
         for m in &batch {
             let body = m.body();

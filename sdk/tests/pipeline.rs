@@ -78,7 +78,7 @@ async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack 
     for t in topics(tag) {
         let (kafka, t2) = (s.kafka.clone(), t.clone());
         let k = tokio::task::spawn_blocking(move || {
-            read_kafka(&kafka, &t2, want, Duration::from_secs(8))
+            read_kafka(&kafka, &t2, want, Duration::from_secs(30))
         })
         .await
         .unwrap()

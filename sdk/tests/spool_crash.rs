@@ -150,7 +150,7 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     let topic = format!("massive-{tag}");
     let (kafka, t2) = (s.kafka.clone(), topic.clone());
     let mut back = tokio::task::spawn_blocking(move || {
-        read_kafka(&kafka, &t2, N as usize, Duration::from_secs(8))
+        read_kafka(&kafka, &t2, N as usize, Duration::from_secs(30))
     })
     .await
     .unwrap()
