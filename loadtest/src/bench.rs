@@ -24,13 +24,12 @@
 //! stalled caller shows up as latency instead of silently sending less
 //! ("coordinated omission").
 //!
-//! Both sides run with `enable.idempotence = false` ([`STACK_KAFKA_SETTINGS`]): the
+//! Both sides add [`sdk::readback::STACK_KAFKA_SETTINGS`] (no idempotence): the
 //! stack's tansu 0.6 panics under an idempotent producer at volume (docs/stack.md).
 //!
 //! Every run checks its own counts: a run that did not get every event acknowledged, or
 //! lost a token write, fails instead of reporting a rate.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -242,16 +241,6 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     Ok(BenchReport { rounds, paced })
 }
 
-/// librdkafka settings both sides add for the stack's tansu broker (see the module doc).
-pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
-
-fn stack_kafka_settings() -> BTreeMap<String, String> {
-    STACK_KAFKA_SETTINGS
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect()
-}
-
 async fn raw_run(
     env: &StackEnv,
     topic: &str,
@@ -260,7 +249,7 @@ async fn raw_run(
     let timeout = Duration::from_secs(30);
     let producer: FutureProducer = sdk::queue::producer::kafka_client_config(
         &env.kafka_brokers,
-        &stack_kafka_settings(),
+        &sdk::readback::stack_kafka_settings(),
         timeout,
     )
     .create()
@@ -345,7 +334,7 @@ async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchE
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
-        settings = {{ {settings} }}
+        {settings}
         [queues.bench]
         topic = "{topic}"
         primary = "k"
@@ -358,11 +347,7 @@ async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchE
         redis = env.redis_url,
         kafka = env.kafka_brokers,
         spool = spool.display(),
-        settings = STACK_KAFKA_SETTINGS
-            .iter()
-            .map(|(k, v)| format!("{k:?} = {v:?}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        settings = sdk::readback::stack_kafka_settings_toml(),
     );
     let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
     Sdk::builder(config)

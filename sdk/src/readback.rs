@@ -14,12 +14,38 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 use rocketmq_client_rust::{DefaultLitePullConsumer, DefaultMQProducer};
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::topic::TopicValidator;
+
+/// librdkafka settings for every producer aimed at the local stack's Kafka broker.
+///
+/// tansu 0.6 panics in its storage layer (`lite.rs:503`) when an idempotent producer's
+/// batch matches no producer row, which the SDK's 100 k run hit twice; after that every
+/// request fails (docs/stack.md, "Known problems"). Producers aimed at it therefore run
+/// without idempotence: at-least-once, which every read-back check allows and the
+/// reward service's compare-and-set absorbs. The SDK's own default stays idempotent.
+pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
+
+/// [`STACK_KAFKA_SETTINGS`] as a map (for [`crate::queue::producer::kafka_client_config`]).
+pub fn stack_kafka_settings() -> std::collections::BTreeMap<String, String> {
+    STACK_KAFKA_SETTINGS
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+/// [`STACK_KAFKA_SETTINGS`] as the `settings` line of a `[producers.NAME]` TOML table.
+pub fn stack_kafka_settings_toml() -> String {
+    let pairs: Vec<String> = STACK_KAFKA_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}"))
+        .collect();
+    format!("settings = {{ {} }}", pairs.join(", "))
+}
 
 /// What a topic held.
 #[derive(Debug, Default, Clone)]
@@ -143,6 +169,23 @@ pub fn drop_within<T: Send + 'static>(value: T, deadline: Duration) -> bool {
     done_rx.recv_timeout(deadline).is_ok()
 }
 
+/// Runs a librdkafka request again while it times out, for at most a minute; any
+/// other error, or the last timeout, is returned.
+fn with_retries<T>(mut request: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match request() {
+            Err(e)
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Reads a Kafka topic from the start until every partition is read up to the high
 /// watermark it had when the read began, or `want` distinct trade numbers were seen,
 /// or nothing new arrived for `idle` (then it returns what it has; the caller's
@@ -169,8 +212,9 @@ pub fn read_kafka(
         .set("enable.auto.offset.store", "false")
         .create()
         .map_err(|e| format!("kafka consumer: {e}"))?;
-    let meta = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
+    // A broker busy with another writer can let one metadata or offsets request time
+    // out (CI saw it); retrying for a minute tells "slow" from "gone".
+    let meta = with_retries(|| consumer.fetch_metadata(Some(topic), Duration::from_secs(10)))
         .map_err(|e| format!("metadata of {topic}: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for t in meta.topics().iter().filter(|t| t.name() == topic) {
@@ -185,9 +229,10 @@ pub fn read_kafka(
     // Partition -> high watermark, for the partitions that hold anything.
     let mut behind = std::collections::BTreeMap::new();
     for p in tpl.elements() {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p.partition(), Duration::from_secs(10))
-            .map_err(|e| format!("watermarks of {topic}/{}: {e}", p.partition()))?;
+        let (low, high) = with_retries(|| {
+            consumer.fetch_watermarks(topic, p.partition(), Duration::from_secs(10))
+        })
+        .map_err(|e| format!("watermarks of {topic}/{}: {e}", p.partition()))?;
         if high > low {
             behind.insert(p.partition(), high);
         }
@@ -254,18 +299,13 @@ pub async fn read_rocketmq(
     let mut out = ReadBack::default();
     // The first pull waits for the consumer's rebalance, which on a loaded machine
     // takes far longer than a quiet spell between pulls: give it at least 30 s.
-    let first_wait = idle.max(Duration::from_secs(30));
-    let started = Instant::now();
-    let mut last_new: Option<Instant> = None;
-    while out.seen.len() < want
-        && match last_new {
-            Some(t) => t.elapsed() < idle,
-            None => started.elapsed() < first_wait,
-        }
-    {
+    let mut quiet_limit = idle.max(Duration::from_secs(30));
+    let mut last_new = Instant::now();
+    while out.seen.len() < want && last_new.elapsed() < quiet_limit {
         let batch = consumer.poll_with_timeout(300).await;
         if !batch.is_empty() {
-            last_new = Some(Instant::now());
+            last_new = Instant::now();
+            quiet_limit = idle;
         }
         for m in &batch {
             let body = m.body();

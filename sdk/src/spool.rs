@@ -114,14 +114,14 @@ pub struct Replay {
     pub records: Vec<Record>,
     /// Bytes of torn tails skipped (a crash mid-write), summed over segments.
     pub torn: u64,
-    segments: Vec<PathBuf>,
+    segment: Option<PathBuf>,
 }
 
 impl Replay {
     /// Whether no segment was handed out: the spool had nothing left to replay. (A
     /// segment whose records were all torn is not empty: acknowledge it to delete it.)
     pub fn is_empty(&self) -> bool {
-        self.segments.is_empty()
+        self.segment.is_none()
     }
 }
 
@@ -303,14 +303,14 @@ impl Spool {
             self.current_bytes = 0;
         }
         replay.torn = read_segment(&path, &mut replay.records)?;
-        replay.segments.push(path.clone());
-        self.in_replay.push(path);
+        self.in_replay.push(path.clone());
+        replay.segment = Some(path);
         Ok(replay)
     }
 
-    /// Every record of `replay` reached a broker: delete its segments.
+    /// Every record of `replay` reached a broker: delete its segment.
     pub fn ack(&mut self, replay: &Replay) -> Result<(), SpoolError> {
-        for path in &replay.segments {
+        if let Some(path) = &replay.segment {
             let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
             match fs::remove_file(path) {
                 Ok(()) => {}
@@ -323,9 +323,10 @@ impl Spool {
         Ok(())
     }
 
-    /// The replay failed part-way: its segments may be handed out again.
+    /// The replay failed part-way: its segment may be handed out again.
     pub fn release(&mut self, replay: &Replay) {
-        self.in_replay.retain(|p| !replay.segments.contains(p));
+        self.in_replay
+            .retain(|p| Some(p) != replay.segment.as_ref());
     }
 }
 
@@ -514,7 +515,7 @@ mod tests {
             let want: Vec<Record> = recs.iter().map(|(q, p)| Record { queue: q.clone(), payload: p.clone() }).collect();
             prop_assert_eq!(&r.records, &want);
             // Any truncation yields a prefix of the records, never garbage.
-            if let Some(seg) = r.segments.first() {
+            if let Some(seg) = &r.segment {
                 let data = fs::read(seg).unwrap();
                 let at = cut.index(data.len() + 1);
                 let mut out = Vec::new();

@@ -115,7 +115,10 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     assert_eq!(report.left, 0, "{report:?}");
     assert_eq!(report.stats.accepted, n);
     assert_eq!(report.stats.delivered, n, "{report:?}");
-    assert_eq!(report.stats.spooled, 0);
+    // On a contended machine both brokers can miss a deadline at once; such events go
+    // to the spool and must all have been replayed before close returned.
+    assert_eq!(report.stats.spooled, report.stats.replayed, "{report:?}");
+    assert_eq!(report.spool_bytes, 0, "{report:?}");
     // Both producer kinds carried traffic.
     assert!(
         report.stats.per_producer.get("k").copied().unwrap_or(0) > 0,
@@ -328,10 +331,14 @@ async fn close_drains_everything_accepted() {
     ));
     let back = read_everything(&s, &tag, 3_000).await;
     let want: HashSet<_> = issued.iter().map(|(r, _)| r.trade_no.clone()).collect();
-    // Everything delivered is on a broker; what close could not deliver in time went
-    // to the spool (replayed at the next start), and nothing else is missing.
+    // Everything delivered is on a broker; what could not be delivered went to the
+    // spool, and what is still there (not yet replayed) is all that is missing.
     let missing = want.iter().filter(|t| !back.seen.contains_key(*t)).count() as u64;
-    assert_eq!(missing, report.stats.spooled, "{report:?}");
+    assert_eq!(
+        missing,
+        report.stats.spooled - report.stats.replayed,
+        "{report:?}"
+    );
     std::fs::remove_dir_all(&spool).ok();
 }
 

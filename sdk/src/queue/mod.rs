@@ -804,8 +804,8 @@ async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> 
             });
         }
         for (queue, msgs) in by_queue {
-            // An unknown queue (removed from the config since) falls back to the
-            // default queue, so the record still reaches a broker.
+            // A queue removed from the config since falls back to the default queue
+            // (queue_config); None only if that is gone too.
             let Some(q) = engine.queue_config(queue) else {
                 return Err(delivered);
             };

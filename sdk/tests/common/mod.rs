@@ -55,14 +55,6 @@ pub fn temp_dir(prefix: &str) -> PathBuf {
 
 /// Three queues over Kafka (`k`) and RocketMQ (`r`): massive (k first for half the
 /// users), special (r first), express (k only first). Topics get `tag` in their names.
-/// The stack's Kafka broker, tansu 0.6, panics in its storage layer (lite.rs:503) when
-/// an idempotent producer's batch matches no producer row, which the SDK's 100 k run
-/// hit twice; after that every request fails (docs/stack.md, "Known problems"). So SDK
-/// producers aimed at it run without idempotence: at-least-once, which every check
-/// here already allows. The librdkafka mock cluster gets the same settings so both
-/// paths run one configuration.
-pub const KAFKA_SETTINGS: &str = r#"settings = { "enable.idempotence" = "false" }"#;
-
 pub fn config(
     s: &Stack,
     kafka: &str,
@@ -84,7 +76,7 @@ pub fn config(
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
-        {KAFKA_SETTINGS}
+        {kafka_settings}
         [producers.r]
         kind = "rocketmq"
         namesrv = "{namesrv}"
@@ -116,6 +108,9 @@ pub fn config(
         "#,
         redis = s.redis_url,
         spool = spool.display(),
+        // The librdkafka mock cluster gets the stack's settings too, so both Kafka
+        // paths run one configuration.
+        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
     );
     SdkConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
 }
