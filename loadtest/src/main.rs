@@ -51,6 +51,11 @@ enum Command {
         /// RocketMQ: messages per send_batch call.
         #[arg(long, default_value_t = 100)]
         send_batch: usize,
+        /// Kafka: librdkafka debug contexts for the probe's consumers, e.g.
+        /// `cgrp,broker,fetch` (its `debug` setting). The lines are logged under the
+        /// target `librdkafka`: run with `RUST_LOG=librdkafka=debug` to see them.
+        #[arg(long, value_name = "CONTEXTS")]
+        kafka_debug: Option<String>,
     },
     /// Measure `send_reward` against a raw rdkafka producer sending the same payloads
     /// with the same settings, in this process, back to back; then `send_reward`'s
@@ -143,6 +148,7 @@ async fn run(cli: Cli) -> ExitCode {
             consume_threads,
             consume_batch,
             send_batch,
+            kafka_debug,
             library_defaults,
         } => {
             let env = StackEnv::from_env();
@@ -173,7 +179,14 @@ async fn run(cli: Cli) -> ExitCode {
             }
             if wanted(Target::Kafka) {
                 show(
-                    smoke::kafka::probe(&env, messages).await,
+                    smoke::kafka::probe_with(
+                        &env,
+                        &smoke::kafka::KafkaProbeOptions {
+                            messages,
+                            debug: kafka_debug.clone(),
+                        },
+                    )
+                    .await,
                     "Kafka broker (tansu)",
                 );
             }

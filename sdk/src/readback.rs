@@ -270,9 +270,13 @@ pub fn read_kafka(
     result.map(|()| out)
 }
 
-/// Reads a RocketMQ topic from the first offset until `want` distinct trade numbers
-/// were seen or nothing new arrived for `idle` (at least 30 s before the first
-/// message: the consumer's first rebalance is slow on a loaded machine).
+/// Reads a RocketMQ topic from the first offset until every queue is read up to the
+/// max offset it had when the read began, or `want` distinct trade numbers were seen,
+/// or nothing new arrived for `idle` (then it returns what it has; the caller's counts
+/// decide). As with [`read_kafka`], ending on the queues' offsets rather than on a
+/// quiet spell is what makes the read complete on a loaded machine: the consumer's
+/// first rebalance and its pulls can stall for many seconds there (a read that ended
+/// after 8 quiet seconds once reported 22 162 of 100 000 rewards missing).
 pub async fn read_rocketmq(
     namesrv: &str,
     topic: &str,
@@ -296,22 +300,53 @@ pub async fn read_rocketmq(
         .start()
         .await
         .map_err(|e| format!("start consumer: {e}"))?;
+    let result = read_rocketmq_until_end(&consumer, topic, want, idle).await;
+    consumer.shutdown().await;
+    result
+}
+
+async fn read_rocketmq_until_end(
+    consumer: &DefaultLitePullConsumer,
+    topic: &str,
+    want: usize,
+    idle: Duration,
+) -> Result<ReadBack, String> {
+    // (broker, queue) -> max offset, for the queues that hold anything.
+    let mut behind = std::collections::BTreeMap::new();
+    let queues = consumer
+        .fetch_message_queues(topic)
+        .await
+        .map_err(|e| format!("queues of {topic}: {e}"))?;
+    for mq in &queues {
+        let high = consumer
+            .max_offset(mq)
+            .await
+            .map_err(|e| format!("max offset of {topic}/{}: {e}", mq.queue_id()))?;
+        let low = consumer
+            .min_offset(mq)
+            .await
+            .map_err(|e| format!("min offset of {topic}/{}: {e}", mq.queue_id()))?;
+        if high > low {
+            behind.insert((mq.broker_name().to_string(), mq.queue_id()), high);
+        }
+    }
     let mut out = ReadBack::default();
-    // The first pull waits for the consumer's rebalance, which on a loaded machine
-    // takes far longer than a quiet spell between pulls: give it at least 30 s.
-    let mut quiet_limit = idle.max(Duration::from_secs(30));
     let mut last_new = Instant::now();
-    while out.seen.len() < want && last_new.elapsed() < quiet_limit {
+    while !behind.is_empty() && out.seen.len() < want && last_new.elapsed() < idle {
         let batch = consumer.poll_with_timeout(300).await;
         if !batch.is_empty() {
             last_new = Instant::now();
-            quiet_limit = idle;
         }
         for m in &batch {
-            let body = m.body();
-            out.add(body.as_deref());
+            out.add(m.body().as_deref());
+            let queue = (m.broker_name().to_string(), m.queue_id());
+            if behind
+                .get(&queue)
+                .is_some_and(|high| m.queue_offset() + 1 >= *high)
+            {
+                behind.remove(&queue);
+            }
         }
     }
-    consumer.shutdown().await;
     Ok(out)
 }

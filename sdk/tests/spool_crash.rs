@@ -150,14 +150,14 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     let topic = format!("massive-{tag}");
     let (kafka, t2) = (s.kafka.clone(), topic.clone());
     let mut back = tokio::task::spawn_blocking(move || {
-        read_kafka(&kafka, &t2, N as usize, Duration::from_secs(30))
+        read_kafka(&kafka, &t2, N as usize, Duration::from_secs(60))
     })
     .await
     .unwrap()
     .unwrap();
     if (back.seen.len() as u64) < N {
         back.merge(
-            read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(5))
+            read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(60))
                 .await
                 .unwrap(),
         );

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -28,6 +28,17 @@ pub const COMMIT_EVERY: u64 = 500;
 const PARTITIONS: i32 = 3;
 const RECV_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What the probe does, beyond the stack's addresses.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaProbeOptions {
+    /// Messages to produce and consume.
+    pub messages: u64,
+    /// librdkafka debug contexts (its `debug` setting, e.g. `cgrp,broker,fetch`) for
+    /// the probe's consumers; their log lines go to `tracing` under the target
+    /// `librdkafka` (show them with `RUST_LOG=librdkafka=debug`).
+    pub debug: Option<String>,
+}
+
 fn client_config(env: &StackEnv) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &env.kafka_brokers)
@@ -35,6 +46,35 @@ fn client_config(env: &StackEnv) -> ClientConfig {
         .set("log_level", "3");
     c
 }
+
+/// Hands librdkafka's log lines to `tracing` (target `librdkafka`), so they land in
+/// the load tester's log with everything else. rdkafka's default context writes them
+/// to the `log` crate, which this binary does not collect.
+struct TracingContext;
+
+impl ClientContext for TracingContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "{facility}: {message}");
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "{facility}: {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "{facility}: {message}");
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", "{facility}: {message}")
+            }
+        }
+    }
+}
+
+impl ConsumerContext for TracingContext {}
 
 /// Creates `topic` with `partitions` partitions (tansu creates no topic on produce).
 pub async fn create_topic(env: &StackEnv, topic: &str, partitions: i32) -> Result<(), SmokeError> {
@@ -68,6 +108,23 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the probe with `messages` messages over 3 partitions.
 pub async fn probe(env: &StackEnv, messages: u64) -> Result<ProbeReport, SmokeError> {
+    probe_with(
+        env,
+        &KafkaProbeOptions {
+            messages,
+            debug: None,
+        },
+    )
+    .await
+}
+
+/// [`probe`] with every option.
+pub async fn probe_with(
+    env: &StackEnv,
+    opts: &KafkaProbeOptions,
+) -> Result<ProbeReport, SmokeError> {
+    let messages = opts.messages;
+    let debug = opts.debug.as_deref();
     check_reachable(Server::Kafka, first_broker(env), Duration::from_secs(2)).await?;
     let topic = unique_name("smoke");
     create_topic(env, &topic, PARTITIONS).await?;
@@ -79,12 +136,12 @@ pub async fn probe(env: &StackEnv, messages: u64) -> Result<ProbeReport, SmokeEr
     let group = unique_name("smoke-group");
     let start = Instant::now();
     let half = messages / 2;
-    let first = consume(env, &topic, &group, &HashSet::new(), |seen| {
+    let first = consume(env, &topic, &group, debug, &HashSet::new(), |seen| {
         seen.len() as u64 >= half
     })
     .await?;
     let committed = first.committed.clone();
-    let second = consume(env, &topic, &group, &first.seen, |seen| {
+    let second = consume(env, &topic, &group, debug, &first.seen, |seen| {
         seen.len() as u64 + first.seen.len() as u64 >= messages
     })
     .await?;
@@ -189,16 +246,21 @@ async fn consume(
     env: &StackEnv,
     topic: &str,
     group: &str,
+    debug: Option<&str>,
     earlier: &HashSet<u64>,
     done: impl Fn(&HashSet<u64>) -> bool,
 ) -> Result<Consumed, SmokeError> {
-    let consumer: StreamConsumer = client_config(env)
+    let mut config = client_config(env);
+    config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .create()?;
+        .set("session.timeout.ms", "10000");
+    if let Some(contexts) = debug {
+        config.set("debug", contexts).set("log_level", "7");
+    }
+    let consumer: StreamConsumer<TracingContext> = config.create_with_context(TracingContext)?;
     consumer.subscribe(&[topic])?;
     let mut out = Consumed {
         seen: HashSet::new(),
