@@ -305,6 +305,24 @@ pub async fn read_rocketmq(
     result
 }
 
+/// Runs a RocketMQ client request again while it fails, for at most a minute; returns
+/// the first success or the last error.
+async fn retry_rocketmq<T, E, F, Fut>(mut request: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match request().await {
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn read_rocketmq_until_end(
     consumer: &DefaultLitePullConsumer,
     topic: &str,
@@ -313,17 +331,16 @@ async fn read_rocketmq_until_end(
 ) -> Result<ReadBack, String> {
     // (broker, queue) -> max offset, for the queues that hold anything.
     let mut behind = std::collections::BTreeMap::new();
-    let queues = consumer
-        .fetch_message_queues(topic)
+    // These admin requests can fail on a busy broker (a dropped connection was seen in
+    // the suite); each is retried for up to a minute before the read gives up.
+    let queues = retry_rocketmq(|| consumer.fetch_message_queues(topic))
         .await
         .map_err(|e| format!("queues of {topic}: {e}"))?;
     for mq in &queues {
-        let high = consumer
-            .max_offset(mq)
+        let high = retry_rocketmq(|| consumer.max_offset(mq))
             .await
             .map_err(|e| format!("max offset of {topic}/{}: {e}", mq.queue_id()))?;
-        let low = consumer
-            .min_offset(mq)
+        let low = retry_rocketmq(|| consumer.min_offset(mq))
             .await
             .map_err(|e| format!("min offset of {topic}/{}: {e}", mq.queue_id()))?;
         if high > low {
