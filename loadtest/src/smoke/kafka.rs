@@ -37,6 +37,9 @@ pub struct KafkaProbeOptions {
     /// the probe's consumers; their log lines go to `tracing` under the target
     /// `librdkafka` (show them with `RUST_LOG=librdkafka=debug`).
     pub debug: Option<String>,
+    /// An existing, empty topic to use instead of creating one (for brokers without
+    /// the CreateTopics API, such as librdkafka's mock cluster).
+    pub topic: Option<String>,
 }
 
 fn client_config(env: &StackEnv) -> ClientConfig {
@@ -113,6 +116,7 @@ pub async fn probe(env: &StackEnv, messages: u64) -> Result<ProbeReport, SmokeEr
         &KafkaProbeOptions {
             messages,
             debug: None,
+            topic: None,
         },
     )
     .await
@@ -126,8 +130,14 @@ pub async fn probe_with(
     let messages = opts.messages;
     let debug = opts.debug.as_deref();
     check_reachable(Server::Kafka, first_broker(env), Duration::from_secs(2)).await?;
-    let topic = unique_name("smoke");
-    create_topic(env, &topic, PARTITIONS).await?;
+    let topic = match &opts.topic {
+        Some(existing) => existing.clone(),
+        None => {
+            let topic = unique_name("smoke");
+            create_topic(env, &topic, PARTITIONS).await?;
+            topic
+        }
+    };
 
     let start = Instant::now();
     produce(env, &topic, messages).await?;
