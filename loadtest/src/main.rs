@@ -184,7 +184,7 @@ async fn run(cli: Cli) -> ExitCode {
                         &smoke::kafka::KafkaProbeOptions {
                             messages,
                             debug: kafka_debug.clone(),
-                            topic: None,
+                            ..smoke::kafka::KafkaProbeOptions::default()
                         },
                     )
                     .await,

@@ -6,8 +6,6 @@ use loadtest::smoke::kafka::{self, COMMIT_EVERY};
 use loadtest::stack::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "blocked: closing the first group member hangs in librdkafka's destroy, a client-side \
-            hang (librdkafka's mock cluster shows it too; docs/stack.md); run with --ignored"]
 async fn group_consumer_restart_resumes_from_committed_offset_without_loss() {
     // The probe itself checks that the second member starts, on every partition,
     // exactly at the offset the first one committed.
@@ -44,8 +42,6 @@ async fn a_dead_broker_fails_naming_the_start_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "blocked: the same close hang as against tansu, so it is on the client side \
-            (librdkafka 2.12.1 via rdkafka 0.39; docs/stack.md); run with --ignored"]
 async fn group_restart_against_librdkafkas_mock_cluster() {
     // The same probe against librdkafka's in-process mock cluster: tells the client's
     // own behaviour (commit, leave, resume, close) from tansu's.

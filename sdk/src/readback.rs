@@ -13,7 +13,7 @@ use prost::Message as _;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
@@ -157,6 +157,33 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
     result
 }
 
+/// The offsets `consumer`'s group has committed for `topic`, by partition (partitions
+/// with no commit are left out).
+///
+/// Returned as a plain map on purpose. A `TopicPartitionList` that librdkafka filled
+/// in (as `committed()` does) holds a reference to each partition's internal state,
+/// which in turn pins the partition leader's broker thread; while such a list is
+/// alive, dropping the consumer blocks forever in `rd_kafka_destroy`, waiting for that
+/// thread. rdkafka's types let the list outlive the consumer, so the list never
+/// leaves this function. (This was the "Kafka group close hang" of docs/stack.md.)
+pub fn committed_offsets<C: Consumer<Cx>, Cx: ConsumerContext>(
+    consumer: &C,
+    topic: &str,
+    timeout: Duration,
+) -> KafkaResult<std::collections::BTreeMap<i32, i64>> {
+    let list = retry_kafka(|| consumer.committed(timeout))?;
+    let offsets = list
+        .elements_for_topic(topic)
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect();
+    drop(list);
+    Ok(offsets)
+}
+
 /// Drops `value` (a librdkafka client, whose destroy can hang) on a thread of its own
 /// and waits at most `deadline` for it. Returns false if the drop did not finish: the
 /// thread is then left behind, but the caller (and its runtime's shutdown) goes on.
@@ -169,17 +196,22 @@ pub fn drop_within<T: Send + 'static>(value: T, deadline: Duration) -> bool {
     done_rx.recv_timeout(deadline).is_ok()
 }
 
-/// Runs a librdkafka request again while it times out, for at most a minute; any
-/// other error, or the last timeout, is returned.
-fn with_retries<T>(mut request: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// How long a read-back retries a failed metadata or offsets request, and the pause
+/// between tries: long enough to tell a busy broker from a gone one.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Runs a (blocking) librdkafka request again while it times out, for [`RETRY_FOR`];
+/// any other error, or the last timeout, is returned.
+fn retry_kafka<T>(mut request: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
+    let deadline = Instant::now() + RETRY_FOR;
     loop {
         match request() {
             Err(e)
                 if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut)
                     && Instant::now() < deadline =>
             {
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(RETRY_PAUSE);
             }
             other => return other,
         }
@@ -214,7 +246,7 @@ pub fn read_kafka(
         .map_err(|e| format!("kafka consumer: {e}"))?;
     // A broker busy with another writer can let one metadata or offsets request time
     // out (CI saw it); retrying for a minute tells "slow" from "gone".
-    let meta = with_retries(|| consumer.fetch_metadata(Some(topic), Duration::from_secs(10)))
+    let meta = retry_kafka(|| consumer.fetch_metadata(Some(topic), Duration::from_secs(10)))
         .map_err(|e| format!("metadata of {topic}: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     for t in meta.topics().iter().filter(|t| t.name() == topic) {
@@ -229,7 +261,7 @@ pub fn read_kafka(
     // Partition -> high watermark, for the partitions that hold anything.
     let mut behind = std::collections::BTreeMap::new();
     for p in tpl.elements() {
-        let (low, high) = with_retries(|| {
+        let (low, high) = retry_kafka(|| {
             consumer.fetch_watermarks(topic, p.partition(), Duration::from_secs(10))
         })
         .map_err(|e| format!("watermarks of {topic}/{}: {e}", p.partition()))?;
@@ -240,6 +272,8 @@ pub fn read_kafka(
     consumer
         .assign(&tpl)
         .map_err(|e| format!("assign {topic}: {e}"))?;
+    // No partition list may outlive the consumer (see `committed_offsets`).
+    drop(tpl);
     let mut out = ReadBack::default();
     let mut last_new = Instant::now();
     let mut result = Ok(());
@@ -305,18 +339,18 @@ pub async fn read_rocketmq(
     result
 }
 
-/// Runs a RocketMQ client request again while it fails, for at most a minute; returns
-/// the first success or the last error.
+/// Runs a RocketMQ client request again while it fails, for [`RETRY_FOR`]; returns the
+/// first success or the last error.
 async fn retry_rocketmq<T, E, F, Fut>(mut request: F) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + RETRY_FOR;
     loop {
         match request().await {
             Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
             other => return other,
         }
