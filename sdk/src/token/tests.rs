@@ -124,6 +124,36 @@ fn clock_before_epoch_is_refused() {
     );
 }
 
+#[test]
+fn bindings_too_long_for_the_stack_aad_still_seal_and_bind() {
+    // 19-byte header + 8 + ids: past AAD_STACK, so the heap path builds the AAD.
+    let long_user = "u".repeat(super::seal::AAD_STACK);
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let sealed = codec.seal_at(&token(&long_user), T0).unwrap();
+    assert_eq!(
+        codec.open(&sealed, &long_user, "cny").unwrap(),
+        token(&long_user)
+    );
+    let other = format!("{long_user}x");
+    assert_eq!(codec.open(&sealed, &other, "cny"), Err(Illegal::Forged));
+}
+
+#[test]
+fn simd_encoder_writes_what_the_strict_decoder_reads() {
+    // Seal encodes with base64-simd, open decodes with the scalar engine: they must
+    // agree on every length (each tail: 0, 1 or 2 leftover bytes).
+    for len in 0..=300usize {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 151 + len) as u8).collect();
+        let simd = base64_simd::URL_SAFE_NO_PAD.encode_to_string(&bytes);
+        assert_eq!(simd, URL_SAFE_NO_PAD.encode(&bytes), "length {len}");
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(&simd).unwrap(),
+            bytes,
+            "length {len}"
+        );
+    }
+}
+
 proptest! {
     #[test]
     fn round_trips_any_token(
