@@ -33,7 +33,7 @@ enum Command {
         #[arg(long, value_enum)]
         only: Vec<Target>,
         /// RocketMQ consumer type to use.
-        #[arg(long, value_enum, default_value_t = ConsumerKind::LitePull)]
+        #[arg(long, value_enum, default_value_t = ConsumerKind::Push)]
         rocketmq_consumer: ConsumerKind,
         /// RocketMQ: messages per pull request [default: 256].
         #[arg(long)]

@@ -58,7 +58,7 @@ impl ProbeOptions {
         Self {
             messages,
             send_batch: 100,
-            consumer: ConsumerKind::LitePull,
+            consumer: ConsumerKind::Push,
             pull_batch: Some(256),
             consume_batch: Some(32),
             consume_threads: Some(4),
@@ -163,7 +163,9 @@ async fn ensure_topic(env: &StackEnv, topic: &str) -> Result<(), SmokeError> {
         .map_err(|reason| {
             SmokeError::Stack(crate::stack::StackError::Unreachable {
                 server: Server::RocketMqBroker,
-                addr: "(via the name server)".into(),
+                // The broker's own address comes from the name server's routes; what
+                // we know is which name server was asked.
+                addr: format!("the route from name server {}", env.rocketmq_namesrv),
                 reason,
             })
         })
