@@ -30,6 +30,7 @@
 //! Every run checks its own counts: a run that did not get every event acknowledged, or
 //! lost a token write, fails instead of reporting a rate.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -58,6 +59,18 @@ pub struct BenchOptions {
     pub latency_secs: u64,
     /// Rounds of (raw, sdk); the report keeps every round.
     pub rounds: u32,
+    /// librdkafka settings laid over the stack's, for both sides alike (e.g.
+    /// `linger.ms`), so a tuning is compared, never given to one side only.
+    pub kafka_settings: BTreeMap<String, String>,
+}
+
+impl BenchOptions {
+    /// The librdkafka settings both sides run with: the stack's, then the caller's.
+    fn kafka_settings(&self) -> BTreeMap<String, String> {
+        let mut all = sdk::readback::stack_kafka_settings();
+        all.extend(self.kafka_settings.clone());
+        all
+    }
 }
 
 /// Why a bench run failed.
@@ -198,6 +211,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     check_reachable(Server::Kafka, first_broker(env), probe).await?;
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
+    let kafka = opts.kafka_settings();
     for round in 1..=opts.rounds.max(1) {
         let tag = unique_name("bench");
         let raw_topic = format!("{tag}-raw");
@@ -214,12 +228,12 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] round {round}: raw rdkafka, {} events",
             opts.rewards
         );
-        let raw = raw_run(env, &raw_topic, &reqs).await?;
+        let raw = raw_run(env, &kafka, &raw_topic, &reqs).await?;
         eprintln!(
             "[bench] round {round}: send_reward, {} rewards, {} callers",
             opts.rewards, opts.concurrency
         );
-        let sdk = sdk_run(env, &tag, &sdk_topic, reqs, opts.concurrency).await?;
+        let sdk = sdk_run(env, &kafka, &tag, &sdk_topic, reqs, opts.concurrency).await?;
         last_sdk_rate = sdk.rate();
         rounds.push(Round { raw, sdk });
     }
@@ -234,7 +248,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] paced send_reward at {target:.0}/s for {} s",
             opts.latency_secs
         );
-        Some(paced_run(env, &tag, &topic, target, opts.latency_secs).await?)
+        Some(paced_run(env, &kafka, &tag, &topic, target, opts.latency_secs).await?)
     } else {
         None
     };
@@ -243,17 +257,15 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
 
 async fn raw_run(
     env: &StackEnv,
+    kafka: &BTreeMap<String, String>,
     topic: &str,
     reqs: &[RewardRequest],
 ) -> Result<Throughput, BenchError> {
     let timeout = Duration::from_secs(30);
-    let producer: FutureProducer = sdk::queue::producer::kafka_client_config(
-        &env.kafka_brokers,
-        &sdk::readback::stack_kafka_settings(),
-        timeout,
-    )
-    .create()
-    .map_err(|e| BenchError::Setup(format!("raw producer: {e}")))?;
+    let producer: FutureProducer =
+        sdk::queue::producer::kafka_client_config(&env.kafka_brokers, kafka, timeout)
+            .create()
+            .map_err(|e| BenchError::Setup(format!("raw producer: {e}")))?;
     // The same bytes the SDK puts on the wire.
     let now = 1_790_000_000_000;
     let payloads: Vec<(String, Vec<u8>)> = reqs
@@ -322,7 +334,17 @@ fn micros(d: Duration) -> u64 {
 
 /// An SDK with one Kafka-only queue on `topic` (backup = primary: the bench measures the
 /// happy path), fresh keys, its own Redis prefix and spool directory.
-async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchError> {
+async fn start_sdk(
+    env: &StackEnv,
+    kafka: &BTreeMap<String, String>,
+    tag: &str,
+    topic: &str,
+) -> Result<Sdk, BenchError> {
+    let pairs: Vec<String> = kafka
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}"))
+        .collect();
+    let settings = format!("settings = {{ {} }}", pairs.join(", "));
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
     let text = format!(
         r#"
@@ -347,7 +369,6 @@ async fn start_sdk(env: &StackEnv, tag: &str, topic: &str) -> Result<Sdk, BenchE
         redis = env.redis_url,
         kafka = env.kafka_brokers,
         spool = spool.display(),
-        settings = sdk::readback::stack_kafka_settings_toml(),
     );
     let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
     Sdk::builder(config)
@@ -413,12 +434,13 @@ async fn finish(sdk: &Sdk, run: &'static str) -> Result<(), BenchError> {
 
 async fn sdk_run(
     env: &StackEnv,
+    kafka: &BTreeMap<String, String>,
     tag: &str,
     topic: &str,
     reqs: Vec<RewardRequest>,
     concurrency: usize,
 ) -> Result<Throughput, BenchError> {
-    let sdk = start_sdk(env, tag, topic).await?;
+    let sdk = start_sdk(env, kafka, tag, topic).await?;
     let n = reqs.len() as u64;
     let concurrency = concurrency.max(1);
     // Deal the requests out before the clock starts.
@@ -478,12 +500,13 @@ async fn sdk_run(
 
 async fn paced_run(
     env: &StackEnv,
+    kafka: &BTreeMap<String, String>,
     tag: &str,
     topic: &str,
     rate: f64,
     secs: u64,
 ) -> Result<Paced, BenchError> {
-    let sdk = start_sdk(env, tag, topic).await?;
+    let sdk = start_sdk(env, kafka, tag, topic).await?;
     let total = ((rate * secs as f64) as u64).max(1);
     let reqs = rewards(tag, total);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<u64, String>>();

@@ -78,6 +78,10 @@ enum Command {
         /// Throughput rounds (raw then sdk, each on fresh topics).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
         rounds: u32,
+        /// A librdkafka setting for both sides, KEY=VALUE (repeatable), laid over the
+        /// SDK's defaults and the stack's (e.g. `--kafka-setting linger.ms=50`).
+        #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
+        kafka_settings: Vec<(String, String)>,
     },
 }
 
@@ -121,6 +125,7 @@ async fn run(cli: Cli) -> ExitCode {
             partitions,
             latency_secs,
             rounds,
+            kafka_settings,
         } => {
             let opts = BenchOptions {
                 rewards,
@@ -128,6 +133,7 @@ async fn run(cli: Cli) -> ExitCode {
                 partitions,
                 latency_secs,
                 rounds,
+                kafka_settings: kafka_settings.into_iter().collect(),
             };
             match bench::run(&StackEnv::from_env(), &opts).await {
                 Ok(report) => {
@@ -255,5 +261,15 @@ fn print_bench(r: &BenchReport) {
             p.latency.p999,
             p.latency.max
         );
+    }
+}
+
+/// `KEY=VALUE`, both sides non-empty (librdkafka itself judges the key and value).
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
     }
 }

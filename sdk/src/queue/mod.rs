@@ -553,7 +553,9 @@ impl Engine {
 
 /// One queue's dispatcher: batches on size or linger, routes, sends.
 async fn dispatch(engine: Arc<Engine>, queue: String, mut rx: mpsc::Receiver<Envelope>) {
-    let lanes = Arc::new(Semaphore::new(8));
+    // Validated to 1..=MAX_IN_FLIGHT_BATCHES, so the u32 conversion holds.
+    let window = engine.batch.in_flight_batches;
+    let lanes = Arc::new(Semaphore::new(window));
     let linger = Duration::from_millis(engine.batch.linger_ms);
     let max = engine.batch.max_events;
     let gauge = metrics::gauge!("reward_sdk_buffer_events", "queue" => queue.clone());
@@ -584,7 +586,9 @@ async fn dispatch(engine: Arc<Engine>, queue: String, mut rx: mpsc::Receiver<Env
         });
     }
     // Wait for the batches still on their way.
-    let _ = lanes.acquire_many(8).await;
+    let _ = lanes
+        .acquire_many(u32::try_from(window).unwrap_or(u32::MAX))
+        .await;
 }
 
 async fn send_routed(engine: &Arc<Engine>, queue: &str, batch: Vec<Envelope>) {

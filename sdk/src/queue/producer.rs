@@ -76,7 +76,7 @@ impl fmt::Debug for KafkaProducer {
 }
 
 /// The librdkafka settings the SDK's Kafka producer runs with: idempotent, `acks=all`,
-/// a 2 ms linger, a large local queue, `timeout` as the delivery timeout; `extra`
+/// a 20 ms linger, a large local queue, `timeout` as the delivery timeout; `extra`
 /// (the producer's `settings` table) overrides any of them. Public so a baseline (the
 /// load tester's raw-rdkafka run) can use exactly the same settings.
 pub fn kafka_client_config(
@@ -88,7 +88,12 @@ pub fn kafka_client_config(
     cfg.set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "2")
+        // 20 ms, not librdkafka's 5: `send_reward` never waits for the broker, so a
+        // longer linger costs the user nothing, and it makes produce requests larger
+        // and fewer. Against the stack's tansu, which commits SQLite per request,
+        // 2 ms held `send_reward` to 0.54-0.59x a raw producer and 20 ms gave
+        // 0.70-0.76x (both sides on these settings; BENCHMARKS.md).
+        .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576")
