@@ -88,12 +88,29 @@ pub struct StoreConfig {
     /// When true, a failed token write fails the reward; when false (the brief's
     /// behaviour) it is counted and the reward goes on.
     pub strict: bool,
-    /// Most writes in one pipeline round trip.
+    /// How token writes reach Redis (see [`WriteMode`]).
+    pub write_mode: WriteMode,
+    /// Most writes in one pipeline round trip ([`WriteMode::Batched`] only).
     pub pipeline_max: usize,
     /// Redis connections in the pool.
     pub pool_size: usize,
     /// Timeout of one store round trip.
     pub timeout_ms: u64,
+}
+
+/// How the token store sends its writes. Both run the same cap-checking script and
+/// report the same outcomes; they differ in how many task hops a write takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteMode {
+    /// Each `send_reward` sends its script call itself, on a pooled connection; fred
+    /// already pipelines concurrent commands on one connection. Half the median
+    /// latency of `Batched` in the paced benchmark (≈0.4 ms against ≈0.9 ms) at the
+    /// same throughput.
+    Direct,
+    /// One writer task gathers every caller's write and sends explicit pipelines of up
+    /// to `pipeline_max`, at most `pool_size` at once.
+    Batched,
 }
 
 impl Default for StoreConfig {
@@ -104,6 +121,7 @@ impl Default for StoreConfig {
             ttl_secs: 7 * 24 * 3600,
             max_tokens_per_user: 500,
             strict: false,
+            write_mode: WriteMode::Direct,
             pipeline_max: 512,
             pool_size: 4,
             timeout_ms: 2_000,
@@ -714,6 +732,7 @@ mod tests {
             ("[batch]\nin_flight_batches = 0", "in_flight_batches"),
             ("[batch]\nin_flight_batches = 70000", "in_flight_batches"),
             ("[store]\nmax_tokens_per_user = 0", "store"),
+            ("[store]\nwrite_mode = \"fast\"", "write_mode"),
             ("[types.coin]\nmax_amount = 0", "max_amount"),
         ];
         for (extra, want) in bad {
