@@ -1,6 +1,10 @@
 //! The token store's two write modes against the real Redis of the local stack
 //! (`ops/stack up`; fails, never skips): the same outcomes, the same counts.
 
+// Helpers may unwrap: a failure here is a failed test (clippy's allow-unwrap-in-tests
+// covers only the test functions themselves).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use sdk::config::{StoreConfig, WriteMode};
