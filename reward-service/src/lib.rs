@@ -1,5 +1,8 @@
 //! The reward service: credits each trade number exactly once, within budget.
 //!
-//! Empty until its issue lands (compare-and-set idempotency, sharded budgets, sync and
-//! async grant APIs, wallet token endpoints). The crate exists now so the workspace,
-//! lints and CI cover it from the start.
+//! Built so far: [`claim`], the atomic heart of a grant (idempotency record and budget
+//! shard checked and changed by one Redis script). Still to come (issue 4): the
+//! downstream trait and its ledger/HTTP implementations, the gRPC and wallet HTTP APIs,
+//! health, graceful shutdown.
+
+pub mod claim;

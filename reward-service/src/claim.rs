@@ -1,0 +1,423 @@
+//! Claiming a grant: the idempotency record and the budget, checked and changed by one
+//! atomic Redis script.
+//!
+//! # Keys
+//! A scene's budget is split over `shards` keys; a trade number belongs to shard
+//! `crc32(trade number) % shards`. The trade number's record and its shard's budget
+//! share one hash tag, `{scene:shard}`, so they live in one cluster slot and one
+//! script can read and write both:
+//!
+//! ```text
+//! {prefix}:{scene:3}:budget        hash  cap, spent
+//! {prefix}:{scene:3}:t:{trade_no}  hash  user, type, amount, state, lease, owner, result
+//! ```
+//!
+//! # States
+//! `IN_PROGRESS` (with a lease and an owner, the claim id) → `GRANTED` (with the stored
+//! result) or `FAILED` (permanent; the budget is given back). Every transition is a
+//! compare-and-set inside a script: claiming checks that no record exists (or that its
+//! lease has expired), finishing checks that the record is still `IN_PROGRESS` under
+//! the caller's claim id. Lease times come from Redis's own clock (`TIME`), so workers'
+//! clocks never matter. Records expire `retention_secs` after their last change.
+//!
+//! # The guarantee
+//! - **No trade number is deducted twice**: the deduction happens only when the record
+//!   is created, in the same script; a takeover after an expired lease does not deduct
+//!   again, and a permanent failure refunds exactly once (only the owner can finish).
+//! - **No shard spends past its cap**, whatever the concurrency, retries or crashes:
+//!   check and deduct are one script. The scene's total cap is the sum of its shards'
+//!   caps, so the scene never overspends either.
+//! - **A shard that is full refuses** (`BudgetExhausted`) even while other shards have
+//!   room: no request moves between shards, because that would break the one-slot
+//!   atomicity. With trade numbers spread evenly by the hash, what is left unspent when
+//!   the first shards fill is small; [`Claims::set_budget`] splits a total evenly (the
+//!   remainder to the first shards).
+//! - **Exactly-once crediting needs one more condition**: the lease must outlast the
+//!   downstream call. A worker whose lease expired mid-credit finds on `finish` that
+//!   another claim took over ([`Finish::LostLease`]); the downstream then sees the trade
+//!   number twice, which is why downstream calls carry it as their idempotency key.
+
+use std::sync::Arc;
+
+use fred::prelude::*;
+
+/// Settings of the claim store.
+#[derive(Debug, Clone)]
+pub struct ClaimConfig {
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Budget shards per scene.
+    pub shards: u32,
+    /// How long a claim is held before another worker may take it over.
+    pub lease_ms: u64,
+    /// How long a record is kept after its last change (default 30 days).
+    pub retention_secs: u64,
+    /// Redis connections in the pool.
+    pub pool_size: usize,
+}
+
+impl Default for ClaimConfig {
+    fn default() -> Self {
+        Self {
+            key_prefix: "rs".into(),
+            shards: 16,
+            lease_ms: 30_000,
+            retention_secs: 30 * 24 * 3600,
+            pool_size: 4,
+        }
+    }
+}
+
+/// One grant as the claim store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Budget scope (activity scene).
+    pub scene: String,
+    /// The global idempotency key.
+    pub trade_no: String,
+    /// Who is credited.
+    pub user_id: String,
+    /// What is credited.
+    pub reward_type: String,
+    /// How much (in the reward type's smallest unit).
+    pub amount: i64,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller now owns the grant: credit downstream, then [`Claims::finish`].
+    /// `took_over` is true when an earlier claim's lease had expired (its budget
+    /// deduction stands; nothing was deducted again).
+    Claimed {
+        /// The owner id to finish with.
+        claim_id: String,
+        /// Whether an expired claim was taken over.
+        took_over: bool,
+    },
+    /// Already granted: the stored result; nothing is credited again.
+    Duplicate {
+        /// What the first grant stored.
+        result: String,
+    },
+    /// Failed permanently before: the stored reason.
+    FailedPermanent {
+        /// What the failure stored.
+        result: String,
+    },
+    /// Another worker holds a live lease: try again later (never drop the request).
+    RetryLater {
+        /// Milliseconds left on that lease.
+        lease_left_ms: u64,
+    },
+    /// The trade number is known with another user, type or amount: never credited.
+    Conflict,
+    /// This trade number's budget shard has no room for the amount.
+    BudgetExhausted,
+    /// The scene has no budget set.
+    NoBudget,
+}
+
+/// What finishing a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The record moved to its final state.
+    Done,
+    /// The record is no longer this claim's (its lease expired and another claim took
+    /// over, or it was already finished): nothing changed.
+    LostLease,
+}
+
+/// Claim store failures.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClaimError {
+    /// The grant cannot be stored as given.
+    #[error("invalid grant: {0}")]
+    Invalid(&'static str),
+    /// Redis refused, timed out or is unreachable.
+    #[error("claim store: {0}")]
+    Redis(String),
+    /// The script answered something this build does not know.
+    #[error("claim store: unexpected reply {0:?}")]
+    Reply(Vec<String>),
+}
+
+impl From<fred::error::Error> for ClaimError {
+    fn from(e: fred::error::Error) -> Self {
+        ClaimError::Redis(e.to_string())
+    }
+}
+
+/// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id.
+const CLAIM_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', KEYS[1], 'user', 'type', 'amount', 'state', 'lease', 'result')
+if rec[4] then
+  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or rec[3] ~= ARGV[3] then return {'CONFLICT', ''} end
+  if rec[4] == 'GRANTED' then return {'DUPLICATE', rec[6] or ''} end
+  if rec[4] == 'FAILED' then return {'FAILED', rec[6] or ''} end
+  local lease = tonumber(rec[5]) or 0
+  if lease > now then return {'RETRY', tostring(lease - now)} end
+  redis.call('HSET', KEYS[1], 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  return {'TAKEOVER', ''}
+end
+local cap = tonumber(redis.call('HGET', KEYS[2], 'cap'))
+if not cap then return {'NOBUDGET', ''} end
+local spent = tonumber(redis.call('HGET', KEYS[2], 'spent') or '0')
+local amount = tonumber(ARGV[3])
+if spent + amount > cap then return {'EXHAUSTED', ''} end
+redis.call('HINCRBY', KEYS[2], 'spent', amount)
+redis.call('HSET', KEYS[1], 'user', ARGV[1], 'type', ARGV[2], 'amount', ARGV[3],
+  'state', 'IN_PROGRESS', 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return {'CLAIMED', ''}
+";
+
+/// KEYS: record, budget. ARGV: claim id, final state (GRANTED or FAILED), result,
+/// retention s. A FAILED grant gives its amount back to the shard.
+const FINISH_LUA: &str = r"
+local rec = redis.call('HMGET', KEYS[1], 'state', 'owner', 'amount')
+if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'result', ARGV[3])
+redis.call('HDEL', KEYS[1], 'lease', 'owner')
+if ARGV[2] == 'FAILED' then
+  redis.call('HINCRBY', KEYS[2], 'spent', -tonumber(rec[3]))
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+";
+
+/// Longest scene or trade number accepted (they become parts of keys).
+const MAX_ID: usize = 256;
+
+/// The claim store.
+#[derive(Clone)]
+pub struct Claims {
+    pool: Pool,
+    cfg: Arc<ClaimConfig>,
+    claim_sha: Arc<String>,
+    finish_sha: Arc<String>,
+}
+
+impl std::fmt::Debug for Claims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claims")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
+    if id.is_empty() || id.len() > MAX_ID || id.contains(['{', '}']) {
+        return Err(ClaimError::Invalid(what));
+    }
+    Ok(())
+}
+
+impl Claims {
+    /// Connects to Redis at `redis_url` and loads the scripts.
+    pub async fn connect(redis_url: &str, cfg: ClaimConfig) -> Result<Self, ClaimError> {
+        if cfg.shards == 0 || cfg.lease_ms == 0 || cfg.retention_secs == 0 || cfg.pool_size == 0 {
+            return Err(ClaimError::Invalid(
+                "shards, lease_ms, retention_secs and pool_size must be positive",
+            ));
+        }
+        let pool = Builder::from_config(Config::from_url(redis_url)?).build_pool(cfg.pool_size)?;
+        pool.init().await?;
+        let claim_sha: String = pool.next().script_load(CLAIM_LUA).await?;
+        let finish_sha: String = pool.next().script_load(FINISH_LUA).await?;
+        Ok(Self {
+            pool,
+            cfg: Arc::new(cfg),
+            claim_sha: Arc::new(claim_sha),
+            finish_sha: Arc::new(finish_sha),
+        })
+    }
+
+    /// The shard a trade number belongs to.
+    pub fn shard_of(&self, trade_no: &str) -> u32 {
+        crc32fast::hash(trade_no.as_bytes()) % self.cfg.shards
+    }
+
+    fn budget_key(&self, scene: &str, shard: u32) -> String {
+        format!("{}:{{{scene}:{shard}}}:budget", self.cfg.key_prefix)
+    }
+
+    fn record_key(&self, scene: &str, shard: u32, trade_no: &str) -> String {
+        format!("{}:{{{scene}:{shard}}}:t:{trade_no}", self.cfg.key_prefix)
+    }
+
+    /// Sets a scene's total budget, split evenly over its shards (the remainder to the
+    /// first ones). Spending so far is kept.
+    pub async fn set_budget(&self, scene: &str, total: i64) -> Result<(), ClaimError> {
+        check_id("scene", scene)?;
+        if total < 0 {
+            return Err(ClaimError::Invalid("budget must not be negative"));
+        }
+        let n = i64::from(self.cfg.shards);
+        for shard in 0..self.cfg.shards {
+            let cap = total / n + i64::from(i64::from(shard) < total % n);
+            let _: () = self
+                .pool
+                .next()
+                .hset(self.budget_key(scene, shard), ("cap", cap))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// What a scene has spent, over all shards.
+    pub async fn spent(&self, scene: &str) -> Result<i64, ClaimError> {
+        let mut sum = 0;
+        for shard in 0..self.cfg.shards {
+            sum += self.shard_spent(scene, shard).await?;
+        }
+        Ok(sum)
+    }
+
+    /// What one shard has spent.
+    pub async fn shard_spent(&self, scene: &str, shard: u32) -> Result<i64, ClaimError> {
+        check_id("scene", scene)?;
+        let v: Option<i64> = self
+            .pool
+            .next()
+            .hget(self.budget_key(scene, shard), "spent")
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Runs a loaded script, loading it again once if Redis lost its script cache.
+    async fn eval(
+        &self,
+        sha: &str,
+        script: &str,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Value, ClaimError> {
+        let client = self.pool.next();
+        match client.evalsha(sha, keys.clone(), args.clone()).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                let _: String = client.script_load(script).await?;
+                Ok(client.evalsha(sha, keys, args).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Claims `g`: checks its idempotency record and, for a new trade number, deducts
+    /// its amount from its budget shard, in one atomic step.
+    pub async fn claim(&self, g: &Grant) -> Result<Claim, ClaimError> {
+        check_id("scene", &g.scene)?;
+        check_id("trade number", &g.trade_no)?;
+        if g.user_id.is_empty() || g.reward_type.is_empty() {
+            return Err(ClaimError::Invalid("user id and reward type must be set"));
+        }
+        if g.amount <= 0 {
+            return Err(ClaimError::Invalid("amount must be positive"));
+        }
+        let shard = self.shard_of(&g.trade_no);
+        let claim_id = format!(
+            "{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        );
+        let reply = self
+            .eval(
+                &self.claim_sha,
+                CLAIM_LUA,
+                vec![
+                    self.record_key(&g.scene, shard, &g.trade_no),
+                    self.budget_key(&g.scene, shard),
+                ],
+                vec![
+                    Value::from(g.user_id.as_str()),
+                    Value::from(g.reward_type.as_str()),
+                    Value::from(g.amount.to_string()),
+                    Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
+                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                    Value::from(claim_id.as_str()),
+                ],
+            )
+            .await?;
+        let reply: Vec<String> = reply.convert()?;
+        let (code, detail) = match reply.as_slice() {
+            [code, detail] => (code.as_str(), detail.clone()),
+            _ => return Err(ClaimError::Reply(reply)),
+        };
+        Ok(match code {
+            "CLAIMED" => Claim::Claimed {
+                claim_id,
+                took_over: false,
+            },
+            "TAKEOVER" => Claim::Claimed {
+                claim_id,
+                took_over: true,
+            },
+            "DUPLICATE" => Claim::Duplicate { result: detail },
+            "FAILED" => Claim::FailedPermanent { result: detail },
+            "RETRY" => Claim::RetryLater {
+                lease_left_ms: detail.parse().unwrap_or(self.cfg.lease_ms),
+            },
+            "CONFLICT" => Claim::Conflict,
+            "EXHAUSTED" => Claim::BudgetExhausted,
+            "NOBUDGET" => Claim::NoBudget,
+            _ => return Err(ClaimError::Reply(reply)),
+        })
+    }
+
+    async fn finish(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        state: &str,
+        result: &str,
+    ) -> Result<Finish, ClaimError> {
+        check_id("scene", &g.scene)?;
+        check_id("trade number", &g.trade_no)?;
+        let shard = self.shard_of(&g.trade_no);
+        let reply = self
+            .eval(
+                &self.finish_sha,
+                FINISH_LUA,
+                vec![
+                    self.record_key(&g.scene, shard, &g.trade_no),
+                    self.budget_key(&g.scene, shard),
+                ],
+                vec![
+                    Value::from(claim_id),
+                    Value::from(state),
+                    Value::from(result),
+                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        let done: i64 = reply.convert()?;
+        Ok(if done == 1 {
+            Finish::Done
+        } else {
+            Finish::LostLease
+        })
+    }
+
+    /// Marks a claimed grant credited, storing `result` for duplicates to get back.
+    pub async fn grant(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        result: &str,
+    ) -> Result<Finish, ClaimError> {
+        self.finish(g, claim_id, "GRANTED", result).await
+    }
+
+    /// Marks a claimed grant failed for good and gives its amount back to the budget.
+    pub async fn fail(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        reason: &str,
+    ) -> Result<Finish, ClaimError> {
+        self.finish(g, claim_id, "FAILED", reason).await
+    }
+}

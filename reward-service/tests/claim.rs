@@ -1,0 +1,224 @@
+//! The claim store against the real Redis of the local stack (`ops/stack up`; fails,
+//! never skips): exactly one credit per trade number, never over budget.
+
+// Helpers may unwrap: a failure here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use reward_service::claim::{Claim, ClaimConfig, ClaimError, Claims, Finish, Grant};
+
+fn redis_url() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into());
+    let addr = url.trim_start_matches("redis://").to_string();
+    assert!(
+        std::net::TcpStream::connect(&addr).is_ok(),
+        "Redis at {addr} is not answering; start the local stack with `ops/stack up`"
+    );
+    url
+}
+
+async fn claims(shards: u32, lease_ms: u64) -> Claims {
+    let cfg = ClaimConfig {
+        key_prefix: format!("claim-test-{:08x}", rand::random::<u32>()),
+        shards,
+        lease_ms,
+        ..ClaimConfig::default()
+    };
+    Claims::connect(&redis_url(), cfg).await.unwrap()
+}
+
+fn grant(trade_no: &str, amount: i64) -> Grant {
+    Grant {
+        scene: "rain".into(),
+        trade_no: trade_no.into(),
+        user_id: "u1".into(),
+        reward_type: "cash".into(),
+        amount,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_racers_a_thousand_times_credit_once() {
+    let c = Arc::new(claims(4, 30_000).await);
+    c.set_budget("rain", 1_000).await.unwrap();
+    let credits = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (c, credits) = (c.clone(), credits.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = grant("rain:1:u1", 88);
+            for _ in 0..1_000 {
+                match c.claim(&g).await.unwrap() {
+                    Claim::Claimed { claim_id, .. } => {
+                        credits.fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(c.grant(&g, &claim_id, "ok-1").await.unwrap(), Finish::Done);
+                    }
+                    Claim::Duplicate { result } => assert_eq!(result, "ok-1"),
+                    Claim::RetryLater { .. } => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(credits.load(Ordering::SeqCst), 1, "exactly one credit");
+    assert_eq!(c.spent("rain").await.unwrap(), 88, "budget counted once");
+    // The same trade number with another amount, user or type is a conflict.
+    for other in [
+        grant("rain:1:u1", 89),
+        Grant {
+            user_id: "u2".into(),
+            ..grant("rain:1:u1", 88)
+        },
+        Grant {
+            reward_type: "coupon".into(),
+            ..grant("rain:1:u1", 88)
+        },
+    ] {
+        assert_eq!(c.claim(&other).await.unwrap(), Claim::Conflict, "{other:?}");
+    }
+    assert_eq!(c.spent("rain").await.unwrap(), 88);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_claim_is_taken_over_after_its_lease_and_counted_once() {
+    let c = claims(2, 300).await;
+    c.set_budget("rain", 100).await.unwrap();
+    let g = grant("rain:2:u1", 10);
+    // The first worker claims, then "crashes" between deduction and credit.
+    let Claim::Claimed {
+        claim_id: first,
+        took_over: false,
+    } = c.claim(&g).await.unwrap()
+    else {
+        panic!("first claim")
+    };
+    // While its lease lives, others are told to come back (never dropped).
+    assert!(matches!(
+        c.claim(&g).await.unwrap(),
+        Claim::RetryLater { lease_left_ms } if lease_left_ms <= 300
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let Claim::Claimed {
+        claim_id: second,
+        took_over: true,
+    } = c.claim(&g).await.unwrap()
+    else {
+        panic!("takeover")
+    };
+    assert_eq!(c.grant(&g, &second, "ok-2").await.unwrap(), Finish::Done);
+    // The first owner wakes up late: its finish changes nothing.
+    assert_eq!(
+        c.grant(&g, &first, "late").await.unwrap(),
+        Finish::LostLease
+    );
+    assert_eq!(
+        c.claim(&g).await.unwrap(),
+        Claim::Duplicate {
+            result: "ok-2".into()
+        }
+    );
+    assert_eq!(c.spent("rain").await.unwrap(), 10, "deducted once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_times_the_budget_spends_exactly_the_budget() {
+    const B: i64 = 1_000;
+    let c = Arc::new(claims(8, 30_000).await);
+    c.set_budget("rain", B).await.unwrap();
+    let claimed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        let (c, claimed) = (c.clone(), claimed.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..(10 * B as u64 / 16) {
+                let g = grant(&format!("rain:3:{t}:{i}"), 1);
+                match c.claim(&g).await.unwrap() {
+                    Claim::Claimed { claim_id, .. } => {
+                        claimed.fetch_add(1, Ordering::SeqCst);
+                        c.grant(&g, &claim_id, "ok").await.unwrap();
+                    }
+                    Claim::BudgetExhausted => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // 10 000 trade numbers hash about 1 250 to each of 8 shards of cap 125: every
+    // shard fills, so the scene spends its budget exactly, and never more.
+    assert_eq!(c.spent("rain").await.unwrap(), B);
+    assert_eq!(claimed.load(Ordering::SeqCst), B as u64);
+    for shard in 0..8 {
+        assert_eq!(
+            c.shard_spent("rain", shard).await.unwrap(),
+            B / 8,
+            "shard {shard}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_gives_the_budget_back_once() {
+    // One shard: its cap is the whole budget (with two, each would hold 25 and a grant
+    // of 50 would find its shard too small: `BudgetExhausted`, by design).
+    let c = claims(1, 30_000).await;
+    c.set_budget("rain", 50).await.unwrap();
+    let g = grant("rain:4:u1", 50);
+    let Claim::Claimed { claim_id, .. } = c.claim(&g).await.unwrap() else {
+        panic!("claim")
+    };
+    assert_eq!(c.spent("rain").await.unwrap(), 50);
+    assert_eq!(
+        c.fail(&g, &claim_id, "account closed").await.unwrap(),
+        Finish::Done
+    );
+    assert_eq!(
+        c.fail(&g, &claim_id, "again").await.unwrap(),
+        Finish::LostLease
+    );
+    assert_eq!(c.spent("rain").await.unwrap(), 0, "refunded exactly once");
+    assert_eq!(
+        c.claim(&g).await.unwrap(),
+        Claim::FailedPermanent {
+            result: "account closed".into()
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_grants_and_missing_budgets_are_told_apart() {
+    let c = claims(2, 30_000).await;
+    assert_eq!(
+        c.claim(&grant("rain:5:u1", 1)).await.unwrap(),
+        Claim::NoBudget
+    );
+    c.set_budget("rain", 10).await.unwrap();
+    for bad in [
+        grant("", 1),
+        grant("rain:5:u1", 0),
+        grant("rain:5:u1", -3),
+        grant("a{b}", 1),
+        Grant {
+            scene: "{x".into(),
+            ..grant("rain:5:u1", 1)
+        },
+        Grant {
+            user_id: String::new(),
+            ..grant("rain:5:u1", 1)
+        },
+    ] {
+        assert!(
+            matches!(c.claim(&bad).await, Err(ClaimError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(c.spent("rain").await.unwrap(), 0, "nothing deducted");
+}
