@@ -1,0 +1,233 @@
+//! Downstream systems that really credit a reward (wallets, coupon systems), behind one
+//! trait, and the built-in Redis [`Ledger`].
+//!
+//! # Errors are classified by code
+//! A downstream failure carries an [`ErrorCode`]; whether it is worth retrying is a
+//! property of the code ([`ErrorCode::retryable`]), never of the message text, which
+//! downstream teams reword at will.
+//!
+//! # The ledger is deliberately not idempotent
+//! It credits whatever it is asked to. When it sees a trade number it has already
+//! credited, it credits again and counts a **double-credit incident**. The service's
+//! own idempotency (the claim store) is what must keep that count at zero, and tests
+//! read it to prove so. An optional capacity per reward type (credits per second)
+//! answers `RateLimited` above it, to stand in for the weakest downstream (the brief's
+//! 2 000 TPS).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fred::prelude::*;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+/// One credit to perform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credit {
+    /// The idempotency key (downstreams that support one get it as such).
+    pub trade_no: String,
+    /// Who is credited.
+    pub user_id: String,
+    /// What is credited.
+    pub reward_type: String,
+    /// How much.
+    pub amount: i64,
+}
+
+/// Why a downstream did not credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// No answer in time (the credit may or may not have happened).
+    Timeout,
+    /// Over the downstream's capacity.
+    RateLimited,
+    /// The downstream failed (5xx, connection refused).
+    Unavailable,
+    /// The request itself is wrong (4xx validation).
+    Invalid,
+    /// The account cannot take credits.
+    AccountClosed,
+}
+
+impl ErrorCode {
+    /// Whether the same credit may succeed if sent again later.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Timeout | ErrorCode::RateLimited | ErrorCode::Unavailable
+        )
+    }
+}
+
+/// A downstream's refusal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("downstream {code:?}: {detail}")]
+pub struct CreditError {
+    /// What kind of failure (decides retry).
+    pub code: ErrorCode,
+    /// For logs and the failure archive.
+    pub detail: String,
+}
+
+/// What a successful credit returns (stored as the grant's result).
+pub type Receipt = String;
+
+/// A boxed credit future (the trait is used as `dyn`, one per reward type).
+pub type CreditFuture<'a> = Pin<Box<dyn Future<Output = Result<Receipt, CreditError>> + Send + 'a>>;
+
+/// A system that credits rewards.
+pub trait Downstream: Send + Sync + std::fmt::Debug {
+    /// Credits `c` once (as far as this downstream is concerned).
+    fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a>;
+}
+
+/// KEYS: balance hash, credited set. ARGV: reward type, amount, trade no. Returns the
+/// new balance and 1 if the trade number had been credited before.
+const LEDGER_LUA: &str = r"
+local again = 0
+if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then again = 1 end
+local balance = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+return {balance, again}
+";
+
+/// The built-in Redis wallet: a balance per user and reward type, and the set of
+/// trade numbers it has credited (see the module doc).
+#[derive(Clone)]
+pub struct Ledger {
+    client: Client,
+    prefix: String,
+    sha: Arc<String>,
+    limits: Arc<HashMap<String, DefaultDirectRateLimiter>>,
+    incidents: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("prefix", &self.prefix)
+            .field("limited_types", &self.limits.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// Connects; `capacity` maps reward types to credits per second (types not named
+    /// are unlimited).
+    pub async fn connect(
+        redis_url: &str,
+        prefix: &str,
+        capacity: &HashMap<String, NonZeroU32>,
+    ) -> Result<Self, CreditError> {
+        let unavailable = |e: fred::error::Error| CreditError {
+            code: ErrorCode::Unavailable,
+            detail: e.to_string(),
+        };
+        let client = Builder::from_config(Config::from_url(redis_url).map_err(unavailable)?)
+            .build()
+            .map_err(unavailable)?;
+        client.init().await.map_err(unavailable)?;
+        let sha: String = client.script_load(LEDGER_LUA).await.map_err(unavailable)?;
+        let limits = capacity
+            .iter()
+            .map(|(t, per_sec)| (t.clone(), RateLimiter::direct(Quota::per_second(*per_sec))))
+            .collect();
+        Ok(Self {
+            client,
+            prefix: prefix.to_string(),
+            sha: Arc::new(sha),
+            limits: Arc::new(limits),
+            incidents: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Double credits seen by this ledger instance since start.
+    pub fn double_credits(&self) -> u64 {
+        self.incidents.load(Ordering::Relaxed)
+    }
+
+    /// A user's balance of a reward type.
+    pub async fn balance(&self, user_id: &str, reward_type: &str) -> Result<i64, CreditError> {
+        let v: Option<i64> = self
+            .client
+            .hget(self.balance_key(user_id), reward_type)
+            .await
+            .map_err(|e| CreditError {
+                code: ErrorCode::Unavailable,
+                detail: e.to_string(),
+            })?;
+        Ok(v.unwrap_or(0))
+    }
+
+    fn balance_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:balance", self.prefix)
+    }
+
+    fn credited_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:credited", self.prefix)
+    }
+
+    async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
+        if c.user_id.is_empty() || c.user_id.contains(['{', '}']) || c.amount <= 0 {
+            return Err(CreditError {
+                code: ErrorCode::Invalid,
+                detail: "user id must be set without braces, amount positive".into(),
+            });
+        }
+        if let Some(limit) = self.limits.get(&c.reward_type)
+            && limit.check().is_err()
+        {
+            return Err(CreditError {
+                code: ErrorCode::RateLimited,
+                detail: format!("{} over its capacity", c.reward_type),
+            });
+        }
+        let keys = vec![self.balance_key(&c.user_id), self.credited_key(&c.user_id)];
+        let args = vec![
+            Value::from(c.reward_type.as_str()),
+            Value::from(c.amount),
+            Value::from(c.trade_no.as_str()),
+        ];
+        let reply: Result<Vec<i64>, fred::error::Error> = match self
+            .client
+            .evalsha(self.sha.as_str(), keys.clone(), args.clone())
+            .await
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                match self.client.script_load::<String, _>(LEDGER_LUA).await {
+                    Ok(_) => self.client.evalsha(self.sha.as_str(), keys, args).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        let reply = reply.map_err(|e| CreditError {
+            code: if e.kind() == &fred::error::ErrorKind::Timeout {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::Unavailable
+            },
+            detail: e.to_string(),
+        })?;
+        match reply.as_slice() {
+            [balance, again] => {
+                if *again == 1 {
+                    self.incidents.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(format!("ledger:{}:{balance}", c.trade_no))
+            }
+            _ => Err(CreditError {
+                code: ErrorCode::Unavailable,
+                detail: format!("unexpected ledger reply {reply:?}"),
+            }),
+        }
+    }
+}
+
+impl Downstream for Ledger {
+    fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
+        Box::pin(self.credit_now(c))
+    }
+}
