@@ -189,6 +189,17 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 ";
 
+/// KEYS: record. ARGV: claim id. Ends the owner's lease at once (the credit failed in
+/// a way worth retrying), so the next claim takes over without waiting; the budget
+/// deduction stands for that retry.
+const RELEASE_LUA: &str = r"
+local rec = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease', 0)
+redis.call('HDEL', KEYS[1], 'owner')
+return 1
+";
+
 /// Longest scene or trade number accepted (they become parts of keys).
 const MAX_ID: usize = 256;
 
@@ -199,6 +210,7 @@ pub struct Claims {
     cfg: Arc<ClaimConfig>,
     claim_sha: Arc<String>,
     finish_sha: Arc<String>,
+    release_sha: Arc<String>,
 }
 
 impl std::fmt::Debug for Claims {
@@ -228,11 +240,13 @@ impl Claims {
         pool.init().await?;
         let claim_sha: String = pool.next().script_load(CLAIM_LUA).await?;
         let finish_sha: String = pool.next().script_load(FINISH_LUA).await?;
+        let release_sha: String = pool.next().script_load(RELEASE_LUA).await?;
         Ok(Self {
             pool,
             cfg: Arc::new(cfg),
             claim_sha: Arc::new(claim_sha),
             finish_sha: Arc::new(finish_sha),
+            release_sha: Arc::new(release_sha),
         })
     }
 
@@ -409,6 +423,28 @@ impl Claims {
         result: &str,
     ) -> Result<Finish, ClaimError> {
         self.finish(g, claim_id, "GRANTED", result).await
+    }
+
+    /// Gives a claim up after a retryable failure: the next claim of the trade number
+    /// takes over at once (no second deduction).
+    pub async fn release(&self, g: &Grant, claim_id: &str) -> Result<Finish, ClaimError> {
+        check_id("scene", &g.scene)?;
+        check_id("trade number", &g.trade_no)?;
+        let shard = self.shard_of(&g.trade_no);
+        let reply = self
+            .eval(
+                &self.release_sha,
+                RELEASE_LUA,
+                vec![self.record_key(&g.scene, shard, &g.trade_no)],
+                vec![Value::from(claim_id)],
+            )
+            .await?;
+        let done: i64 = reply.convert()?;
+        Ok(if done == 1 {
+            Finish::Done
+        } else {
+            Finish::LostLease
+        })
     }
 
     /// Marks a claimed grant failed for good and gives its amount back to the budget.

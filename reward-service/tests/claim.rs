@@ -10,28 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use reward_service::claim::{Claim, ClaimConfig, ClaimError, Claims, Finish, Grant};
+mod common;
+
+use common::{claims, grant, redis_url};
+use reward_service::claim::{Claim, ClaimError, Finish, Grant};
 use reward_service::downstream::{Credit, Downstream, ErrorCode, Ledger};
-
-fn redis_url() -> String {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into());
-    let addr = url.trim_start_matches("redis://").to_string();
-    assert!(
-        std::net::TcpStream::connect(&addr).is_ok(),
-        "Redis at {addr} is not answering; start the local stack with `ops/stack up`"
-    );
-    url
-}
-
-async fn claims(shards: u32, lease_ms: u64) -> Claims {
-    let cfg = ClaimConfig {
-        key_prefix: format!("claim-test-{:08x}", rand::random::<u32>()),
-        shards,
-        lease_ms,
-        ..ClaimConfig::default()
-    };
-    Claims::connect(&redis_url(), cfg).await.unwrap()
-}
 
 async fn ledger(capacity: &HashMap<String, NonZeroU32>) -> Ledger {
     let prefix = format!("ledger-test-{:08x}", rand::random::<u32>());
@@ -46,16 +29,6 @@ fn credit_of(g: &Grant) -> Credit {
         user_id: g.user_id.clone(),
         reward_type: g.reward_type.clone(),
         amount: g.amount,
-    }
-}
-
-fn grant(trade_no: &str, amount: i64) -> Grant {
-    Grant {
-        scene: "rain".into(),
-        trade_no: trade_no.into(),
-        user_id: "u1".into(),
-        reward_type: "cash".into(),
-        amount,
     }
 }
 

@@ -1,0 +1,181 @@
+//! One grant end to end (claim, credit, finish, archive) against the real Redis
+//! (`ops/stack up`; fails, never skips).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{claims, grant, redis_url};
+use reward_service::downstream::{
+    Credit, CreditError, CreditFuture, Downstream, ErrorCode, Ledger,
+};
+use reward_service::grant::{Granter, Outcome};
+
+/// A downstream that fails with the scripted codes first, then credits.
+#[derive(Debug, Default)]
+struct Scripted {
+    failures: Mutex<Vec<ErrorCode>>,
+    calls: AtomicUsize,
+}
+
+impl Downstream for Scripted {
+    fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let next = self.failures.lock().unwrap().pop();
+        Box::pin(async move {
+            match next {
+                Some(code) => Err(CreditError {
+                    code,
+                    detail: format!("scripted {code:?}"),
+                }),
+                None => Ok(format!("receipt-{}", c.trade_no)),
+            }
+        })
+    }
+}
+
+fn archive() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("grant-archive-{:08x}.jsonl", rand::random::<u32>()))
+}
+
+async fn granter(d: Arc<dyn Downstream>, archive: &std::path::Path) -> Granter {
+    let c = claims(2, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    Granter::new(
+        c,
+        HashMap::from([("cash".to_string(), d)]),
+        archive.to_path_buf(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_failures_come_back_and_the_retry_credits_once() {
+    // Popped from the end: rate limited first, then a timeout, then success.
+    let d = Arc::new(Scripted {
+        failures: Mutex::new(vec![ErrorCode::Timeout, ErrorCode::RateLimited]),
+        ..Scripted::default()
+    });
+    let g = granter(d.clone(), &archive()).await;
+    let r = grant("rain:g1:u1", 30);
+    for _ in 0..2 {
+        assert!(matches!(
+            g.grant(&r).await.unwrap(),
+            Outcome::RetryLater { .. }
+        ));
+    }
+    let first = g.grant(&r).await.unwrap();
+    assert_eq!(
+        first,
+        Outcome::Granted {
+            receipt: "receipt-rain:g1:u1".into(),
+            duplicate: false
+        }
+    );
+    assert_eq!(
+        g.grant(&r).await.unwrap(),
+        Outcome::Granted {
+            receipt: "receipt-rain:g1:u1".into(),
+            duplicate: true
+        }
+    );
+    assert_eq!(
+        d.calls.load(Ordering::SeqCst),
+        3,
+        "two failures, one credit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_refunded_and_archived_once() {
+    let d = Arc::new(Scripted {
+        failures: Mutex::new(vec![ErrorCode::AccountClosed]),
+        ..Scripted::default()
+    });
+    let path = archive();
+    let c = claims(1, 30_000).await;
+    c.set_budget("rain", 100).await.unwrap();
+    let g = Granter::new(
+        c.clone(),
+        HashMap::from([("cash".to_string(), d.clone() as Arc<dyn Downstream>)]),
+        path.clone(),
+    );
+    let r = grant("rain:g2:u1", 40);
+    assert!(matches!(
+        g.grant(&r).await.unwrap(),
+        Outcome::FailedPermanent { .. }
+    ));
+    assert!(matches!(
+        g.grant(&r).await.unwrap(),
+        Outcome::FailedPermanent { .. }
+    ));
+    assert_eq!(d.calls.load(Ordering::SeqCst), 1, "never sent again");
+    assert_eq!(c.spent("rain").await.unwrap(), 0, "refunded");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let rec: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(rec["trade_no"], "rain:g2:u1");
+    assert_eq!(rec["code"], "AccountClosed");
+    assert_eq!(rec["amount"], 40);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_without_downstream_fails_permanently_never_silently() {
+    let path = archive();
+    let g = granter(Arc::new(Scripted::default()), &path).await;
+    let r = reward_service::claim::Grant {
+        reward_type: "coin".into(),
+        ..grant("rain:g3:u1", 5)
+    };
+    match g.grant(&r).await.unwrap() {
+        Outcome::FailedPermanent { reason } => {
+            assert!(reason.contains("no downstream"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_grants_reach_the_ledger_once() {
+    let prefix = format!("ledger-test-{:08x}", rand::random::<u32>());
+    let ledger = Arc::new(
+        Ledger::connect(&redis_url(), &prefix, &HashMap::new())
+            .await
+            .unwrap(),
+    );
+    let g = Arc::new(granter(ledger.clone(), &archive()).await);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let g = g.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0;
+            for _ in 0..100 {
+                match g.grant(&grant("rain:g4:u1", 7)).await.unwrap() {
+                    Outcome::Granted { .. } => granted += 1,
+                    Outcome::RetryLater { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            granted
+        }));
+    }
+    let mut granted = 0;
+    for t in tasks {
+        granted += t.await.unwrap();
+    }
+    assert!(granted >= 1);
+    assert_eq!(
+        ledger.balance("u1", "cash").await.unwrap(),
+        7,
+        "credited once"
+    );
+    assert_eq!(ledger.double_credits(), 0);
+}
