@@ -189,7 +189,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 ";
 
-/// KEYS: record. ARGV: claim id. Ends the owner's lease at once (the credit failed in
+/// KEYS: record, budget (unused). ARGV: claim id. Ends the owner's lease at once (the credit failed in
 /// a way worth retrying), so the next claim takes over without waiting; the budget
 /// deduction stands for that retry.
 const RELEASE_LUA: &str = r"
@@ -381,6 +381,30 @@ impl Claims {
         })
     }
 
+    /// Runs a compare-and-set script on `g`'s record (and its budget shard, which the
+    /// scripts take as their second key even when they leave it alone).
+    async fn cas(
+        &self,
+        g: &Grant,
+        sha: &str,
+        script: &str,
+        args: Vec<Value>,
+    ) -> Result<Finish, ClaimError> {
+        check_id("scene", &g.scene)?;
+        check_id("trade number", &g.trade_no)?;
+        let shard = self.shard_of(&g.trade_no);
+        let keys = vec![
+            self.record_key(&g.scene, shard, &g.trade_no),
+            self.budget_key(&g.scene, shard),
+        ];
+        let done: i64 = self.eval(sha, script, keys, args).await?.convert()?;
+        Ok(if done == 1 {
+            Finish::Done
+        } else {
+            Finish::LostLease
+        })
+    }
+
     async fn finish(
         &self,
         g: &Grant,
@@ -388,31 +412,14 @@ impl Claims {
         state: &str,
         result: &str,
     ) -> Result<Finish, ClaimError> {
-        check_id("scene", &g.scene)?;
-        check_id("trade number", &g.trade_no)?;
-        let shard = self.shard_of(&g.trade_no);
-        let reply = self
-            .eval(
-                &self.finish_sha,
-                FINISH_LUA,
-                vec![
-                    self.record_key(&g.scene, shard, &g.trade_no),
-                    self.budget_key(&g.scene, shard),
-                ],
-                vec![
-                    Value::from(claim_id),
-                    Value::from(state),
-                    Value::from(result),
-                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
-                ],
-            )
-            .await?;
-        let done: i64 = reply.convert()?;
-        Ok(if done == 1 {
-            Finish::Done
-        } else {
-            Finish::LostLease
-        })
+        let retention = i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX);
+        let args = vec![
+            Value::from(claim_id),
+            Value::from(state),
+            Value::from(result),
+            Value::from(retention),
+        ];
+        self.cas(g, &self.finish_sha, FINISH_LUA, args).await
     }
 
     /// Marks a claimed grant credited, storing `result` for duplicates to get back.
@@ -428,23 +435,8 @@ impl Claims {
     /// Gives a claim up after a retryable failure: the next claim of the trade number
     /// takes over at once (no second deduction).
     pub async fn release(&self, g: &Grant, claim_id: &str) -> Result<Finish, ClaimError> {
-        check_id("scene", &g.scene)?;
-        check_id("trade number", &g.trade_no)?;
-        let shard = self.shard_of(&g.trade_no);
-        let reply = self
-            .eval(
-                &self.release_sha,
-                RELEASE_LUA,
-                vec![self.record_key(&g.scene, shard, &g.trade_no)],
-                vec![Value::from(claim_id)],
-            )
-            .await?;
-        let done: i64 = reply.convert()?;
-        Ok(if done == 1 {
-            Finish::Done
-        } else {
-            Finish::LostLease
-        })
+        let args = vec![Value::from(claim_id)];
+        self.cas(g, &self.release_sha, RELEASE_LUA, args).await
     }
 
     /// Marks a claimed grant failed for good and gives its amount back to the budget.
