@@ -32,6 +32,12 @@
 //!   atomicity. With trade numbers spread evenly by the hash, what is left unspent when
 //!   the first shards fill is small; [`Claims::set_budget`] splits a total evenly (the
 //!   remainder to the first shards).
+//! - **No "last K trade numbers" list per shard** (the issue suggests one): the
+//!   trade number's own record, in the same slot and kept `retention_secs` (30 days,
+//!   longer than any retry), already refuses a second deduction. A K-list would only
+//!   matter once a record is gone (expired or evicted), and then it could not tell
+//!   whether the credit had happened either; Redis for this store must therefore run
+//!   without eviction (`maxmemory-policy noeviction`), which the stack's Redis does.
 //! - **Exactly-once crediting needs one more condition**: the lease must outlast the
 //!   downstream call. A worker whose lease expired mid-credit finds on `finish` that
 //!   another claim took over ([`Finish::LostLease`]); the downstream then sees the trade
