@@ -350,11 +350,7 @@ async fn start_sdk(
     tag: &str,
     topic: &str,
 ) -> Result<Sdk, BenchError> {
-    let pairs: Vec<String> = kafka
-        .iter()
-        .map(|(k, v)| format!("{k:?} = {v:?}"))
-        .collect();
-    let settings = format!("settings = {{ {} }}", pairs.join(", "));
+    let settings = sdk::readback::kafka_settings_toml(kafka);
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
     let text = format!(
         r#"

@@ -269,6 +269,14 @@ impl Claims {
         format!("{}:{{{scene}:{shard}}}:t:{trade_no}", self.cfg.key_prefix)
     }
 
+    /// The keys every script takes: `g`'s record, then its budget shard.
+    fn keys(&self, g: &Grant, shard: u32) -> Vec<String> {
+        vec![
+            self.record_key(&g.scene, shard, &g.trade_no),
+            self.budget_key(&g.scene, shard),
+        ]
+    }
+
     /// Sets a scene's total budget, split evenly over its shards (the remainder to the
     /// first ones). Spending so far is kept.
     pub async fn set_budget(&self, scene: &str, total: i64) -> Result<(), ClaimError> {
@@ -308,24 +316,6 @@ impl Claims {
         Ok(v.unwrap_or(0))
     }
 
-    /// Runs a loaded script, loading it again once if Redis lost its script cache.
-    async fn eval(
-        &self,
-        sha: &str,
-        script: &str,
-        keys: Vec<String>,
-        args: Vec<Value>,
-    ) -> Result<Value, ClaimError> {
-        let client = self.pool.next();
-        match client.evalsha(sha, keys.clone(), args.clone()).await {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                let _: String = client.script_load(script).await?;
-                Ok(client.evalsha(sha, keys, args).await?)
-            }
-            other => Ok(other?),
-        }
-    }
-
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts
     /// its amount from its budget shard, in one atomic step.
     pub async fn claim(&self, g: &Grant) -> Result<Claim, ClaimError> {
@@ -343,25 +333,21 @@ impl Claims {
             rand::random::<u64>(),
             rand::random::<u64>()
         );
-        let reply = self
-            .eval(
-                &self.claim_sha,
-                CLAIM_LUA,
-                vec![
-                    self.record_key(&g.scene, shard, &g.trade_no),
-                    self.budget_key(&g.scene, shard),
-                ],
-                vec![
-                    Value::from(g.user_id.as_str()),
-                    Value::from(g.reward_type.as_str()),
-                    Value::from(g.amount.to_string()),
-                    Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
-                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
-                    Value::from(claim_id.as_str()),
-                ],
-            )
+        let reply: Vec<String> =
+            crate::eval_loaded(self.pool.next(), &self.claim_sha, CLAIM_LUA, || {
+                (
+                    self.keys(g, shard),
+                    vec![
+                        Value::from(g.user_id.as_str()),
+                        Value::from(g.reward_type.as_str()),
+                        Value::from(g.amount.to_string()),
+                        Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
+                        Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                        Value::from(claim_id.as_str()),
+                    ],
+                )
+            })
             .await?;
-        let reply: Vec<String> = reply.convert()?;
         let (code, detail) = match reply.as_slice() {
             [code, detail] => (code.as_str(), detail.clone()),
             _ => return Err(ClaimError::Reply(reply)),
@@ -394,16 +380,15 @@ impl Claims {
         g: &Grant,
         sha: &str,
         script: &str,
-        args: Vec<Value>,
+        args: impl Fn() -> Vec<Value>,
     ) -> Result<Finish, ClaimError> {
         check_id("scene", &g.scene)?;
         check_id("trade number", &g.trade_no)?;
         let shard = self.shard_of(&g.trade_no);
-        let keys = vec![
-            self.record_key(&g.scene, shard, &g.trade_no),
-            self.budget_key(&g.scene, shard),
-        ];
-        let done: i64 = self.eval(sha, script, keys, args).await?.convert()?;
+        let done: i64 = crate::eval_loaded(self.pool.next(), sha, script, || {
+            (self.keys(g, shard), args())
+        })
+        .await?;
         Ok(if done == 1 {
             Finish::Done
         } else {
@@ -419,12 +404,14 @@ impl Claims {
         result: &str,
     ) -> Result<Finish, ClaimError> {
         let retention = i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX);
-        let args = vec![
-            Value::from(claim_id),
-            Value::from(state),
-            Value::from(result),
-            Value::from(retention),
-        ];
+        let args = || {
+            vec![
+                Value::from(claim_id),
+                Value::from(state),
+                Value::from(result),
+                Value::from(retention),
+            ]
+        };
         self.cas(g, &self.finish_sha, FINISH_LUA, args).await
     }
 
@@ -441,7 +428,7 @@ impl Claims {
     /// Gives a claim up after a retryable failure: the next claim of the trade number
     /// takes over at once (no second deduction).
     pub async fn release(&self, g: &Grant, claim_id: &str) -> Result<Finish, ClaimError> {
-        let args = vec![Value::from(claim_id)];
+        let args = || vec![Value::from(claim_id)];
         self.cas(g, &self.release_sha, RELEASE_LUA, args).await
     }
 

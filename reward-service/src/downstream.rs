@@ -184,25 +184,18 @@ impl Ledger {
                 detail: format!("{} over its capacity", c.reward_type),
             });
         }
-        let keys = vec![self.balance_key(&c.user_id), self.credited_key(&c.user_id)];
-        let args = vec![
-            Value::from(c.reward_type.as_str()),
-            Value::from(c.amount),
-            Value::from(c.trade_no.as_str()),
-        ];
-        let reply: Result<Vec<i64>, fred::error::Error> = match self
-            .client
-            .evalsha(self.sha.as_str(), keys.clone(), args.clone())
-            .await
-        {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                match self.client.script_load::<String, _>(LEDGER_LUA).await {
-                    Ok(_) => self.client.evalsha(self.sha.as_str(), keys, args).await,
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        };
+        let reply: Result<Vec<i64>, fred::error::Error> =
+            crate::eval_loaded(&self.client, &self.sha, LEDGER_LUA, || {
+                (
+                    vec![self.balance_key(&c.user_id), self.credited_key(&c.user_id)],
+                    vec![
+                        Value::from(c.reward_type.as_str()),
+                        Value::from(c.amount),
+                        Value::from(c.trade_no.as_str()),
+                    ],
+                )
+            })
+            .await;
         let reply = reply.map_err(|e| CreditError {
             code: if e.kind() == &fred::error::ErrorKind::Timeout {
                 ErrorCode::Timeout

@@ -40,7 +40,12 @@ pub fn stack_kafka_settings() -> std::collections::BTreeMap<String, String> {
 
 /// [`STACK_KAFKA_SETTINGS`] as the `settings` line of a `[producers.NAME]` TOML table.
 pub fn stack_kafka_settings_toml() -> String {
-    let pairs: Vec<String> = STACK_KAFKA_SETTINGS
+    kafka_settings_toml(&stack_kafka_settings())
+}
+
+/// librdkafka settings as the `settings` line of a `[producers.NAME]` TOML table.
+pub fn kafka_settings_toml(settings: &std::collections::BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = settings
         .iter()
         .map(|(k, v)| format!("{k:?} = {v:?}"))
         .collect();

@@ -173,20 +173,20 @@ impl TokenStore {
         trade_no: &str,
         sealed: &str,
     ) -> Result<(), StoreError> {
+        let key = self.key(user_id, activity_id);
+        let Some(tx) = &self.tx else {
+            // Direct: no channel, no owned copies of the field and the token.
+            return self.put_direct(&key, trade_no, sealed).await;
+        };
         let (done, rx) = oneshot::channel();
         let w = Write {
-            key: self.key(user_id, activity_id),
+            key,
             field: trade_no.to_string(),
             value: sealed.to_string(),
             done,
         };
-        match &self.tx {
-            None => self.put_direct(&w.key, &w.field, &w.value).await,
-            Some(tx) => {
-                tx.send(w).await.map_err(|_| StoreError::Closed)?;
-                rx.await.map_err(|_| StoreError::Closed)?
-            }
-        }
+        tx.send(w).await.map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
     }
 
     async fn put_direct(&self, key: &str, field: &str, value: &str) -> Result<(), StoreError> {
