@@ -77,8 +77,11 @@ impl Default for ClaimConfig {
 /// One grant as the claim store sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    /// Budget scope (activity scene).
+    /// Budget scope (the service uses `activity/scene`, see [`crate::service`]).
     pub scene: String,
+    /// The activity the reward was won in; not part of the record, used to find the
+    /// user's token once credited.
+    pub activity_id: String,
     /// The global idempotency key.
     pub trade_no: String,
     /// Who is credited.
@@ -122,6 +125,21 @@ pub enum Claim {
     BudgetExhausted,
     /// The scene has no budget set.
     NoBudget,
+}
+
+/// A trade number's record as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// `IN_PROGRESS`, `GRANTED` or `FAILED`.
+    pub state: String,
+    /// The user it was claimed for.
+    pub user_id: String,
+    /// Its reward type.
+    pub reward_type: String,
+    /// Its amount.
+    pub amount: i64,
+    /// The stored result (receipt when granted, reason when failed).
+    pub result: String,
 }
 
 /// What finishing a claim did.
@@ -314,6 +332,42 @@ impl Claims {
             .hget(self.budget_key(scene, shard), "spent")
             .await?;
         Ok(v.unwrap_or(0))
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), ClaimError> {
+        let _: String = self.pool.next().ping(None).await?;
+        Ok(())
+    }
+
+    /// The record of `trade_no` in `scene`, if there is one.
+    pub async fn record(&self, scene: &str, trade_no: &str) -> Result<Option<Record>, ClaimError> {
+        check_id("scene", scene)?;
+        check_id("trade number", trade_no)?;
+        let key = self.record_key(scene, self.shard_of(trade_no), trade_no);
+        let v: Vec<Option<String>> = self
+            .pool
+            .next()
+            .hmget(key, vec!["state", "user", "type", "amount", "result"])
+            .await?;
+        let mut it = v.into_iter();
+        let mut next = || it.next().flatten();
+        let Some(state) = next() else {
+            return Ok(None);
+        };
+        let user_id = next().unwrap_or_default();
+        let reward_type = next().unwrap_or_default();
+        let amount_text = next().unwrap_or_default();
+        let amount = amount_text
+            .parse()
+            .map_err(|_| ClaimError::Reply(vec![state.clone(), amount_text]))?;
+        Ok(Some(Record {
+            state,
+            user_id,
+            reward_type,
+            amount,
+            result: next().unwrap_or_default(),
+        }))
     }
 
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts

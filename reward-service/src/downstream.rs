@@ -53,6 +53,17 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The stable name of the code, as the APIs and the failure records carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::Unavailable => "UNAVAILABLE",
+            ErrorCode::Invalid => "INVALID",
+            ErrorCode::AccountClosed => "ACCOUNT_CLOSED",
+        }
+    }
+
     /// Whether the same credit may succeed if sent again later.
     pub fn retryable(self) -> bool {
         matches!(
@@ -220,6 +231,107 @@ impl Ledger {
 }
 
 impl Downstream for Ledger {
+    fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
+        Box::pin(self.credit_now(c))
+    }
+}
+
+/// A downstream reached over HTTP: each credit is a `POST` of JSON
+/// `{trade_no, user_id, reward_type, amount}` to one URL, with the trade number in the
+/// `Idempotency-Key` header, so a downstream that honours it credits a repeated call
+/// once.
+///
+/// | answer | becomes |
+/// | --- | --- |
+/// | 2xx | credited; the receipt is the body's `ref` field, else the trade number |
+/// | no answer within the timeout | [`ErrorCode::Timeout`] |
+/// | connection refused or reset, 5xx | [`ErrorCode::Unavailable`] |
+/// | 429 | [`ErrorCode::RateLimited`] |
+/// | 4xx with body `{"code": "ACCOUNT_CLOSED"}` | [`ErrorCode::AccountClosed`] |
+/// | any other 4xx | [`ErrorCode::Invalid`] |
+///
+/// Classification reads the status and the `code` field only, never message text.
+#[derive(Debug, Clone)]
+pub struct Http {
+    client: reqwest::Client,
+    url: reqwest::Url,
+}
+
+impl Http {
+    /// A downstream at `url`, each call bounded by `timeout`.
+    pub fn new(url: &str, timeout: std::time::Duration) -> Result<Self, String> {
+        let url = reqwest::Url::parse(url).map_err(|e| format!("downstream url {url:?}: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("downstream url {url}: not http(s)"));
+        }
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| format!("http client: {e}"))?;
+        Ok(Self { client, url })
+    }
+
+    async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
+        let body = serde_json::json!({
+            "trade_no": c.trade_no,
+            "user_id": c.user_id,
+            "reward_type": c.reward_type,
+            "amount": c.amount,
+        });
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .header("Idempotency-Key", &c.trade_no)
+            .json(&body)
+            .send()
+            .await;
+        let resp = sent.map_err(|e| CreditError {
+            code: if e.is_timeout() {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::Unavailable
+            },
+            detail: format!("POST {}: {e}", self.url),
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| CreditError {
+            code: if e.is_timeout() {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::Unavailable
+            },
+            detail: format!("POST {}: reading the answer: {e}", self.url),
+        })?;
+        let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+        let field = |name: &str| {
+            json.as_ref()
+                .and_then(|j| j.get(name))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        if status.is_success() {
+            return Ok(field("ref").unwrap_or_else(|| c.trade_no.clone()));
+        }
+        let code = match status.as_u16() {
+            429 => ErrorCode::RateLimited,
+            408 => ErrorCode::Timeout,
+            400..=499 if field("code").as_deref() == Some("ACCOUNT_CLOSED") => {
+                ErrorCode::AccountClosed
+            }
+            400..=499 => ErrorCode::Invalid,
+            _ => ErrorCode::Unavailable,
+        };
+        let mut detail = text;
+        detail.truncate(detail.floor_char_boundary(200));
+        Err(CreditError {
+            code,
+            detail: format!("POST {} answered {status}: {detail}", self.url),
+        })
+    }
+}
+
+impl Downstream for Http {
     fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
         Box::pin(self.credit_now(c))
     }

@@ -9,20 +9,47 @@
 //! | live lease elsewhere | - | - | `RetryLater` |
 //!
 //! A reward type with no downstream configured is a permanent failure of that grant
-//! (refunded and archived), never a silent drop. The failure archive is a JSON-lines
-//! file, one object per permanently failed grant, appended and flushed before the
-//! call returns.
+//! (refunded and archived), never a silent drop.
 //!
-//! Not yet here (issue 4): deleting the user's token after the credit, sending
-//! permanent failures to the failure topic through the SDK's queue.
+//! # After the outcome
+//! - **Granted**: the user's token moves out of the pending hash ([`crate::tokens`]).
+//! - **Failed for good**: two records, both before the call returns. The failure
+//!   archive, a JSON-lines file (one object per failed grant, appended and fsynced),
+//!   is the local, always-available copy. The failure topic gets a
+//!   [`proto::v1::DeadLetter`] (reason `permanent`) through the SDK's virtual queue,
+//!   so it reaches a broker, or the SDK's spool, like any reward event; operators and
+//!   the reconciliation read it there. Only the owner of the claim writes them, so a
+//!   failure is recorded once however often the trade number comes back.
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use prost::Message as _;
+use proto::v1::{DeadLetter, RewardEvent, UserInfo};
+use sdk::Sdk;
+
 use crate::claim::{Claim, ClaimError, Claims, Finish, Grant};
 use crate::downstream::{Credit, CreditError, Downstream, ErrorCode};
+use crate::tokens::Tokens;
+
+/// Failures that reached the archive but not the failure topic, since start.
+static FAILURE_TOPIC_MISSES: AtomicU64 = AtomicU64::new(0);
+
+/// Permanent failures the failure topic did not take (they are in the archive).
+pub fn failure_topic_misses() -> u64 {
+    FAILURE_TOPIC_MISSES.load(Ordering::Relaxed)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// What a grant came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +65,18 @@ pub enum Outcome {
     RetryLater {
         /// Why.
         reason: String,
+        /// The downstream's error when a credit failed; `None` when another worker
+        /// holds a live lease on the trade number.
+        code: Option<ErrorCode>,
+        /// A hint for when to try again.
+        after_ms: u64,
     },
     /// Never to be credited; its budget was given back.
     FailedPermanent {
         /// Why.
         reason: String,
+        /// The downstream's error; `None` when an earlier call recorded the failure.
+        code: Option<ErrorCode>,
     },
     /// The trade number is known with other fields: never credited.
     Conflict,
@@ -74,12 +108,27 @@ pub enum GrantError {
     },
 }
 
+/// Where permanent failures go besides the archive: a virtual queue of the SDK
+/// (its topic is the failure topic).
+#[derive(Debug, Clone)]
+pub struct FailureTopic {
+    /// The SDK whose queue carries them.
+    pub sdk: Sdk,
+    /// The virtual queue's name.
+    pub queue: String,
+}
+
+/// How long a retryable downstream failure asks the caller to wait.
+const RETRY_AFTER_MS: u64 = 1_000;
+
 /// Grants rewards through the claim store and the configured downstreams.
 #[derive(Debug, Clone)]
 pub struct Granter {
     claims: Claims,
     downstreams: Arc<HashMap<String, Arc<dyn Downstream>>>,
     archive: PathBuf,
+    tokens: Option<Tokens>,
+    failures: Option<FailureTopic>,
 }
 
 impl Granter {
@@ -94,7 +143,26 @@ impl Granter {
             claims,
             downstreams: Arc::new(downstreams),
             archive,
+            tokens: None,
+            failures: None,
         }
+    }
+
+    /// Moves each credited reward's token out of the user's pending hash.
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    /// Sends each permanent failure to the failure topic as well as the archive.
+    pub fn with_failure_topic(mut self, topic: FailureTopic) -> Self {
+        self.failures = Some(topic);
+        self
+    }
+
+    /// The claim store.
+    pub fn claims(&self) -> &Claims {
+        &self.claims
     }
 
     /// Grants `g` (see the module doc for every path).
@@ -108,11 +176,16 @@ impl Granter {
                 });
             }
             Claim::FailedPermanent { result } => {
-                return Ok(Outcome::FailedPermanent { reason: result });
+                return Ok(Outcome::FailedPermanent {
+                    reason: result,
+                    code: None,
+                });
             }
             Claim::RetryLater { lease_left_ms } => {
                 return Ok(Outcome::RetryLater {
                     reason: format!("another worker holds it for {lease_left_ms} ms"),
+                    code: None,
+                    after_ms: lease_left_ms,
                 });
             }
             Claim::Conflict => return Ok(Outcome::Conflict),
@@ -136,39 +209,91 @@ impl Granter {
         };
         match credited {
             Ok(receipt) => Ok(match self.claims.grant(g, &claim_id, &receipt).await? {
-                Finish::Done => Outcome::Granted {
-                    receipt,
-                    duplicate: false,
-                },
+                Finish::Done => {
+                    if let Some(t) = &self.tokens {
+                        t.credited(&g.user_id, &g.activity_id, &g.trade_no).await;
+                    }
+                    Outcome::Granted {
+                        receipt,
+                        duplicate: false,
+                    }
+                }
                 Finish::LostLease => Outcome::LeaseLost { receipt },
             }),
             Err(e) if e.code.retryable() => {
                 self.claims.release(g, &claim_id).await?;
                 Ok(Outcome::RetryLater {
                     reason: e.to_string(),
+                    code: Some(e.code),
+                    after_ms: RETRY_AFTER_MS,
                 })
             }
             Err(e) => {
                 let reason = e.to_string();
                 if self.claims.fail(g, &claim_id, &reason).await? == Finish::Done {
                     self.archive_failure(g, &e).await?;
+                    self.publish_failure(g, &e).await;
                 }
-                Ok(Outcome::FailedPermanent { reason })
+                Ok(Outcome::FailedPermanent {
+                    reason,
+                    code: Some(e.code),
+                })
             }
         }
     }
 
+    /// Sends the failure to the failure topic. The SDK's queue takes it unless it is
+    /// closing or full past its wait; then the archive (already written) is the record
+    /// and the miss is logged and counted.
+    async fn publish_failure(&self, g: &Grant, e: &CreditError) {
+        let Some(topic) = &self.failures else {
+            return;
+        };
+        let letter = DeadLetter {
+            event: Some(RewardEvent {
+                trade_no: g.trade_no.clone(),
+                user: Some(UserInfo {
+                    user_id: g.user_id.clone(),
+                    ..Default::default()
+                }),
+                activity_id: g.activity_id.clone(),
+                scene_id: g.scene.clone(),
+                reward_type: g.reward_type.clone(),
+                amount: g.amount,
+                ..Default::default()
+            }),
+            raw: Vec::new(),
+            reason: "permanent".into(),
+            error_code: e.code.as_str().into(),
+            source_topic: String::new(),
+            dead_at_ms: now_ms(),
+        };
+        let sent = topic
+            .sdk
+            .enqueue(
+                Some(&topic.queue),
+                None,
+                &g.user_id,
+                g.trade_no.clone(),
+                Bytes::from(letter.encode_to_vec()),
+            )
+            .await;
+        if let Err(err) = sent {
+            FAILURE_TOPIC_MISSES.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(trade_no = %g.trade_no, error = %err, "failure not sent to the failure topic; it is in the archive");
+        }
+    }
+
     async fn archive_failure(&self, g: &Grant, e: &CreditError) -> Result<(), GrantError> {
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let at_ms = now_ms();
         let record = serde_json::json!({
             "trade_no": g.trade_no,
             "scene": g.scene,
             "user_id": g.user_id,
             "reward_type": g.reward_type,
             "amount": g.amount,
-            "code": format!("{:?}", e.code),
+            "activity_id": g.activity_id,
+            "code": e.code.as_str(),
             "detail": e.detail,
             "at_ms": at_ms,
         });

@@ -1,15 +1,24 @@
 //! The reward service: credits each trade number exactly once, within budget.
 //!
-//! Built so far: [`claim`], the atomic heart of a grant (idempotency record and budget
-//! shard checked and changed by one Redis script); [`downstream`], the trait every
-//! crediting system implements, with the built-in Redis ledger; [`grant`], one grant
-//! end to end (claim, credit, finish, failure archive). Still to come (issue 4): the
-//! HTTP downstream, token deletion after a credit, the failure topic, the gRPC and
-//! wallet HTTP APIs, health, graceful shutdown.
+//! - [`claim`]: the atomic heart of a grant: idempotency record and budget shard,
+//!   checked and changed by one Redis script; the exact guarantee is stated there.
+//! - [`downstream`]: the trait every crediting system implements; the built-in Redis
+//!   ledger and the HTTP downstream; errors classified by code.
+//! - [`grant`]: one grant end to end (claim, credit, finish; failure archive and topic).
+//! - [`tokens`]: moving a credited reward's token out of the user's pending hash.
+//! - [`service`]: sync, async and batch grants; the wallet's token checks.
+//! - [`grpc`], [`http`]: the two APIs; [`server`]: start-up and graceful shutdown;
+//!   [`config`]: the TOML configuration and the bearer credential.
 
 pub mod claim;
+pub mod config;
 pub mod downstream;
 pub mod grant;
+pub mod grpc;
+pub mod http;
+pub mod server;
+pub mod service;
+pub mod tokens;
 
 use fred::prelude::{Client, FromValue, LuaInterface, Value};
 

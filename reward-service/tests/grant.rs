@@ -120,7 +120,7 @@ async fn a_permanent_failure_is_refunded_and_archived_once() {
     assert_eq!(lines.len(), 1, "{text}");
     let rec: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
     assert_eq!(rec["trade_no"], "rain:g2:u1");
-    assert_eq!(rec["code"], "AccountClosed");
+    assert_eq!(rec["code"], "ACCOUNT_CLOSED");
     assert_eq!(rec["amount"], 40);
     let _ = std::fs::remove_file(&path);
 }
@@ -134,7 +134,7 @@ async fn a_type_without_downstream_fails_permanently_never_silently() {
         ..grant("rain:g3:u1", 5)
     };
     match g.grant(&r).await.unwrap() {
-        Outcome::FailedPermanent { reason } => {
+        Outcome::FailedPermanent { reason, .. } => {
             assert!(reason.contains("no downstream"), "{reason}")
         }
         other => panic!("{other:?}"),

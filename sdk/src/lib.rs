@@ -314,6 +314,54 @@ impl Sdk {
         })
     }
 
+    /// Hands an already-encoded payload to the virtual queue: no validation, no token.
+    /// For the pipeline's own services: the reward service's async grants and failure
+    /// events, the consumer's requeues (a new `key`) and dead letters.
+    ///
+    /// `queue` names the virtual queue; `None` routes by `reward_type` as
+    /// [`Sdk::send_reward`] does (the default queue for unknown types). `user_id`
+    /// picks the ratio bucket. Like `send_reward` it never waits for a broker: once it
+    /// returns `Ok` the payload is on its way, or in the spool, and `close` drains it.
+    ///
+    /// ```no_run
+    /// # async fn example(sdk: &sdk::Sdk) -> Result<(), sdk::queue::EnqueueError> {
+    /// let queue = sdk
+    ///     .enqueue(Some("failures"), None, "u42", "t1".into(), bytes::Bytes::from_static(b"..."))
+    ///     .await?;
+    /// assert_eq!(queue, "failures");
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<String, EnqueueError> {
+        let inner = &*self.inner;
+        let queue = match queue {
+            Some(q) => q.to_string(),
+            None => {
+                let routing = inner.routing.load();
+                let routed = routing.route(reward_type.unwrap_or_default());
+                match routed {
+                    Some((q, _)) => q.to_string(),
+                    None => routing.default_queue.clone(),
+                }
+            }
+        };
+        let slot = inner.engine.reserve(&queue).await?;
+        let env = Envelope::new(
+            Arc::from(queue.as_str()),
+            key,
+            queue::bucket(user_id),
+            payload,
+        );
+        inner.engine.commit(slot, env);
+        Ok(queue)
+    }
+
     /// The token codec (to open tokens in tests and tools).
     pub fn codec(&self) -> &TokenCodec {
         &self.inner.codec

@@ -29,6 +29,7 @@ pub async fn claims(shards: u32, lease_ms: u64) -> Claims {
 pub fn grant(trade_no: &str, amount: i64) -> Grant {
     Grant {
         scene: "rain".into(),
+        activity_id: "cny".into(),
         trade_no: trade_no.into(),
         user_id: "u1".into(),
         reward_type: "cash".into(),

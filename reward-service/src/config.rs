@@ -1,0 +1,423 @@
+//! The service's configuration: one TOML file (`--config`), overridable per key by
+//! `REWARD_SERVICE__SECTION__KEY=value` environment variables, validated at start-up.
+//!
+//! ```toml
+//! [server]
+//! grpc_addr = "127.0.0.1:50051"
+//! http_addr = "127.0.0.1:8081"
+//! max_body_bytes = 262144        # larger HTTP bodies get 413
+//! max_tokens_per_request = 200   # more tokens in one wallet call get 400
+//! max_batch = 1000               # more events in one GrantBatch get INVALID_ARGUMENT
+//! shutdown_grace_ms = 10000      # in-flight calls get this long on SIGTERM / Ctrl-C
+//!
+//! [claims]                       # see crate::claim
+//! shards = 16
+//! lease_ms = 30000
+//! retention_secs = 2592000
+//!
+//! [budgets]                      # "activity/scene" = total, set at start-up
+//! "cny2027/rain" = 100000000
+//!
+//! [downstreams.cash]             # per reward type
+//! kind = "ledger"
+//! capacity = 300000              # credits/s before it answers RATE_LIMITED (optional)
+//! [downstreams.coupon]
+//! kind = "http"
+//! url = "http://127.0.0.1:9000/credit"
+//! timeout_ms = 2000
+//!
+//! [failures]
+//! archive = "/var/tmp/reward-service/failures.jsonl"
+//! queue = "failures"             # the SDK virtual queue of the failure topic
+//!
+//! [sdk]                          # the SDK's own config (token store, queues); the
+//! # ...                          # service uses its Redis, keys and virtual queue
+//! ```
+//!
+//! # The bearer credential
+//! Both APIs require `Authorization: Bearer <credential>`. The credential comes from
+//! the environment, never from the config file (which lives in the repository): the
+//! variable `REWARD_SERVICE_TOKEN`, or a file named by `REWARD_SERVICE_TOKEN_FILE`
+//! (trailing newline ignored). It must be at least 16 bytes; the service refuses to
+//! start without one. It is never logged; the config's `Debug` prints its length only.
+//!
+//! # Budgets are scoped per activity and scene
+//! Two activities may both have a scene called `rain`; the budget scope is
+//! `activity_id/scene_id`, so they never share money.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::claim::ClaimConfig;
+
+/// Configuration failures, each naming what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or has the wrong shape.
+    #[error("config: {0}")]
+    Parse(String),
+    /// A value is out of range or inconsistent.
+    #[error("config: {0}")]
+    Invalid(String),
+    /// The bearer credential is missing or too short.
+    #[error("bearer credential: {0}")]
+    Credential(String),
+    /// The embedded SDK section is invalid.
+    #[error("config [sdk]: {0}")]
+    Sdk(#[from] sdk::config::ConfigError),
+}
+
+/// Listener and request limits.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// gRPC listen address.
+    pub grpc_addr: SocketAddr,
+    /// HTTP (wallet) listen address.
+    pub http_addr: SocketAddr,
+    /// Largest HTTP body accepted (413 above).
+    pub max_body_bytes: usize,
+    /// Most tokens in one wallet call (400 above).
+    pub max_tokens_per_request: usize,
+    /// Most events in one `GrantBatch`.
+    pub max_batch: usize,
+    /// How long in-flight calls may run after a shutdown signal.
+    pub shutdown_grace_ms: u64,
+}
+
+/// One downstream as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DownstreamConfig {
+    /// The built-in Redis ledger, optionally capped at `capacity` credits/s.
+    Ledger {
+        /// Credits per second before `RATE_LIMITED`.
+        capacity: Option<NonZeroU32>,
+    },
+    /// An HTTP endpoint.
+    Http {
+        /// Where credits are POSTed.
+        url: String,
+        /// Per-call timeout.
+        timeout_ms: u64,
+    },
+}
+
+/// The whole service configuration.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Listeners and limits.
+    pub server: ServerConfig,
+    /// Redis of the claim store and the ledger (default: the SDK store's).
+    pub redis_url: String,
+    /// Claim store settings.
+    pub claims: ClaimConfig,
+    /// Budgets to set at start-up: scope (`activity/scene`) → total.
+    pub budgets: BTreeMap<String, i64>,
+    /// Reward type → downstream.
+    pub downstreams: HashMap<String, DownstreamConfig>,
+    /// Key prefix of the built-in ledger.
+    pub ledger_prefix: String,
+    /// The failure archive (JSON lines).
+    pub archive: PathBuf,
+    /// The SDK virtual queue of the failure topic.
+    pub failure_queue: String,
+    /// The SDK (token store, keys, virtual queue).
+    pub sdk: sdk::config::SdkConfig,
+    /// The bearer credential both APIs require.
+    pub credential: Credential,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    grpc_addr: Option<String>,
+    http_addr: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_tokens_per_request: Option<usize>,
+    max_batch: Option<usize>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawClaims {
+    key_prefix: Option<String>,
+    shards: Option<u32>,
+    lease_ms: Option<u64>,
+    retention_secs: Option<u64>,
+    pool_size: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDownstream {
+    kind: String,
+    capacity: Option<u32>,
+    url: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFailures {
+    archive: Option<PathBuf>,
+    queue: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLedger {
+    key_prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    server: RawServer,
+    redis_url: Option<String>,
+    #[serde(default)]
+    claims: RawClaims,
+    #[serde(default)]
+    budgets: BTreeMap<String, i64>,
+    #[serde(default)]
+    downstreams: BTreeMap<String, RawDownstream>,
+    #[serde(default)]
+    ledger: RawLedger,
+    #[serde(default)]
+    failures: RawFailures,
+    sdk: toml::Table,
+}
+
+/// The environment prefix of overrides.
+pub const ENV_PREFIX: &str = "REWARD_SERVICE__";
+
+fn addr(what: &str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {
+    let text = v.unwrap_or_else(|| default.to_string());
+    text.parse()
+        .map_err(|e| ConfigError::Invalid(format!("server.{what} {text:?}: {e}")))
+}
+
+fn positive<T: PartialOrd + Default + std::fmt::Display>(
+    what: &str,
+    v: Option<T>,
+    default: T,
+) -> Result<T, ConfigError> {
+    let v = v.unwrap_or(default);
+    if v <= T::default() {
+        return Err(ConfigError::Invalid(format!(
+            "{what} must be positive, not {v}"
+        )));
+    }
+    Ok(v)
+}
+
+impl ServiceConfig {
+    /// Reads `path`, applies `REWARD_SERVICE__*` (and, to the `[sdk]` section,
+    /// `REWARD_SDK__*`) overrides and the credential from the environment, validates.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::from_toml_str(&text, &vars)
+    }
+
+    /// Parses a document with the given environment (overrides and credential).
+    pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        for (name, value) in env {
+            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
+                let parts: Vec<&str> = path.split("__").collect();
+                sdk::config::set_path(&mut doc, &parts, value)
+                    .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
+            }
+        }
+        if let Some(toml::Value::Table(sdk_doc)) = doc.get_mut("sdk") {
+            sdk::config::apply_env(sdk_doc, env.iter().cloned())?;
+        }
+        let raw: Raw = toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let sdk = sdk::config::SdkConfig::from_table(&raw.sdk)?;
+        let s = raw.server;
+        let server = ServerConfig {
+            grpc_addr: addr("grpc_addr", s.grpc_addr, "127.0.0.1:50051")?,
+            http_addr: addr("http_addr", s.http_addr, "127.0.0.1:8081")?,
+            max_body_bytes: positive("server.max_body_bytes", s.max_body_bytes, 256 * 1024)?,
+            max_tokens_per_request: positive(
+                "server.max_tokens_per_request",
+                s.max_tokens_per_request,
+                200,
+            )?,
+            max_batch: positive("server.max_batch", s.max_batch, 1000)?,
+            shutdown_grace_ms: positive("server.shutdown_grace_ms", s.shutdown_grace_ms, 10_000)?,
+        };
+        let d = ClaimConfig::default();
+        let c = raw.claims;
+        let claims = ClaimConfig {
+            key_prefix: c.key_prefix.unwrap_or(d.key_prefix),
+            shards: positive("claims.shards", c.shards, d.shards)?,
+            lease_ms: positive("claims.lease_ms", c.lease_ms, d.lease_ms)?,
+            retention_secs: positive("claims.retention_secs", c.retention_secs, d.retention_secs)?,
+            pool_size: positive("claims.pool_size", c.pool_size, d.pool_size)?,
+        };
+        if claims.key_prefix.is_empty() || claims.key_prefix.contains(['{', '}']) {
+            return Err(ConfigError::Invalid(
+                "claims.key_prefix must be set, without braces".into(),
+            ));
+        }
+        if claims.retention_secs * 1000 <= claims.lease_ms {
+            return Err(ConfigError::Invalid(
+                "claims.retention_secs must outlast claims.lease_ms".into(),
+            ));
+        }
+        for (scope, total) in &raw.budgets {
+            if *total < 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "budgets.{scope:?} is negative ({total})"
+                )));
+            }
+            let ok = scope
+                .split_once('/')
+                .is_some_and(|(a, s)| !a.is_empty() && !s.is_empty());
+            if !ok {
+                return Err(ConfigError::Invalid(format!(
+                    "budgets: {scope:?} is not \"activity/scene\""
+                )));
+            }
+        }
+        let mut downstreams = HashMap::new();
+        for (ty, d) in raw.downstreams {
+            let parsed = match d.kind.as_str() {
+                "ledger" => {
+                    if d.url.is_some() || d.timeout_ms.is_some() {
+                        return Err(ConfigError::Invalid(format!(
+                            "downstreams.{ty}: a ledger takes no url or timeout_ms"
+                        )));
+                    }
+                    let capacity = match d.capacity {
+                        None => None,
+                        Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
+                            ConfigError::Invalid(format!(
+                                "downstreams.{ty}.capacity must be positive"
+                            ))
+                        })?),
+                    };
+                    DownstreamConfig::Ledger { capacity }
+                }
+                "http" => {
+                    let url = d.url.ok_or_else(|| {
+                        ConfigError::Invalid(format!("downstreams.{ty}: kind http needs url"))
+                    })?;
+                    if d.capacity.is_some() {
+                        return Err(ConfigError::Invalid(format!(
+                            "downstreams.{ty}: capacity is a ledger setting"
+                        )));
+                    }
+                    let timeout_ms =
+                        positive(&format!("downstreams.{ty}.timeout_ms"), d.timeout_ms, 2_000)?;
+                    crate::downstream::Http::new(
+                        &url,
+                        std::time::Duration::from_millis(timeout_ms),
+                    )
+                    .map_err(|e| ConfigError::Invalid(format!("downstreams.{ty}: {e}")))?;
+                    DownstreamConfig::Http { url, timeout_ms }
+                }
+                other => {
+                    return Err(ConfigError::Invalid(format!(
+                        "downstreams.{ty}.kind {other:?}: expected \"ledger\" or \"http\""
+                    )));
+                }
+            };
+            downstreams.insert(ty, parsed);
+        }
+        let failure_queue = raw.failures.queue.unwrap_or_else(|| "failures".into());
+        if !sdk.routing.queues.contains_key(&failure_queue) {
+            return Err(ConfigError::Invalid(format!(
+                "failures.queue {failure_queue:?} is not a queue of [sdk.queues]"
+            )));
+        }
+        let credential = credential(env)?;
+        Ok(Self {
+            server,
+            redis_url: raw.redis_url.unwrap_or_else(|| sdk.store.redis_url.clone()),
+            claims,
+            budgets: raw.budgets,
+            downstreams,
+            ledger_prefix: raw.ledger.key_prefix.unwrap_or_else(|| "ledger".into()),
+            archive: raw
+                .failures
+                .archive
+                .unwrap_or_else(|| PathBuf::from("/var/tmp/reward-service/failures.jsonl")),
+            failure_queue,
+            sdk,
+            credential,
+        })
+    }
+}
+
+/// The shortest credential accepted.
+const MIN_CREDENTIAL: usize = 16;
+
+fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let value = match (
+        get("REWARD_SERVICE_TOKEN"),
+        get("REWARD_SERVICE_TOKEN_FILE"),
+    ) {
+        (Some(v), _) => v,
+        (None, Some(path)) => std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::Credential(format!("REWARD_SERVICE_TOKEN_FILE {path}: {e}")))?
+            .trim_end_matches(['\n', '\r'])
+            .to_string(),
+        (None, None) => {
+            return Err(ConfigError::Credential(
+                "set REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE".into(),
+            ));
+        }
+    };
+    if value.len() < MIN_CREDENTIAL || value.chars().any(char::is_whitespace) {
+        return Err(ConfigError::Credential(format!(
+            "must be at least {MIN_CREDENTIAL} bytes without whitespace"
+        )));
+    }
+    Ok(Credential(value))
+}
+
+/// The bearer credential: compared in constant time, never printed.
+#[derive(Clone)]
+pub struct Credential(String);
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credential({} bytes)", self.0.len())
+    }
+}
+
+impl Credential {
+    /// Whether `presented` equals the credential; the time taken does not depend on
+    /// where they first differ.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let want = self.0.as_bytes();
+        let mut diff = u8::from(want.len() != presented.len());
+        for (i, w) in want.iter().enumerate() {
+            diff |= w ^ presented.get(i).copied().unwrap_or(0);
+        }
+        diff == 0
+    }
+}

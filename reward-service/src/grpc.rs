@@ -1,0 +1,106 @@
+//! The gRPC API (tonic): `Grant`, `GrantAsync`, `GrantBatch` of `reward.v1.RewardService`.
+//!
+//! Every call needs `authorization: Bearer <credential>` metadata (else
+//! `UNAUTHENTICATED`). A request without an event, or a batch over `server.max_batch`
+//! events, is `INVALID_ARGUMENT`; a message that does not decode, or is larger than
+//! `server.max_body_bytes` per event allowed by the batch cap, is refused by tonic
+//! before it reaches the service. Everything else is answered with a
+//! [`proto::v1::GrantResult`] per event, whose `outcome` and `error_code` say what
+//! happened (see [`crate::service::result_of`]); the call itself succeeds.
+
+use proto::v1::reward_service_server::{RewardService, RewardServiceServer};
+use proto::v1::{
+    GrantAsyncRequest, GrantAsyncResponse, GrantBatchRequest, GrantBatchResponse, GrantRequest,
+    GrantResponse,
+};
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use crate::config::Credential;
+use crate::service::Service;
+
+/// The tonic service.
+#[derive(Debug, Clone)]
+pub struct GrpcApi {
+    service: Service,
+}
+
+#[tonic::async_trait]
+impl RewardService for GrpcApi {
+    async fn grant(&self, req: Request<GrantRequest>) -> Result<Response<GrantResponse>, Status> {
+        let ev = req
+            .into_inner()
+            .event
+            .ok_or_else(|| Status::invalid_argument("GrantRequest.event is missing"))?;
+        let result = self.service.grant(&ev).await;
+        Ok(Response::new(GrantResponse {
+            result: Some(result),
+        }))
+    }
+
+    async fn grant_async(
+        &self,
+        req: Request<GrantAsyncRequest>,
+    ) -> Result<Response<GrantAsyncResponse>, Status> {
+        let ev = req
+            .into_inner()
+            .event
+            .ok_or_else(|| Status::invalid_argument("GrantAsyncRequest.event is missing"))?;
+        let result = self.service.grant_async(&ev).await;
+        Ok(Response::new(GrantAsyncResponse {
+            result: Some(result),
+        }))
+    }
+
+    async fn grant_batch(
+        &self,
+        req: Request<GrantBatchRequest>,
+    ) -> Result<Response<GrantBatchResponse>, Status> {
+        let events = req.into_inner().events;
+        if events.len() > self.service.max_batch() {
+            return Err(Status::invalid_argument(format!(
+                "{} events in one batch; at most {}",
+                events.len(),
+                self.service.max_batch()
+            )));
+        }
+        let results = self.service.grant_batch(events).await;
+        Ok(Response::new(GrantBatchResponse { results }))
+    }
+}
+
+/// The interceptor that checks the bearer credential.
+#[derive(Debug, Clone)]
+pub struct Auth(Credential);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let ok = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .and_then(|v| v.split_at_checked(7))
+            .is_some_and(|(scheme, t)| {
+                scheme.eq_ignore_ascii_case(b"bearer ") && self.0.matches(t)
+            });
+        if ok {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated(
+                "a valid `authorization: Bearer <credential>` is required",
+            ))
+        }
+    }
+}
+
+/// The gRPC server's service, behind the credential check; messages up to
+/// `max_message_bytes` decode.
+pub fn server(
+    service: Service,
+    credential: Credential,
+    max_message_bytes: usize,
+) -> InterceptedService<RewardServiceServer<GrpcApi>, Auth> {
+    let inner =
+        RewardServiceServer::new(GrpcApi { service }).max_decoding_message_size(max_message_bytes);
+    InterceptedService::new(inner, Auth(credential))
+}

@@ -1,0 +1,374 @@
+//! The wallet's HTTP/JSON API (axum).
+//!
+//! | route | body | answer |
+//! | --- | --- | --- |
+//! | `POST /v1/tokens/validate` | `{user_id, activity_id, tokens[]}` | `{results: [{validity, token?, credited, reason?}]}` per token, in order |
+//! | `GET /v1/users/{user_id}/rewards?activity_id=` | - | the wallet page (below) |
+//! | `POST /v1/users/{user_id}/rewards` | `{activity_id, tokens[]}` | the page, merged with the tokens the client kept |
+//! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
+//! | `GET /healthz` | - | 200 while the process serves |
+//! | `GET /readyz` | - | 200 when Redis answers, else 503 |
+//!
+//! The page: `{pending[], credited[], unknown[], illegal, unreadable, balance: {type:
+//! {pending, credited, total}}}`; `balance` is what the page shows the user per
+//! reward type: the credited amount plus what is on its way.
+//!
+//! `validity` is `legal`, `unknown` or `illegal` (see [`crate::service`]). The issue's
+//! validate body has no `activity_id`, but a token's AEAD binding includes its
+//! activity, so it cannot be opened without one: the field is required.
+//!
+//! # Errors
+//! Every error is JSON `{error, reason}` with a stable `error` code:
+//! 401 `unauthorized` (missing or wrong bearer credential), 413 `too_large` (body over
+//! `server.max_body_bytes`), 400 `bad_request` (malformed JSON, missing fields, more
+//! than `server.max_tokens_per_request` tokens, empty ids), 503 `unavailable` (Redis
+//! failed; nothing was half-done that a retry would repeat wrongly: withdrawals are
+//! idempotent per trade number).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use proto::v1::{GrantOutcome, GrantResult, RewardToken, TokenValidity};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::config::Credential;
+use crate::service::{Checked, Rewards, Service, ServiceError};
+
+/// What the routes share.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    /// The service.
+    pub service: Service,
+    /// The bearer credential.
+    pub credential: Credential,
+    /// Most tokens per request.
+    pub max_tokens: usize,
+}
+
+/// An API error: status, stable code, reason.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    reason: String,
+}
+
+impl ApiError {
+    fn bad(reason: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            reason: reason.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": self.code, "reason": self.reason}));
+        (self.status, body).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "too_large",
+                reason: r.body_text(),
+            };
+        }
+        Self::bad(r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        Self::bad(r.body_text())
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(why) => Self::bad(why),
+            ServiceError::Store(why) => {
+                tracing::warn!(error = %why, "wallet call failed in the store");
+                Self {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: "unavailable",
+                    reason: "the token store did not answer; try again".into(),
+                }
+            }
+        }
+    }
+}
+
+/// A token as the wallet sees it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct TokenView {
+    trade_no: String,
+    activity_id: String,
+    scene_id: String,
+    reward_type: String,
+    amount: i64,
+    description: String,
+    grant_time_ms: i64,
+    expires_at_ms: i64,
+}
+
+impl From<&RewardToken> for TokenView {
+    fn from(t: &RewardToken) -> Self {
+        Self {
+            trade_no: t.trade_no.clone(),
+            activity_id: t.activity_id.clone(),
+            scene_id: t.scene_id.clone(),
+            reward_type: t.reward_type.clone(),
+            amount: t.amount,
+            description: t.description.clone(),
+            grant_time_ms: t.grant_time_ms,
+            expires_at_ms: t.expires_at_ms,
+        }
+    }
+}
+
+fn validity(v: TokenValidity) -> &'static str {
+    match v {
+        TokenValidity::Legal => "legal",
+        TokenValidity::Unknown => "unknown",
+        _ => "illegal",
+    }
+}
+
+fn outcome(o: i32) -> &'static str {
+    match GrantOutcome::try_from(o).unwrap_or(GrantOutcome::Unspecified) {
+        GrantOutcome::Granted => "granted",
+        GrantOutcome::Accepted => "accepted",
+        GrantOutcome::Duplicate => "duplicate",
+        GrantOutcome::Conflict => "conflict",
+        GrantOutcome::RetryLater => "retry_later",
+        GrantOutcome::BudgetExhausted => "budget_exhausted",
+        GrantOutcome::FailedRetryable => "failed_retryable",
+        GrantOutcome::FailedPermanent => "failed_permanent",
+        GrantOutcome::Invalid => "invalid",
+        GrantOutcome::Unspecified => "unspecified",
+    }
+}
+
+fn result_json(r: &GrantResult) -> serde_json::Value {
+    json!({
+        "trade_no": r.trade_no,
+        "outcome": outcome(r.outcome),
+        "downstream_ref": r.downstream_ref,
+        "error_code": r.error_code,
+        "message": r.message,
+        "retry_after_ms": r.retry_after_ms,
+    })
+}
+
+fn checked_json(c: &Checked) -> serde_json::Value {
+    let mut v = json!({
+        "validity": validity(c.validity),
+        "credited": c.credited,
+    });
+    if let Some(t) = &c.token {
+        v["token"] = json!(TokenView::from(t));
+    }
+    if let Some(r) = &c.reason {
+        v["reason"] = json!(r);
+    }
+    v
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensBody {
+    user_id: String,
+    activity_id: String,
+    tokens: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeptBody {
+    activity_id: String,
+    #[serde(default)]
+    tokens: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivityQuery {
+    activity_id: String,
+}
+
+fn check_ids(st: &HttpState, user_id: &str, activity_id: &str, n: usize) -> Result<(), ApiError> {
+    if user_id.is_empty() || activity_id.is_empty() {
+        return Err(ApiError::bad("user_id and activity_id must be set"));
+    }
+    if user_id.len() > 256 || activity_id.len() > 256 {
+        return Err(ApiError::bad(
+            "user_id and activity_id are at most 256 bytes",
+        ));
+    }
+    if n > st.max_tokens {
+        return Err(ApiError::bad(format!(
+            "{n} tokens in one request; at most {} allowed",
+            st.max_tokens
+        )));
+    }
+    Ok(())
+}
+
+async fn validate(
+    State(st): State<Arc<HttpState>>,
+    body: Result<Json<TokensBody>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(b) = body?;
+    check_ids(&st, &b.user_id, &b.activity_id, b.tokens.len())?;
+    let mut results = Vec::with_capacity(b.tokens.len());
+    for t in &b.tokens {
+        let c = st.service.check(&b.user_id, &b.activity_id, t).await?;
+        results.push(checked_json(&c));
+    }
+    Ok(Json(json!({ "results": results })))
+}
+
+fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value {
+    let views = |ts: &[RewardToken]| ts.iter().map(TokenView::from).collect::<Vec<_>>();
+    let balance: BTreeMap<&str, serde_json::Value> = r
+        .balance
+        .iter()
+        .map(|(ty, (p, c))| {
+            (
+                ty.as_str(),
+                json!({"pending": p, "credited": c, "total": p.saturating_add(*c)}),
+            )
+        })
+        .collect();
+    json!({
+        "user_id": user_id,
+        "activity_id": activity_id,
+        "pending": views(&r.pending),
+        "credited": views(&r.credited),
+        "unknown": views(&r.unknown),
+        "illegal": r.illegal,
+        "unreadable": r.unreadable,
+        "balance": balance,
+    })
+}
+
+async fn rewards_get(
+    State(st): State<Arc<HttpState>>,
+    Path(user_id): Path<String>,
+    q: Result<Query<ActivityQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = q?;
+    check_ids(&st, &user_id, &q.activity_id, 0)?;
+    let r = st.service.rewards(&user_id, &q.activity_id, &[]).await?;
+    Ok(Json(page_json(&user_id, &q.activity_id, &r)))
+}
+
+async fn rewards_post(
+    State(st): State<Arc<HttpState>>,
+    Path(user_id): Path<String>,
+    body: Result<Json<KeptBody>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(b) = body?;
+    check_ids(&st, &user_id, &b.activity_id, b.tokens.len())?;
+    let r = st
+        .service
+        .rewards(&user_id, &b.activity_id, &b.tokens)
+        .await?;
+    Ok(Json(page_json(&user_id, &b.activity_id, &r)))
+}
+
+async fn withdraw(
+    State(st): State<Arc<HttpState>>,
+    body: Result<Json<TokensBody>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(b) = body?;
+    check_ids(&st, &b.user_id, &b.activity_id, b.tokens.len())?;
+    let done = st
+        .service
+        .withdraw(&b.user_id, &b.activity_id, &b.tokens)
+        .await?;
+    let mut credited = 0i64;
+    let items: Vec<serde_json::Value> = done
+        .iter()
+        .map(|(c, r)| {
+            let mut v = checked_json(c);
+            if let Some(r) = r {
+                if r.outcome == GrantOutcome::Granted as i32 {
+                    credited += c.token.as_ref().map_or(0, |t| t.amount);
+                }
+                v["result"] = result_json(r);
+            }
+            v
+        })
+        .collect();
+    Ok(Json(
+        json!({ "items": items, "credited_now_amount": credited }),
+    ))
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(st): State<Arc<HttpState>>) -> Response {
+    match st.service.ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "redis is not answering\n").into_response()
+        }
+    }
+}
+
+/// The bearer token of an `Authorization` header, if it has one.
+pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let v = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = v.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
+}
+
+async fn auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    match bearer(req.headers()) {
+        Some(t) if st.credential.matches(t) => next.run(req).await,
+        _ => ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            reason: "a valid `Authorization: Bearer <credential>` header is required".into(),
+        }
+        .into_response(),
+    }
+}
+
+/// The router: the wallet routes behind the bearer check, health routes open.
+pub fn router(state: HttpState, max_body_bytes: usize) -> Router {
+    let st = Arc::new(state);
+    let api = Router::new()
+        .route("/v1/tokens/validate", post(validate))
+        .route(
+            "/v1/users/{user_id}/rewards",
+            get(rewards_get).post(rewards_post),
+        )
+        .route("/v1/withdraw", post(withdraw))
+        .route_layer(middleware::from_fn_with_state(st.clone(), auth));
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(st)
+}

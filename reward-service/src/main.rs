@@ -1,0 +1,94 @@
+//! `reward-service`: serves the gRPC grant API and the wallet HTTP API.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Credits each trade number exactly once, within budget: gRPC `Grant`, `GrantAsync`,
+/// `GrantBatch` for activity services and consumers; HTTP/JSON token validation,
+/// reward listing and withdrawal for wallet frontends.
+///
+/// Needs, from the environment (never from the config file):
+///   REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE   the bearer credential both
+///                                                       APIs require (>= 16 bytes)
+///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the token key ring (as the SDK)
+/// Overrides: REWARD_SERVICE__SECTION__KEY=value for any config key,
+/// REWARD_SDK__SECTION__KEY=value inside the [sdk] section.
+/// Stops on SIGTERM or Ctrl-C: calls in flight finish (server.shutdown_grace_ms), then
+/// queued events drain to a broker or the spool.
+#[derive(Debug, Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Args {
+    /// The service's TOML config (see the crate docs of reward_service::config).
+    #[arg(long, env = "REWARD_SERVICE_CONFIG")]
+    config: PathBuf,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    json_logs: bool,
+}
+
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    if args.json_logs {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+    let cfg = match reward_service::config::ServiceConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reward-service: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let running = match reward_service::server::start(&cfg).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("reward-service: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "reward-service: gRPC on {}, HTTP on {}",
+        running.grpc_addr, running.http_addr
+    );
+    stop_signal().await;
+    tracing::info!("stopping: finishing calls in flight");
+    let report = running.shutdown().await;
+    tracing::info!(drained = report.drained, left = report.left, "stopped");
+    if report.left > 0 {
+        eprintln!(
+            "reward-service: {} queued events were neither delivered nor spooled",
+            report.left
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,232 @@
+//! Building the service from its config, serving both APIs, shutting down gracefully.
+//!
+//! # Start-up
+//! Connects the SDK (token store, key ring from `REWARD_TOKEN_KEYS[_FILE]`, virtual
+//! queue), the claim store and the downstreams, sets the configured budgets, binds both
+//! listeners (port 0 picks a free port; [`Running`] reports the real ones), then
+//! serves. Any failure stops the start with an error naming the part.
+//!
+//! # Shutdown
+//! On [`Running::shutdown`] (the binary calls it on SIGTERM or Ctrl-C) both listeners
+//! stop accepting; calls in flight run to their end, up to `server.shutdown_grace_ms`;
+//! then the SDK closes, which drains every async grant's event and every failure
+//! record to a broker or its spool. A grant cut off by the grace period is safe: its
+//! claim's lease runs out and the caller's retry takes it over.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::claim::Claims;
+use crate::config::{DownstreamConfig, ServiceConfig};
+use crate::downstream::{Downstream, Http, Ledger};
+use crate::grant::{FailureTopic, Granter};
+use crate::http::{HttpState, router};
+use crate::service::Service;
+use crate::tokens::Tokens;
+
+/// Why the service did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The SDK did not start.
+    #[error("sdk: {0}")]
+    Sdk(#[from] sdk::StartError),
+    /// The claim store did not connect.
+    #[error(transparent)]
+    Claims(#[from] crate::claim::ClaimError),
+    /// A downstream could not be set up.
+    #[error("downstream {0}: {1}")]
+    Downstream(String, String),
+    /// Redis failed while preparing the token scripts.
+    #[error("token store: {0}")]
+    Tokens(String),
+    /// A listener could not bind.
+    #[error("bind {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// The archive's directory could not be created.
+    #[error("failure archive {0}: {1}")]
+    Archive(std::path::PathBuf, std::io::Error),
+}
+
+/// Builds the service (without serving it).
+pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
+    let sdk = sdk::Sdk::builder(cfg.sdk.clone())
+        .watch(cfg.sdk.dynamic.file.is_some() || cfg.sdk.dynamic.redis_key.is_some())
+        .start()
+        .await?;
+    let claims = Claims::connect(&cfg.redis_url, cfg.claims.clone()).await?;
+    for (scope, total) in &cfg.budgets {
+        claims.set_budget(scope, *total).await?;
+    }
+    let mut capacity = HashMap::new();
+    let mut ledger_types = Vec::new();
+    for (ty, d) in &cfg.downstreams {
+        if let DownstreamConfig::Ledger { capacity: c } = d {
+            ledger_types.push(ty.clone());
+            if let Some(c) = c {
+                capacity.insert(ty.clone(), *c);
+            }
+        }
+    }
+    let mut downstreams: HashMap<String, Arc<dyn Downstream>> = HashMap::new();
+    if !ledger_types.is_empty() {
+        let ledger = Ledger::connect(&cfg.redis_url, &cfg.ledger_prefix, &capacity)
+            .await
+            .map_err(|e| StartError::Downstream("ledger".into(), e.to_string()))?;
+        let ledger: Arc<dyn Downstream> = Arc::new(ledger);
+        for ty in ledger_types {
+            downstreams.insert(ty, ledger.clone());
+        }
+    }
+    for (ty, d) in &cfg.downstreams {
+        if let DownstreamConfig::Http { url, timeout_ms } = d {
+            let h = Http::new(url, Duration::from_millis(*timeout_ms))
+                .map_err(|e| StartError::Downstream(ty.clone(), e))?;
+            downstreams.insert(ty.clone(), Arc::new(h));
+        }
+    }
+    if let Some(dir) = cfg.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| StartError::Archive(dir.to_path_buf(), e))?;
+    }
+    let tokens = Tokens::new(sdk.store().clone(), cfg.sdk.store.ttl_secs)
+        .await
+        .map_err(|e| StartError::Tokens(e.to_string()))?;
+    let granter = Granter::new(claims, downstreams, cfg.archive.clone())
+        .with_tokens(tokens.clone())
+        .with_failure_topic(FailureTopic {
+            sdk: sdk.clone(),
+            queue: cfg.failure_queue.clone(),
+        });
+    Ok(Service::new(granter, tokens, sdk, cfg.server.max_batch))
+}
+
+/// A serving instance.
+#[derive(Debug)]
+pub struct Running {
+    /// Where gRPC listens.
+    pub grpc_addr: SocketAddr,
+    /// Where HTTP listens.
+    pub http_addr: SocketAddr,
+    service: Service,
+    stop: watch::Sender<bool>,
+    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    http: JoinHandle<std::io::Result<()>>,
+    grace: Duration,
+}
+
+/// Builds the service and serves both APIs.
+pub async fn start(cfg: &ServiceConfig) -> Result<Running, StartError> {
+    let service = build(cfg).await?;
+    serve(service, cfg).await
+}
+
+/// Serves an already built service.
+pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, StartError> {
+    let s = &cfg.server;
+    let grpc_listener = tokio::net::TcpListener::bind(s.grpc_addr)
+        .await
+        .map_err(|e| StartError::Bind(s.grpc_addr, e))?;
+    let http_listener = tokio::net::TcpListener::bind(s.http_addr)
+        .await
+        .map_err(|e| StartError::Bind(s.http_addr, e))?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|e| StartError::Bind(s.grpc_addr, e))?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|e| StartError::Bind(s.http_addr, e))?;
+    let (stop, stopped) = watch::channel(false);
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    // A batch of `max_batch` events of up to 2 KiB each must decode.
+    let max_message = s.max_body_bytes.max(s.max_batch.saturating_mul(2048));
+    let grpc_svc = crate::grpc::server(service.clone(), cfg.credential.clone(), max_message);
+    let grpc_stop = signal(stopped.clone());
+    let grpc = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(grpc_svc)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(grpc_listener),
+                grpc_stop,
+            )
+            .await
+    });
+    let app = router(
+        HttpState {
+            service: service.clone(),
+            credential: cfg.credential.clone(),
+            max_tokens: s.max_tokens_per_request,
+        },
+        s.max_body_bytes,
+    );
+    let http_stop = signal(stopped);
+    let http = tokio::spawn(async move {
+        axum::serve(http_listener, app)
+            .with_graceful_shutdown(http_stop)
+            .await
+    });
+    tracing::info!(%grpc_addr, %http_addr, "reward service serving");
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        service,
+        stop,
+        grpc,
+        http,
+        grace: Duration::from_millis(s.shutdown_grace_ms),
+    })
+}
+
+/// What a shutdown left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether both listeners finished their in-flight calls within the grace period.
+    pub drained: bool,
+    /// Events the SDK could neither deliver nor spool (0 on a clean close).
+    pub left: u64,
+}
+
+impl Running {
+    /// The service being served.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// Stops accepting, lets calls in flight finish (up to the grace period), then
+    /// closes the SDK (drains its queue to the brokers or the spool).
+    pub async fn shutdown(self) -> ShutdownReport {
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let mut drained = true;
+        let grpc_abort = self.grpc.abort_handle();
+        let http_abort = self.http.abort_handle();
+        match tokio::time::timeout_at(deadline, self.grpc).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server ended with an error"),
+            Ok(Err(e)) => tracing::error!(error = %e, "gRPC server task failed"),
+            Err(_) => {
+                drained = false;
+                grpc_abort.abort();
+            }
+        }
+        match tokio::time::timeout_at(deadline, self.http).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server ended with an error"),
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
+            Err(_) => {
+                drained = false;
+                http_abort.abort();
+            }
+        }
+        let report = self.service.sdk().close(self.grace).await;
+        ShutdownReport {
+            drained,
+            left: report.left,
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! What both APIs do, independent of their wire: grants (sync, async, batch) and the
+//! wallet's token checks.
+//!
+//! # Sync, async and batch grants
+//! - **Grant**: claim, credit, finish ([`crate::grant`]); the answer is the
+//!   downstream's.
+//! - **GrantAsync**: the claim (idempotency and budget) runs now; on success the claim's
+//!   lease is released at once and the event goes to the SDK's virtual queue, routed by
+//!   its reward type like any reward, and the answer is `ACCEPTED`. The record stays
+//!   `IN_PROGRESS` with no live lease, so the consumer that later calls `GrantBatch`
+//!   for the event takes it over without a second deduction and credits it. A repeated
+//!   GrantAsync before that takes it over too and queues the event again; the second
+//!   delivery then finds `GRANTED` (`DUPLICATE`). If the queue refuses (closing, or
+//!   full past its wait), the answer is `RETRY_LATER`: the deduction stands and the
+//!   caller's retry takes the claim over.
+//! - **GrantBatch**: each event as in Grant, all of them at once, answered in request
+//!   order. Redis sees the scripts of a batch pipelined on the pool's connections.
+//!
+//! # Budget scope
+//! A grant's budget is its event's `activity_id/scene_id` ([`scope`]).
+//!
+//! # Wallet checks
+//! A token presented by a client is checked against the user and activity it is
+//! presented for (they are its AEAD binding, so another user's token does not open):
+//! - `ILLEGAL`: does not open (bad base64, unknown key, forged, another user's or
+//!   activity's);
+//! - `LEGAL`: opens, and the server knows the trade number: the token is in the user's
+//!   pending or credited hash, or the claim store has its record. `credited` is true
+//!   when the record says `GRANTED`;
+//! - `UNKNOWN`: opens, but the server holds nothing of it (its token write failed and no
+//!   grant has started yet, or every record of it expired). Never credited from the
+//!   wallet: the event, if it exists, is still on its way through the queue.
+//!
+//! Withdrawal grants every `LEGAL`, uncredited token at once, synchronously, with the
+//! token's own fields (the token is authentic: only the key holder can seal one).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message as _;
+use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
+use sdk::Sdk;
+
+use crate::claim::{Claim, ClaimError, Grant};
+use crate::grant::{GrantError, Granter, Outcome};
+use crate::tokens::Tokens;
+
+/// The budget scope of an activity's scene.
+pub fn scope(activity_id: &str, scene_id: &str) -> String {
+    format!("{activity_id}/{scene_id}")
+}
+
+/// Longest id accepted in any field that becomes part of a Redis key.
+const MAX_ID: usize = 256;
+
+/// Checks an event and turns it into a grant; the error is the reason for `INVALID`.
+pub fn grant_of(ev: &RewardEvent) -> Result<Grant, String> {
+    let user_id = ev.user.as_ref().map(|u| u.user_id.as_str()).unwrap_or("");
+    let fields = [
+        ("trade_no", ev.trade_no.as_str()),
+        ("user.user_id", user_id),
+        ("activity_id", ev.activity_id.as_str()),
+        ("scene_id", ev.scene_id.as_str()),
+        ("reward_type", ev.reward_type.as_str()),
+    ];
+    for (name, v) in fields {
+        if v.is_empty() {
+            return Err(format!("{name} is empty"));
+        }
+        if v.len() > MAX_ID {
+            return Err(format!("{name} is longer than {MAX_ID} bytes"));
+        }
+        if v.contains(['{', '}']) {
+            return Err(format!("{name} contains a brace"));
+        }
+    }
+    // The two halves of the budget scope.
+    if ev.activity_id.contains('/') || ev.scene_id.contains('/') {
+        return Err("activity_id and scene_id may not contain '/'".into());
+    }
+    if ev.amount <= 0 {
+        return Err(format!("amount must be positive, not {}", ev.amount));
+    }
+    Ok(Grant {
+        scene: scope(&ev.activity_id, &ev.scene_id),
+        activity_id: ev.activity_id.clone(),
+        trade_no: ev.trade_no.clone(),
+        user_id: user_id.to_string(),
+        reward_type: ev.reward_type.clone(),
+        amount: ev.amount,
+    })
+}
+
+fn result(trade_no: &str, outcome: GrantOutcome) -> GrantResult {
+    GrantResult {
+        trade_no: trade_no.to_string(),
+        outcome: outcome as i32,
+        ..Default::default()
+    }
+}
+
+fn failed(trade_no: &str, outcome: GrantOutcome, code: &str, message: String) -> GrantResult {
+    GrantResult {
+        error_code: code.into(),
+        message,
+        ..result(trade_no, outcome)
+    }
+}
+
+/// The wire result of a grant.
+pub fn result_of(trade_no: &str, r: Result<Outcome, GrantError>) -> GrantResult {
+    match r {
+        Ok(Outcome::Granted { receipt, duplicate }) => GrantResult {
+            downstream_ref: receipt,
+            ..result(
+                trade_no,
+                if duplicate {
+                    GrantOutcome::Duplicate
+                } else {
+                    GrantOutcome::Granted
+                },
+            )
+        },
+        Ok(Outcome::LeaseLost { receipt }) => GrantResult {
+            downstream_ref: receipt,
+            error_code: "LEASE_LOST".into(),
+            message: "credited after the claim's lease expired; another worker owns the \
+                      record and calls the downstream with the same idempotency key"
+                .into(),
+            ..result(trade_no, GrantOutcome::Granted)
+        },
+        Ok(Outcome::RetryLater {
+            reason,
+            code,
+            after_ms,
+        }) => {
+            let (outcome, code) = match code {
+                Some(c) => (GrantOutcome::FailedRetryable, c.as_str()),
+                None => (GrantOutcome::RetryLater, "LEASE_HELD"),
+            };
+            GrantResult {
+                retry_after_ms: i64::try_from(after_ms).unwrap_or(i64::MAX),
+                ..failed(trade_no, outcome, code, reason)
+            }
+        }
+        Ok(Outcome::FailedPermanent { reason, code }) => failed(
+            trade_no,
+            GrantOutcome::FailedPermanent,
+            code.map_or("FAILED_BEFORE", |c| c.as_str()),
+            reason,
+        ),
+        Ok(Outcome::Conflict) => failed(
+            trade_no,
+            GrantOutcome::Conflict,
+            "CONFLICT",
+            "the trade number is known with another user, type or amount".into(),
+        ),
+        Ok(Outcome::BudgetExhausted) => failed(
+            trade_no,
+            GrantOutcome::BudgetExhausted,
+            "BUDGET_EXHAUSTED",
+            "no room left in this trade number's budget shard".into(),
+        ),
+        Ok(Outcome::NoBudget) => failed(
+            trade_no,
+            GrantOutcome::BudgetExhausted,
+            "NO_BUDGET",
+            "the scene has no budget".into(),
+        ),
+        Err(GrantError::Claim(ClaimError::Invalid(why))) => {
+            failed(trade_no, GrantOutcome::Invalid, "INVALID", why.to_string())
+        }
+        Err(e @ GrantError::Claim(_)) => GrantResult {
+            retry_after_ms: 1_000,
+            ..failed(
+                trade_no,
+                GrantOutcome::FailedRetryable,
+                "STORE_UNAVAILABLE",
+                e.to_string(),
+            )
+        },
+        // The grant is marked failed and refunded; only its archive line is missing.
+        Err(e @ GrantError::Archive { .. }) => failed(
+            trade_no,
+            GrantOutcome::FailedPermanent,
+            "ARCHIVE_FAILED",
+            e.to_string(),
+        ),
+    }
+}
+
+/// One checked token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// Legal, unknown or illegal.
+    pub validity: TokenValidity,
+    /// The opened token (absent when illegal).
+    pub token: Option<RewardToken>,
+    /// Whether its trade number is credited.
+    pub credited: bool,
+    /// The stored receipt when credited.
+    pub receipt: Option<String>,
+    /// Why it is illegal.
+    pub reason: Option<String>,
+}
+
+/// What the wallet page shows for a user in an activity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rewards {
+    /// Legal, not yet credited.
+    pub pending: Vec<RewardToken>,
+    /// Credited.
+    pub credited: Vec<RewardToken>,
+    /// Kept by the client, opening, but unknown to the server.
+    pub unknown: Vec<RewardToken>,
+    /// Kept by the client, not opening.
+    pub illegal: usize,
+    /// Stored tokens that no longer open with the current key ring (rotated out).
+    pub unreadable: usize,
+    /// Per reward type: (pending, credited) amounts.
+    pub balance: BTreeMap<String, (i64, i64)>,
+}
+
+/// Service failures the APIs turn into errors (not per-grant outcomes).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Redis failed while reading tokens or records.
+    #[error("store unavailable: {0}")]
+    Store(String),
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<fred::error::Error> for ServiceError {
+    fn from(e: fred::error::Error) -> Self {
+        ServiceError::Store(e.to_string())
+    }
+}
+
+impl From<ClaimError> for ServiceError {
+    fn from(e: ClaimError) -> Self {
+        match e {
+            ClaimError::Invalid(why) => ServiceError::Invalid(why.into()),
+            other => ServiceError::Store(other.to_string()),
+        }
+    }
+}
+
+/// The service: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Service {
+    granter: Granter,
+    tokens: Tokens,
+    sdk: Sdk,
+    inner: Arc<Limits>,
+}
+
+#[derive(Debug)]
+struct Limits {
+    max_batch: usize,
+}
+
+impl Service {
+    /// A service over a granter (which should carry `tokens`), the token store and the
+    /// SDK (codec and virtual queue).
+    pub fn new(granter: Granter, tokens: Tokens, sdk: Sdk, max_batch: usize) -> Self {
+        Self {
+            granter,
+            tokens,
+            sdk,
+            inner: Arc::new(Limits { max_batch }),
+        }
+    }
+
+    /// The SDK in use.
+    pub fn sdk(&self) -> &Sdk {
+        &self.sdk
+    }
+
+    /// The granter in use.
+    pub fn granter(&self) -> &Granter {
+        &self.granter
+    }
+
+    /// Most events per batch.
+    pub fn max_batch(&self) -> usize {
+        self.inner.max_batch
+    }
+
+    /// Grants one event now.
+    pub async fn grant(&self, ev: &RewardEvent) -> GrantResult {
+        match grant_of(ev) {
+            Ok(g) => result_of(&g.trade_no, self.granter.grant(&g).await),
+            Err(why) => failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
+        }
+    }
+
+    /// Claims now, credits later through the queue (see the module doc).
+    pub async fn grant_async(&self, ev: &RewardEvent) -> GrantResult {
+        let g = match grant_of(ev) {
+            Ok(g) => g,
+            Err(why) => return failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
+        };
+        let claims = self.granter.claims();
+        let claim_id = match claims.claim(&g).await {
+            Ok(Claim::Claimed { claim_id, .. }) => claim_id,
+            Ok(Claim::Duplicate { result }) => {
+                return result_of(
+                    &g.trade_no,
+                    Ok(Outcome::Granted {
+                        receipt: result,
+                        duplicate: true,
+                    }),
+                );
+            }
+            Ok(Claim::FailedPermanent { result }) => {
+                return result_of(
+                    &g.trade_no,
+                    Ok(Outcome::FailedPermanent {
+                        reason: result,
+                        code: None,
+                    }),
+                );
+            }
+            Ok(Claim::RetryLater { lease_left_ms }) => {
+                return result_of(
+                    &g.trade_no,
+                    Ok(Outcome::RetryLater {
+                        reason: format!("another worker holds it for {lease_left_ms} ms"),
+                        code: None,
+                        after_ms: lease_left_ms,
+                    }),
+                );
+            }
+            Ok(Claim::Conflict) => return result_of(&g.trade_no, Ok(Outcome::Conflict)),
+            Ok(Claim::BudgetExhausted) => {
+                return result_of(&g.trade_no, Ok(Outcome::BudgetExhausted));
+            }
+            Ok(Claim::NoBudget) => return result_of(&g.trade_no, Ok(Outcome::NoBudget)),
+            Err(e) => return result_of(&g.trade_no, Err(GrantError::Claim(e))),
+        };
+        if let Err(e) = claims.release(&g, &claim_id).await {
+            return result_of(&g.trade_no, Err(GrantError::Claim(e)));
+        }
+        let payload = Bytes::from(ev.encode_to_vec());
+        match self
+            .sdk
+            .enqueue(
+                None,
+                Some(&g.reward_type),
+                &g.user_id,
+                g.trade_no.clone(),
+                payload,
+            )
+            .await
+        {
+            Ok(_) => result(&g.trade_no, GrantOutcome::Accepted),
+            Err(e) => GrantResult {
+                retry_after_ms: 1_000,
+                ..failed(
+                    &g.trade_no,
+                    GrantOutcome::RetryLater,
+                    "QUEUE_REFUSED",
+                    format!("budget held, event not queued: {e}"),
+                )
+            },
+        }
+    }
+
+    /// Grants every event at once; results in request order.
+    pub async fn grant_batch(&self, events: Vec<RewardEvent>) -> Vec<GrantResult> {
+        let n = events.len();
+        let mut set = tokio::task::JoinSet::new();
+        for (i, ev) in events.into_iter().enumerate() {
+            let me = self.clone();
+            set.spawn(async move { (i, me.grant(&ev).await) });
+        }
+        let mut out: Vec<Option<GrantResult>> = vec![None; n];
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((i, r)) => {
+                    if let Some(slot) = out.get_mut(i) {
+                        *slot = Some(r);
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "a batch grant task failed"),
+            }
+        }
+        out.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    failed(
+                        "",
+                        GrantOutcome::FailedRetryable,
+                        "INTERNAL",
+                        "the grant task ended without an answer; send it again".into(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Checks one token presented for `user_id` in `activity_id`.
+    pub async fn check(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        sealed: &str,
+    ) -> Result<Checked, ServiceError> {
+        let token = match self.sdk.codec().open(sealed, user_id, activity_id) {
+            Ok(t) => t,
+            Err(e) => {
+                return Ok(Checked {
+                    validity: TokenValidity::Illegal,
+                    token: None,
+                    credited: false,
+                    receipt: None,
+                    reason: Some(e.to_string()),
+                });
+            }
+        };
+        let (pending, credited_hash) = self
+            .tokens
+            .holds(user_id, activity_id, &token.trade_no)
+            .await?;
+        let record = self
+            .granter
+            .claims()
+            .record(&scope(activity_id, &token.scene_id), &token.trade_no)
+            .await?;
+        let granted = record.as_ref().filter(|r| r.state == "GRANTED");
+        let legal = pending || credited_hash || record.is_some();
+        Ok(Checked {
+            validity: if legal {
+                TokenValidity::Legal
+            } else {
+                TokenValidity::Unknown
+            },
+            credited: granted.is_some(),
+            receipt: granted.map(|r| r.result.clone()),
+            token: Some(token),
+            reason: None,
+        })
+    }
+
+    /// Force-credits every legal, uncredited token; one entry per token, in order:
+    /// the check and, for legal tokens, the grant's result.
+    pub async fn withdraw(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        sealed: &[String],
+    ) -> Result<Vec<(Checked, Option<GrantResult>)>, ServiceError> {
+        let mut out = Vec::with_capacity(sealed.len());
+        for s in sealed {
+            let c = self.check(user_id, activity_id, s).await?;
+            let r = match (&c.validity, &c.token) {
+                (TokenValidity::Legal, Some(t)) if c.credited => Some(GrantResult {
+                    downstream_ref: c.receipt.clone().unwrap_or_default(),
+                    ..result(&t.trade_no, GrantOutcome::Duplicate)
+                }),
+                (TokenValidity::Legal, Some(t)) => Some(self.grant(&event_of(t)).await),
+                _ => None,
+            };
+            out.push((c, r));
+        }
+        Ok(out)
+    }
+
+    /// The wallet page of a user in an activity: stored tokens, plus the ones the
+    /// client kept (checked one by one), merged by trade number.
+    pub async fn rewards(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        kept: &[String],
+    ) -> Result<Rewards, ServiceError> {
+        let held = self.tokens.held(user_id, activity_id).await?;
+        let codec = self.sdk.codec();
+        let mut out = Rewards::default();
+        let mut seen = std::collections::HashSet::new();
+        for (map, credited) in [(&held.pending, false), (&held.credited, true)] {
+            for sealed in map.values() {
+                match codec.open(sealed, user_id, activity_id) {
+                    Ok(t) if seen.insert(t.trade_no.clone()) => {
+                        if credited {
+                            out.credited.push(t);
+                        } else {
+                            out.pending.push(t);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => out.unreadable += 1,
+                }
+            }
+        }
+        for sealed in kept {
+            let c = self.check(user_id, activity_id, sealed).await?;
+            let Some(t) = c.token else {
+                out.illegal += 1;
+                continue;
+            };
+            if !seen.insert(t.trade_no.clone()) {
+                continue;
+            }
+            match c.validity {
+                TokenValidity::Legal if c.credited => out.credited.push(t),
+                TokenValidity::Legal => out.pending.push(t),
+                _ => out.unknown.push(t),
+            }
+        }
+        // A token can sit in the pending hash while its record already says GRANTED
+        // (the move after the credit failed): show it as credited.
+        let mut still_pending = Vec::with_capacity(out.pending.len());
+        for t in std::mem::take(&mut out.pending) {
+            let granted = self
+                .granter
+                .claims()
+                .record(&scope(activity_id, &t.scene_id), &t.trade_no)
+                .await?
+                .is_some_and(|r| r.state == "GRANTED");
+            if granted {
+                out.credited.push(t);
+            } else {
+                still_pending.push(t);
+            }
+        }
+        out.pending = still_pending;
+        for t in &out.pending {
+            out.balance.entry(t.reward_type.clone()).or_default().0 += t.amount;
+        }
+        for t in &out.credited {
+            out.balance.entry(t.reward_type.clone()).or_default().1 += t.amount;
+        }
+        let by_trade = |a: &RewardToken, b: &RewardToken| a.trade_no.cmp(&b.trade_no);
+        out.pending.sort_by(by_trade);
+        out.credited.sort_by(by_trade);
+        out.unknown.sort_by(by_trade);
+        Ok(out)
+    }
+
+    /// Whether Redis answers (readiness).
+    pub async fn ready(&self) -> Result<(), ServiceError> {
+        self.granter.claims().ping().await?;
+        Ok(())
+    }
+}
+
+/// The event a token stands for (what a withdrawal grants).
+pub fn event_of(t: &RewardToken) -> RewardEvent {
+    RewardEvent {
+        trade_no: t.trade_no.clone(),
+        user: Some(proto::v1::UserInfo {
+            user_id: t.user_id.clone(),
+            app_id: t.app_id.clone(),
+            ..Default::default()
+        }),
+        activity_id: t.activity_id.clone(),
+        scene_id: t.scene_id.clone(),
+        reward_type: t.reward_type.clone(),
+        amount: t.amount,
+        created_at_ms: t.grant_time_ms,
+        description: t.description.clone(),
+        ..Default::default()
+    }
+}

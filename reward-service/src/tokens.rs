@@ -1,0 +1,139 @@
+//! The service's side of the SDK's token store: what happens to a user's token once
+//! its reward is credited, and reading a user's tokens for the wallet.
+//!
+//! # Pending and credited hashes
+//! The SDK writes each token to the user's *pending* hash (`{prefix}:{user}:{activity}`,
+//! field = trade number). After a credit is marked `GRANTED`, the service moves the
+//! token, in one script, to a *credited* hash beside it
+//! (`{prefix}:{user}:{activity}:credited`, same hash tag, so same slot). The issue asks
+//! to delete the token once credited; moving it does delete it from the pending hash
+//! (so it is never force-credited or listed as pending again) and still lets the
+//! wallet page show what was credited without asking every downstream. The credited
+//! hash gets the store's TTL on each move, like the pending one.
+//!
+//! A failed move is counted and logged, never fails the grant: the claim record says
+//! `GRANTED`, which is what validation and withdrawal trust, so a token left in the
+//! pending hash is shown as credited and can never be credited twice.
+//!
+//! The per-user cap of the SDK counts the pending hash only: a credited token frees
+//! its place.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fred::prelude::*;
+use sdk::store::TokenStore;
+
+/// KEYS: pending hash, credited hash. ARGV: trade number, TTL seconds.
+/// Returns 1 when the token moved, 0 when the pending hash did not hold it.
+const MOVE_LUA: &str = r"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], v)
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+";
+
+/// A user's stored tokens, pending and credited.
+#[derive(Clone)]
+pub struct Tokens {
+    store: TokenStore,
+    ttl_secs: i64,
+    sha: Arc<String>,
+    move_failures: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("ttl_secs", &self.ttl_secs)
+            .field("move_failures", &self.move_failures)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Both hashes of one user and activity: trade number → sealed token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Not yet credited.
+    pub pending: HashMap<String, String>,
+    /// Credited (moved here after the grant).
+    pub credited: HashMap<String, String>,
+}
+
+impl Tokens {
+    /// Wraps the SDK's store (same Redis, same key prefix); `ttl_secs` is the store's
+    /// token TTL.
+    pub async fn new(store: TokenStore, ttl_secs: u64) -> Result<Self, fred::error::Error> {
+        let sha: String = store.pool().next().script_load(MOVE_LUA).await?;
+        Ok(Self {
+            store,
+            ttl_secs: i64::try_from(ttl_secs).unwrap_or(i64::MAX),
+            sha: Arc::new(sha),
+            move_failures: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    fn credited_key(&self, user_id: &str, activity_id: &str) -> String {
+        format!("{}:credited", self.store.key(user_id, activity_id))
+    }
+
+    /// Moves a credited reward's token out of the pending hash. Never fails the
+    /// caller: a Redis error is counted ([`Tokens::move_failures`]) and logged.
+    pub async fn credited(&self, user_id: &str, activity_id: &str, trade_no: &str) -> bool {
+        let r: Result<i64, _> =
+            crate::eval_loaded(self.store.pool().next(), &self.sha, MOVE_LUA, || {
+                (
+                    vec![
+                        self.store.key(user_id, activity_id),
+                        self.credited_key(user_id, activity_id),
+                    ],
+                    vec![Value::from(trade_no), Value::from(self.ttl_secs)],
+                )
+            })
+            .await;
+        match r {
+            Ok(n) => n == 1,
+            Err(e) => {
+                self.move_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%trade_no, error = %e, "credited token not moved out of the pending hash");
+                false
+            }
+        }
+    }
+
+    /// Moves that failed since start.
+    pub fn move_failures(&self) -> u64 {
+        self.move_failures.load(Ordering::Relaxed)
+    }
+
+    /// Both hashes of a user in an activity.
+    pub async fn held(&self, user_id: &str, activity_id: &str) -> Result<Held, fred::error::Error> {
+        let client = self.store.pool().next();
+        let pending: HashMap<String, String> =
+            client.hgetall(self.store.key(user_id, activity_id)).await?;
+        let credited: HashMap<String, String> = client
+            .hgetall(self.credited_key(user_id, activity_id))
+            .await?;
+        Ok(Held { pending, credited })
+    }
+
+    /// Whether the pending and the credited hash hold `trade_no`.
+    pub async fn holds(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+    ) -> Result<(bool, bool), fred::error::Error> {
+        let client = self.store.pool().next();
+        let pending: bool = client
+            .hexists(self.store.key(user_id, activity_id), trade_no)
+            .await?;
+        let credited: bool = client
+            .hexists(self.credited_key(user_id, activity_id), trade_no)
+            .await?;
+        Ok((pending, credited))
+    }
+}
