@@ -36,3 +36,127 @@ pub fn grant(trade_no: &str, amount: i64) -> Grant {
         amount,
     }
 }
+
+/// The bearer credential of the test services.
+pub const CREDENTIAL: &str = "test-credential-0123456789";
+
+/// The stack's addresses (Redis, Kafka, RocketMQ name server); panics (never skips)
+/// when one is down.
+pub fn stack() -> (String, String, String) {
+    let redis = redis_url();
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let kafka = var("KAFKA_BROKERS", "127.0.0.1:19092");
+    let namesrv = var("ROCKETMQ_NAMESRV", "127.0.0.1:9876");
+    for (what, addr) in [
+        ("Kafka broker (tansu)", &kafka),
+        ("RocketMQ name server", &namesrv),
+    ] {
+        let first = addr.split(',').next().unwrap_or_default();
+        assert!(
+            std::net::TcpStream::connect(first).is_ok(),
+            "{what} at {first} is not answering; start the local stack with `ops/stack up`"
+        );
+    }
+    (redis, kafka, namesrv)
+}
+
+/// A service config on free ports, under fresh key prefixes and topics named with
+/// `tag`: queues `massive` (types cash, coin) and `failures`, both Kafka first with
+/// RocketMQ as backup; cash and coin credited by the ledger, `gem` routed but with no
+/// downstream; budget `cny/rain` = `budget`. The key ring goes to a file in `dir`.
+pub fn service_config(
+    tag: &str,
+    dir: &std::path::Path,
+    budget: i64,
+    extra: &str,
+) -> reward_service::config::ServiceConfig {
+    let (redis, kafka, namesrv) = stack();
+    std::fs::create_dir_all(dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, sdk::token::KeyRing::random(2).to_text().as_bytes()).unwrap();
+    let text = format!(
+        r#"
+        [server]
+        grpc_addr = "127.0.0.1:0"
+        http_addr = "127.0.0.1:0"
+        max_body_bytes = 16384
+        max_tokens_per_request = 10
+        max_batch = 100
+        shutdown_grace_ms = 5000
+        [claims]
+        key_prefix = "svc-{tag}"
+        shards = 4
+        lease_ms = 2000
+        [budgets]
+        "cny/rain" = {budget}
+        [downstreams.cash]
+        kind = "ledger"
+        [downstreams.coin]
+        kind = "ledger"
+        [ledger]
+        key_prefix = "ledger-{tag}"
+        [failures]
+        archive = "{archive}"
+        queue = "failures"
+        {extra}
+        [sdk]
+        default_queue = "massive"
+        [sdk.token]
+        keys_file = "{keys}"
+        [sdk.store]
+        redis_url = "{redis}"
+        key_prefix = "tok-{tag}"
+        timeout_ms = 10000
+        [sdk.producers.k]
+        kind = "kafka"
+        brokers = "{kafka}"
+        {kafka_settings}
+        [sdk.producers.r]
+        kind = "rocketmq"
+        namesrv = "{namesrv}"
+        group = "svc-test-{tag}"
+        [sdk.queues.massive]
+        topic = "massive-{tag}"
+        primary = "k"
+        backup = "r"
+        ratio = 100
+        [sdk.queues.failures]
+        topic = "failures-{tag}"
+        primary = "k"
+        backup = "r"
+        ratio = 100
+        [sdk.types.cash]
+        [sdk.types.coin]
+        [sdk.types.gem]
+        [sdk.spool]
+        dir = "{spool}"
+        "#,
+        archive = dir.join("failures.jsonl").display(),
+        keys = keys.display(),
+        spool = dir.join("spool").display(),
+        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+    );
+    let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
+    reward_service::config::ServiceConfig::from_toml_str(&text, &env)
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// Creates the two topics of `service_config(tag, ..)` on both brokers.
+pub async fn create_topics(tag: &str) {
+    let (_, kafka, namesrv) = stack();
+    let t = [format!("massive-{tag}"), format!("failures-{tag}")];
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    sdk::readback::create_kafka_topics(&kafka, &t, 2)
+        .await
+        .unwrap();
+    sdk::readback::create_rocketmq_topics(&namesrv, &t)
+        .await
+        .unwrap();
+}
+
+/// A fresh directory under the system temp dir.
+pub fn unique_dir(prefix: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("{prefix}-{:08x}", rand::random::<u32>()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}

@@ -1,0 +1,531 @@
+//! Both APIs of a running service (real Redis, Kafka and RocketMQ from `ops/stack up`):
+//! the wallet endpoints' legal / unknown / illegal cases and withdrawal, gRPC grants
+//! (sync, async, batch), bad inputs over both, the failure archive and topic, graceful
+//! shutdown.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{CREDENTIAL, create_topics, service_config, unique_dir};
+use proto::v1::reward_service_client::RewardServiceClient;
+use proto::v1::{
+    GrantAsyncRequest, GrantBatchRequest, GrantOutcome, GrantRequest, RewardEvent, RewardToken,
+    UserInfo,
+};
+use reward_service::downstream::Ledger;
+use reward_service::server::{Running, start};
+use sdk::request::{RedEnvelopeRain, User};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+async fn running(tag: &str, budget: i64) -> (Running, std::path::PathBuf) {
+    create_topics(tag).await;
+    let dir = unique_dir(tag);
+    let cfg = service_config(tag, &dir, budget, "");
+    (start(&cfg).await.unwrap(), dir)
+}
+
+fn http(r: &Running, path: &str) -> String {
+    format!("http://{}{path}", r.http_addr)
+}
+
+async fn post(r: &Running, path: &str, body: &Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(http(r, path))
+        .bearer_auth(CREDENTIAL)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(r: &Running, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(http(r, path))
+        .bearer_auth(CREDENTIAL)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Flips one base64 character in the middle of a token.
+fn tampered(token: &str) -> String {
+    let mut b = token.as_bytes().to_vec();
+    let i = b.len() / 2;
+    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(b).unwrap()
+}
+
+fn validities(v: &Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["validity"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wallet_validates_lists_and_withdraws_only_legal_uncredited_tokens() {
+    let tag = format!("w{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 1_000_000).await;
+    let sdk = r.service().sdk().clone();
+    let rain = RedEnvelopeRain::new("cny", "cash");
+    let coins = RedEnvelopeRain::new("cny", "coin");
+    let alice = User::new("1001");
+    let bob = User::new("1002");
+    let a1 = sdk.send_reward(rain.grab(&alice, 1, 100)).await.unwrap();
+    let a2 = sdk.send_reward(rain.grab(&alice, 2, 200)).await.unwrap();
+    let a3 = sdk.send_reward(coins.grab(&alice, 3, 5)).await.unwrap();
+    let b1 = sdk.send_reward(rain.grab(&bob, 1, 300)).await.unwrap();
+    assert!(a1.stored && a2.stored && a3.stored && b1.stored);
+    // Opens (sealed with the service's own keys) but was never stored or granted.
+    let stray = sdk
+        .codec()
+        .seal(&RewardToken {
+            trade_no: "cny:rain:9:1001".into(),
+            user_id: "1001".into(),
+            activity_id: "cny".into(),
+            scene_id: "rain".into(),
+            reward_type: "cash".into(),
+            amount: 999,
+            ..Default::default()
+        })
+        .unwrap();
+
+    let (status, v) = post(
+        &r,
+        "/v1/tokens/validate",
+        &json!({"user_id": "1001", "activity_id": "cny", "tokens": [
+            a1.token, a2.token, b1.token, "not base64 !", tampered(&a1.token), stray,
+            &a1.token[..a1.token.len() - 4]
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        validities(&v, "results"),
+        [
+            "legal", "legal", "illegal", "illegal", "illegal", "unknown", "illegal"
+        ]
+    );
+    assert_eq!(v["results"][0]["credited"], false);
+    assert_eq!(v["results"][0]["token"]["amount"], 100);
+    assert_eq!(v["results"][5]["token"]["trade_no"], "cny:rain:9:1001");
+    // Another activity: the binding does not match, so even alice's token is illegal.
+    let (_, v) = post(
+        &r,
+        "/v1/tokens/validate",
+        &json!({"user_id": "1001", "activity_id": "other", "tokens": [a1.token]}),
+    )
+    .await;
+    assert_eq!(validities(&v, "results"), ["illegal"]);
+
+    let (status, page) = get(&r, "/v1/users/1001/rewards?activity_id=cny").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["pending"].as_array().unwrap().len(), 3);
+    assert_eq!(page["credited"].as_array().unwrap().len(), 0);
+    assert_eq!(page["balance"]["cash"]["pending"], 300);
+    assert_eq!(page["balance"]["coin"]["pending"], 5);
+
+    let withdraw_body = json!({"user_id": "1001", "activity_id": "cny", "tokens": [
+        a1.token, a2.token, a3.token, b1.token, stray, "garbage", a1.token
+    ]});
+    let (status, w) = post(&r, "/v1/withdraw", &withdraw_body).await;
+    assert_eq!(status, 200, "{w}");
+    assert_eq!(
+        validities(&w, "items"),
+        [
+            "legal", "legal", "legal", "illegal", "unknown", "illegal", "legal"
+        ]
+    );
+    let outcomes: Vec<Value> = w["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["result"]["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            json!("granted"),
+            json!("granted"),
+            json!("granted"),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            // The same token twice in one request: credited once.
+            json!("duplicate"),
+        ]
+    );
+    assert_eq!(w["credited_now_amount"], 305);
+
+    let ledger = Ledger::connect(
+        &common::redis_url(),
+        &format!("ledger-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ledger.balance("1001", "cash").await.unwrap(), 300);
+    assert_eq!(ledger.balance("1001", "coin").await.unwrap(), 5);
+    assert_eq!(ledger.balance("1002", "cash").await.unwrap(), 0);
+
+    // A second withdrawal credits nothing new.
+    let (_, w2) = post(&r, "/v1/withdraw", &withdraw_body).await;
+    assert_eq!(w2["credited_now_amount"], 0);
+    assert_eq!(w2["items"][0]["result"]["outcome"], "duplicate");
+    assert_eq!(ledger.balance("1001", "cash").await.unwrap(), 300);
+
+    // Credited tokens left the pending hash; the page shows them as credited.
+    let (_, page) = post(
+        &r,
+        "/v1/users/1001/rewards",
+        &json!({"activity_id": "cny", "tokens": [stray, "junk"]}),
+    )
+    .await;
+    assert_eq!(page["pending"].as_array().unwrap().len(), 0, "{page}");
+    assert_eq!(page["credited"].as_array().unwrap().len(), 3);
+    assert_eq!(page["unknown"].as_array().unwrap().len(), 1);
+    assert_eq!(page["illegal"], 1);
+    assert_eq!(page["balance"]["cash"]["credited"], 300);
+    assert_eq!(page["balance"]["cash"]["total"], 300);
+    let held = r.service().sdk().store().list("1001", "cny").await.unwrap();
+    assert!(held.is_empty(), "{held:?}");
+    let (_, v) = post(
+        &r,
+        "/v1/tokens/validate",
+        &json!({"user_id": "1001", "activity_id": "cny", "tokens": [a1.token]}),
+    )
+    .await;
+    assert_eq!(v["results"][0]["validity"], "legal");
+    assert_eq!(v["results"][0]["credited"], true);
+
+    let report = r.shutdown().await;
+    assert!(report.drained);
+    assert_eq!(report.left, 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_http_inputs_get_their_documented_errors() {
+    let tag = format!("h{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 1_000).await;
+    let client = reqwest::Client::new();
+    let url = http(&r, "/v1/tokens/validate");
+    let body = json!({"user_id": "1", "activity_id": "cny", "tokens": []});
+
+    let resp = client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"], "unauthorized");
+    let resp = client
+        .post(&url)
+        .bearer_auth("test-credential-0123456780")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = client
+        .post(&url)
+        .header("authorization", CREDENTIAL)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        401,
+        "a credential without the Bearer scheme"
+    );
+
+    let send_raw = |text: &'static str| {
+        client
+            .post(&url)
+            .bearer_auth(CREDENTIAL)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+    };
+    for text in [
+        "{not json",
+        "[]",
+        r#"{"user_id": "1", "tokens": []}"#,
+        r#"{"user_id": 1, "activity_id": "a", "tokens": []}"#,
+        r#"{"user_id": "", "activity_id": "a", "tokens": []}"#,
+        r#"{"user_id": "1", "activity_id": "a", "tokens": [], "extra": 1}"#,
+    ] {
+        let resp = send_raw(text).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{text}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"], "bad_request", "{text}");
+        assert!(!v["reason"].as_str().unwrap().is_empty());
+    }
+    let resp = client
+        .post(&url)
+        .bearer_auth(CREDENTIAL)
+        .body(r#"{"user_id": "1", "activity_id": "a", "tokens": []}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400, "no JSON content type");
+
+    let eleven: Vec<String> = (0..11).map(|i| format!("t{i}")).collect();
+    let (status, v) = post(
+        &r,
+        "/v1/withdraw",
+        &json!({"user_id": "1", "activity_id": "cny", "tokens": eleven}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(v["reason"].as_str().unwrap().contains("at most 10"), "{v}");
+
+    let huge = "x".repeat(20_000);
+    let (status, v) = post(
+        &r,
+        "/v1/tokens/validate",
+        &json!({"user_id": "1", "activity_id": "cny", "tokens": [huge]}),
+    )
+    .await;
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["error"], "too_large");
+
+    let (status, v) = get(&r, "/v1/users/1/rewards").await;
+    assert_eq!(status, 400, "missing activity_id: {v}");
+
+    let health = client.get(http(&r, "/healthz")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let ready = client.get(http(&r, "/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+
+    assert_eq!(r.shutdown().await.left, 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn event(trade_no: &str, user: &str, ty: &str, amount: i64) -> RewardEvent {
+    RewardEvent {
+        trade_no: trade_no.into(),
+        user: Some(UserInfo {
+            user_id: user.into(),
+            ..Default::default()
+        }),
+        activity_id: "cny".into(),
+        scene_id: "rain".into(),
+        reward_type: ty.into(),
+        amount,
+        ..Default::default()
+    }
+}
+
+fn authed<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {CREDENTIAL}").parse().unwrap(),
+    );
+    req
+}
+
+async fn client(r: &Running) -> RewardServiceClient<Channel> {
+    RewardServiceClient::connect(format!("http://{}", r.grpc_addr))
+        .await
+        .unwrap()
+}
+
+fn outcome_of(r: &proto::v1::GrantResult) -> GrantOutcome {
+    GrantOutcome::try_from(r.outcome).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_grants_sync_async_and_batch() {
+    let tag = format!("g{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 10_000).await;
+    let mut c = client(&r).await;
+
+    // No credential, a wrong one.
+    let e = c
+        .grant(GrantRequest {
+            event: Some(event("g:1", "7", "cash", 10)),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let mut bad = tonic::Request::new(GrantRequest::default());
+    bad.metadata_mut().insert(
+        "authorization",
+        "Bearer nope-nope-nope-nope".parse().unwrap(),
+    );
+    assert_eq!(
+        c.grant(bad).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    // A request without an event.
+    let e = c.grant(authed(GrantRequest::default())).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+
+    let grant = |ev: RewardEvent| authed(GrantRequest { event: Some(ev) });
+    let res = |resp: tonic::Response<proto::v1::GrantResponse>| resp.into_inner().result.unwrap();
+    let g1 = res(c.grant(grant(event("g:1", "7", "cash", 10))).await.unwrap());
+    assert_eq!(outcome_of(&g1), GrantOutcome::Granted, "{g1:?}");
+    assert!(!g1.downstream_ref.is_empty());
+    let again = res(c.grant(grant(event("g:1", "7", "cash", 10))).await.unwrap());
+    assert_eq!(outcome_of(&again), GrantOutcome::Duplicate);
+    assert_eq!(again.downstream_ref, g1.downstream_ref);
+    let other = res(c.grant(grant(event("g:1", "7", "cash", 11))).await.unwrap());
+    assert_eq!(outcome_of(&other), GrantOutcome::Conflict);
+    assert_eq!(other.error_code, "CONFLICT");
+    let invalid = res(c.grant(grant(event("g:2", "7", "cash", 0))).await.unwrap());
+    assert_eq!(outcome_of(&invalid), GrantOutcome::Invalid);
+    let invalid = res(c.grant(grant(event("g:2", "", "cash", 5))).await.unwrap());
+    assert_eq!(outcome_of(&invalid), GrantOutcome::Invalid);
+    let over = res(c
+        .grant(grant(event("g:3", "7", "cash", 20_000)))
+        .await
+        .unwrap());
+    assert_eq!(outcome_of(&over), GrantOutcome::BudgetExhausted);
+    let mut no_budget = event("g:4", "7", "cash", 5);
+    no_budget.scene_id = "fireworks".into();
+    let nb = res(c.grant(grant(no_budget)).await.unwrap());
+    assert_eq!(
+        (outcome_of(&nb), nb.error_code.as_str()),
+        (GrantOutcome::BudgetExhausted, "NO_BUDGET")
+    );
+
+    // A type with no downstream fails for good: archived and sent to the failure topic.
+    let gem = res(c.grant(grant(event("g:5", "7", "gem", 5))).await.unwrap());
+    assert_eq!(outcome_of(&gem), GrantOutcome::FailedPermanent, "{gem:?}");
+    assert_eq!(gem.error_code, "INVALID");
+    let archive = std::fs::read_to_string(dir.join("failures.jsonl")).unwrap();
+    assert_eq!(archive.lines().count(), 1);
+    assert!(archive.contains("\"g:5\""), "{archive}");
+    let again = res(c.grant(grant(event("g:5", "7", "gem", 5))).await.unwrap());
+    assert_eq!(outcome_of(&again), GrantOutcome::FailedPermanent);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("failures.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        1,
+        "a failure is recorded once"
+    );
+
+    // Async: budget now, credit when the batch (the consumer's call) comes.
+    let a = c
+        .grant_async(authed(GrantAsyncRequest {
+            event: Some(event("g:6", "8", "cash", 40)),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
+    assert_eq!(
+        r.service()
+            .granter()
+            .claims()
+            .spent("cny/rain")
+            .await
+            .unwrap(),
+        50
+    );
+
+    let mut batch: Vec<RewardEvent> = (0..60)
+        .map(|i| event(&format!("b:{i}"), &format!("{}", 100 + i % 7), "coin", 1))
+        .collect();
+    batch.insert(10, event("g:6", "8", "cash", 40));
+    batch.insert(20, event("g:1", "7", "cash", 10));
+    batch.insert(30, event("g:1", "7", "cash", 12));
+    batch.insert(40, event("bad", "8", "cash", -1));
+    let n = batch.len();
+    let results = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: batch.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(results.len(), n);
+    for (ev, res) in batch.iter().zip(&results) {
+        assert_eq!(ev.trade_no, res.trade_no, "results in request order");
+    }
+    assert_eq!(
+        outcome_of(&results[10]),
+        GrantOutcome::Granted,
+        "the async grant, taken over"
+    );
+    assert_eq!(outcome_of(&results[20]), GrantOutcome::Duplicate);
+    assert_eq!(outcome_of(&results[30]), GrantOutcome::Conflict);
+    assert_eq!(outcome_of(&results[40]), GrantOutcome::Invalid);
+    let granted = results
+        .iter()
+        .filter(|r| outcome_of(r) == GrantOutcome::Granted)
+        .count();
+    assert_eq!(granted, 61);
+    // 10 + 40 + 60 coins; the refused and failed ones cost nothing.
+    assert_eq!(
+        r.service()
+            .granter()
+            .claims()
+            .spent("cny/rain")
+            .await
+            .unwrap(),
+        110
+    );
+
+    let too_many = GrantBatchRequest {
+        events: (0..101)
+            .map(|i| event(&format!("x:{i}"), "1", "coin", 1))
+            .collect(),
+    };
+    let e = c.grant_batch(authed(too_many)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+
+    let ledger = Ledger::connect(
+        &common::redis_url(),
+        &format!("ledger-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ledger.balance("7", "cash").await.unwrap(), 10);
+    assert_eq!(ledger.balance("8", "cash").await.unwrap(), 40);
+
+    let report = r.shutdown().await;
+    assert!(report.drained);
+    assert_eq!(report.left, 0);
+    // The async grant's event and the failure record reached Kafka.
+    let (_, kafka, _) = common::stack();
+    let events = tokio::task::spawn_blocking({
+        let (kafka, tag) = (kafka.clone(), tag.clone());
+        move || {
+            sdk::readback::read_kafka(&kafka, &format!("massive-{tag}"), 1, Duration::from_secs(5))
+        }
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(events.seen.get("g:6"), Some(&1), "{:?}", events.seen);
+    let failures = tokio::task::spawn_blocking(move || {
+        sdk::readback::read_kafka(
+            &kafka,
+            &format!("failures-{tag}"),
+            1,
+            Duration::from_secs(5),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(failures.messages, 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
