@@ -421,3 +421,117 @@ impl Credential {
         diff == 0
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = r#"
+        [budgets]
+        "cny/rain" = 1000
+        [downstreams.cash]
+        kind = "ledger"
+        capacity = 2000
+        [downstreams.coupon]
+        kind = "http"
+        url = "http://127.0.0.1:9000/credit"
+        [sdk]
+        default_queue = "massive"
+        [sdk.producers.k]
+        kind = "kafka"
+        brokers = "127.0.0.1:19092"
+        [sdk.producers.r]
+        kind = "rocketmq"
+        namesrv = "127.0.0.1:9876"
+        group = "g"
+        [sdk.queues.massive]
+        topic = "massive"
+        primary = "k"
+        backup = "r"
+        [sdk.queues.failures]
+        topic = "failures"
+        primary = "k"
+        backup = "r"
+        [sdk.types.cash]
+    "#;
+
+    fn env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut v = vec![(
+            "REWARD_SERVICE_TOKEN".to_string(),
+            "a-long-enough-credential".to_string(),
+        )];
+        v.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        v
+    }
+
+    #[test]
+    fn a_valid_document_with_overrides() {
+        let c = ServiceConfig::from_toml_str(
+            DOC,
+            &env(&[
+                ("REWARD_SERVICE__CLAIMS__SHARDS", "32"),
+                ("REWARD_SERVICE__SERVER__HTTP_ADDR", "127.0.0.1:9999"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.claims.shards, 32);
+        assert_eq!(c.server.http_addr.port(), 9999);
+        assert_eq!(c.budgets["cny/rain"], 1000);
+        assert_eq!(c.failure_queue, "failures");
+        assert_eq!(
+            c.downstreams["coupon"],
+            DownstreamConfig::Http {
+                url: "http://127.0.0.1:9000/credit".into(),
+                timeout_ms: 2000
+            }
+        );
+        assert!(c.credential.matches(b"a-long-enough-credential"));
+        assert!(!c.credential.matches(b"a-long-enough-credentiaL"));
+        assert!(!c.credential.matches(b"a-long-enough-credential-"));
+        let printed = format!("{c:?}");
+        assert!(!printed.contains("a-long-enough"), "{printed}");
+    }
+
+    #[test]
+    fn bad_documents_are_refused_with_a_reason() {
+        let cases: [(&str, &str); 8] = [
+            ("[claims]\nshards = 0\n", "claims.shards"),
+            ("[budgets]\nrain = 5\n", "activity/scene"),
+            ("[budgets]\n\"a/b\" = -5\n", "negative"),
+            ("[downstreams.gem]\nkind = \"magic\"\n", "magic"),
+            ("[downstreams.gem]\nkind = \"http\"\n", "needs url"),
+            ("[failures]\nqueue = \"nope\"\n", "nope"),
+            ("[server]\ngrpc_addr = \"here\"\n", "grpc_addr"),
+            ("[server]\nunknown_knob = 1\n", "unknown"),
+        ];
+        for (extra, want) in cases {
+            // Later tables of the same name would clash: put the extra first.
+            let doc = format!(
+                "{extra}\n{}",
+                DOC.replace("[budgets]\n        \"cny/rain\" = 1000", "")
+            );
+            let e = ServiceConfig::from_toml_str(&doc, &env(&[])).unwrap_err();
+            assert!(e.to_string().contains(want), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_credential_is_required_and_long() {
+        let e = ServiceConfig::from_toml_str(DOC, &[]).unwrap_err();
+        assert!(matches!(e, ConfigError::Credential(_)), "{e}");
+        let short = vec![("REWARD_SERVICE_TOKEN".to_string(), "short".to_string())];
+        let e = ServiceConfig::from_toml_str(DOC, &short).unwrap_err();
+        assert!(matches!(e, ConfigError::Credential(_)), "{e}");
+        assert!(!e.to_string().contains("short"));
+        let dir = std::env::temp_dir().join(format!("cred-{:08x}", rand::random::<u32>()));
+        std::fs::write(&dir, "from-a-file-credential-123\n").unwrap();
+        let file = vec![(
+            "REWARD_SERVICE_TOKEN_FILE".to_string(),
+            dir.display().to_string(),
+        )];
+        let c = ServiceConfig::from_toml_str(DOC, &file).unwrap();
+        assert!(c.credential.matches(b"from-a-file-credential-123"));
+        let _ = std::fs::remove_file(dir);
+    }
+}

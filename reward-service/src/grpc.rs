@@ -1,12 +1,13 @@
 //! The gRPC API (tonic): `Grant`, `GrantAsync`, `GrantBatch` of `reward.v1.RewardService`.
 //!
 //! Every call needs `authorization: Bearer <credential>` metadata (else
-//! `UNAUTHENTICATED`). A request without an event, or a batch over `server.max_batch`
-//! events, is `INVALID_ARGUMENT`; a message that does not decode, or is larger than
-//! `server.max_body_bytes` per event allowed by the batch cap, is refused by tonic
-//! before it reaches the service. Everything else is answered with a
-//! [`proto::v1::GrantResult`] per event, whose `outcome` and `error_code` say what
-//! happened (see [`crate::service::result_of`]); the call itself succeeds.
+//! `UNAUTHENTICATED`). A request without an event, or a batch of more than
+//! `server.max_batch` events, is `INVALID_ARGUMENT`. A message that does not decode,
+//! or is larger than the bigger of `server.max_body_bytes` and `max_batch` × 2 KiB,
+//! is refused by tonic (`INTERNAL` / `OUT_OF_RANGE`) before it reaches the service.
+//! Everything else gets one [`proto::v1::GrantResult`] per event, whose `outcome` and
+//! `error_code` say what happened (see [`crate::service::result_of`]); the call
+//! itself succeeds, so one bad event never fails a batch.
 
 use proto::v1::reward_service_server::{RewardService, RewardServiceServer};
 use proto::v1::{
