@@ -9,5 +9,6 @@
 #![recursion_limit = "256"]
 
 pub mod bench;
+pub mod grant_bench;
 pub mod smoke;
 pub mod stack;

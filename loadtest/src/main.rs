@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use loadtest::bench::{self, BenchOptions, BenchReport, Percentiles};
+use loadtest::grant_bench::{self, GrantBenchOptions};
 use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
 use loadtest::stack::StackEnv;
@@ -83,6 +84,31 @@ enum Command {
         #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
         kafka_settings: Vec<(String, String)>,
     },
+    /// Measure the reward service's `GrantBatch` (served in this process over gRPC on
+    /// loopback, config ops/reward-service.toml with fresh keys) against
+    /// `redis-benchmark` running the bare claim script by EVALSHA on the same Redis,
+    /// back to back. Prints grants/s, batch latency, the script's rate and the ratio;
+    /// exits non-zero if any grant was not granted or the budget or ledger disagree.
+    GrantBench {
+        /// Grants through the service.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+        grants: u64,
+        /// Events per GrantBatch call.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        batch: u64,
+        /// Concurrent gRPC callers (one connection each).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+        concurrency: u64,
+        /// redis-benchmark connections (-c).
+        #[arg(long, default_value_t = 50)]
+        redis_clients: u32,
+        /// redis-benchmark calls per round trip (-P).
+        #[arg(long, default_value_t = 16)]
+        pipeline: u32,
+        /// Users the grants are spread over.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+        users: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -119,6 +145,48 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::GrantBench {
+            grants,
+            batch,
+            concurrency,
+            redis_clients,
+            pipeline,
+            users,
+        } => {
+            let opts = GrantBenchOptions {
+                grants,
+                batch: usize::try_from(batch).unwrap_or(1000),
+                concurrency: usize::try_from(concurrency).unwrap_or(1024),
+                redis_clients,
+                pipeline,
+                users,
+            };
+            println!("grant-bench: {grants} grants in batches of {batch}, {concurrency} callers");
+            match grant_bench::run(&StackEnv::from_env(), &opts).await {
+                Ok(r) => {
+                    println!("service GrantBatch   {:>10.0} grants/s", r.service_rate);
+                    println!(
+                        "  batch latency us   p50 {} p99 {} p99.9 {} max {} ({} calls)",
+                        r.batch_latency.p50,
+                        r.batch_latency.p99,
+                        r.batch_latency.p999,
+                        r.batch_latency.max,
+                        r.batch_latency.count
+                    );
+                    println!(
+                        "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms",
+                        r.script_rate, r.script_p99_ms
+                    );
+                    println!("  ({})", r.script_command);
+                    println!("ratio service/script {:>10.2}", r.ratio());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("grant-bench FAILED: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Bench {
             rewards,
             concurrency,

@@ -172,8 +172,9 @@ impl From<fred::error::Error> for ClaimError {
     }
 }
 
+/// The claim script (public for benchmarks that run it bare, e.g. `redis-benchmark`).
 /// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id.
-const CLAIM_LUA: &str = r"
+pub const CLAIM_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', KEYS[1], 'user', 'type', 'amount', 'state', 'lease', 'result')
@@ -279,11 +280,13 @@ impl Claims {
         crc32fast::hash(trade_no.as_bytes()) % self.cfg.shards
     }
 
-    fn budget_key(&self, scene: &str, shard: u32) -> String {
+    /// The budget key of a scene's shard.
+    pub fn budget_key(&self, scene: &str, shard: u32) -> String {
         format!("{}:{{{scene}:{shard}}}:budget", self.cfg.key_prefix)
     }
 
-    fn record_key(&self, scene: &str, shard: u32, trade_no: &str) -> String {
+    /// The record key of a trade number (in its shard `shard_of(trade_no)`).
+    pub fn record_key(&self, scene: &str, shard: u32, trade_no: &str) -> String {
         format!("{}:{{{scene}:{shard}}}:t:{trade_no}", self.cfg.key_prefix)
     }
 

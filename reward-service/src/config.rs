@@ -517,6 +517,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_local_stack_config_is_valid() {
+        let text = include_str!("../../ops/reward-service.toml");
+        let c = ServiceConfig::from_toml_str(text, &env(&[])).unwrap();
+        assert_eq!(c.failure_queue, "failures");
+        assert!(c.downstreams.contains_key("coupon"));
+    }
+
+    #[test]
     fn the_credential_is_required_and_long() {
         let e = ServiceConfig::from_toml_str(DOC, &[]).unwrap_err();
         assert!(matches!(e, ConfigError::Credential(_)), "{e}");

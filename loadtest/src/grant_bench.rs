@@ -1,0 +1,312 @@
+//! `loadtest grant-bench`: the reward service's `GrantBatch` against `redis-benchmark`
+//! running the bare claim script on the same Redis, in one sitting.
+//!
+//! # What is compared
+//! - **service**: the reward service runs in this process (config `ops/reward-service.toml`
+//!   with fresh key prefixes and free ports), `cash` credited by the built-in ledger.
+//!   `concurrency` gRPC clients send `GrantBatch` calls of `batch` new trade numbers
+//!   each until `grants` are granted. One grant is four Redis scripts: claim (the
+//!   idempotency record and the budget), the ledger's credit, finish (`GRANTED`), and
+//!   the token move.
+//! - **script**: `redis-benchmark` sends `EVALSHA` of the same claim script
+//!   ([`reward_service::claim::CLAIM_LUA`]) with a random trade number per call,
+//!   `redis_clients` connections, `pipeline` calls per round trip. That is the ceiling
+//!   of one Redis for the one script a grant cannot do without.
+//!
+//! The ratio service/script is the issue's figure (target ≥ 0.5). Both runs use the
+//! same Redis, back to back, so the ratio survives the machine's drift.
+//!
+//! # Checks
+//! The run fails instead of reporting a rate unless every grant came back `GRANTED`,
+//! the scene's spent budget equals the number of grants (amount 1 each), and the
+//! ledger credited every user exactly the grants sent to them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use proto::v1::reward_service_client::RewardServiceClient;
+use proto::v1::{GrantBatchRequest, GrantOutcome, RewardEvent, UserInfo};
+use reward_service::config::ServiceConfig;
+use reward_service::downstream::Ledger;
+
+use crate::bench::Percentiles;
+use crate::smoke::kafka::first_broker;
+use crate::stack::{Server, StackEnv, check_reachable};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct GrantBenchOptions {
+    /// Grants in the service run.
+    pub grants: u64,
+    /// Events per `GrantBatch` call.
+    pub batch: usize,
+    /// Concurrent gRPC callers.
+    pub concurrency: usize,
+    /// `redis-benchmark` connections.
+    pub redis_clients: u32,
+    /// `redis-benchmark` calls per round trip.
+    pub pipeline: u32,
+    /// Users the grants are spread over.
+    pub users: u64,
+}
+
+/// The figures.
+#[derive(Debug, Clone)]
+pub struct GrantBenchReport {
+    /// Grants per second through `GrantBatch`.
+    pub service_rate: f64,
+    /// `GrantBatch` call latency, microseconds.
+    pub batch_latency: Percentiles,
+    /// `EVALSHA` of the claim script per second (`redis-benchmark`).
+    pub script_rate: f64,
+    /// `redis-benchmark`'s p99 latency, milliseconds.
+    pub script_p99_ms: f64,
+    /// The command that ran.
+    pub script_command: String,
+}
+
+impl GrantBenchReport {
+    /// service / script.
+    pub fn ratio(&self) -> f64 {
+        self.service_rate / self.script_rate
+    }
+}
+
+fn hex_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+async fn start_service(
+    env: &StackEnv,
+    tag: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<(reward_service::server::Running, String)> {
+    std::fs::create_dir_all(dir)?;
+    let keys = dir.join("keys");
+    std::fs::write(&keys, sdk::token::KeyRing::random(1).to_text().as_bytes())?;
+    let credential = format!("{}{}", hex_id(), hex_id());
+    let vars = [
+        ("REWARD_SERVICE_TOKEN", credential.clone()),
+        ("REWARD_SERVICE__SERVER__GRPC_ADDR", "127.0.0.1:0".into()),
+        ("REWARD_SERVICE__SERVER__HTTP_ADDR", "127.0.0.1:0".into()),
+        ("REWARD_SERVICE__CLAIMS__KEY_PREFIX", format!("gb-{tag}")),
+        ("REWARD_SERVICE__LEDGER__KEY_PREFIX", format!("gbl-{tag}")),
+        // Bench records need not outlive the bench by 30 days.
+        ("REWARD_SERVICE__CLAIMS__RETENTION_SECS", "3600".into()),
+        (
+            "REWARD_SERVICE__FAILURES__ARCHIVE",
+            dir.join("failures.jsonl").display().to_string(),
+        ),
+        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
+        ("REWARD_SDK__STORE__KEY_PREFIX", format!("gbt-{tag}")),
+        ("REWARD_SDK__TOKEN__KEYS_FILE", keys.display().to_string()),
+        (
+            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
+            env.kafka_brokers.clone(),
+        ),
+        (
+            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
+            env.rocketmq_namesrv.clone(),
+        ),
+        (
+            "REWARD_SDK__SPOOL__DIR",
+            dir.join("spool").display().to_string(),
+        ),
+    ];
+    let vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    let text = include_str!("../../ops/reward-service.toml");
+    let cfg = ServiceConfig::from_toml_str(text, &vars)?;
+    let running = reward_service::server::start(&cfg).await?;
+    Ok((running, credential))
+}
+
+fn event(i: u64, users: u64, scene: &str) -> RewardEvent {
+    RewardEvent {
+        trade_no: format!("gb:{i}"),
+        user: Some(UserInfo {
+            user_id: (i % users).to_string(),
+            ..Default::default()
+        }),
+        activity_id: "bench".into(),
+        scene_id: scene.into(),
+        reward_type: "cash".into(),
+        amount: 1,
+        ..Default::default()
+    }
+}
+
+/// Runs both sides; fails on any lost or refused grant.
+pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<GrantBenchReport> {
+    let probe = Duration::from_secs(2);
+    check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+    check_reachable(Server::Kafka, first_broker(env), probe).await?;
+    check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let dir = std::env::temp_dir().join(format!("grant-bench-{tag}"));
+    let (running, credential) = start_service(env, &tag, &dir).await?;
+    let scene = "rain";
+    let claims = running.service().granter().claims().clone();
+    let scope = reward_service::service::scope("bench", scene);
+    let budget = i64::try_from(opts.grants)?.saturating_mul(2);
+    claims.set_budget(&scope, budget).await?;
+
+    let url = format!("http://{}", running.grpc_addr);
+    let batches = opts.grants.div_ceil(opts.batch as u64);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..opts.concurrency {
+        let mut client = RewardServiceClient::connect(url.clone())
+            .await?
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+        let next = next.clone();
+        let auth: tonic::metadata::MetadataValue<_> = format!("Bearer {credential}").parse()?;
+        let (grants, batch, users) = (opts.grants, opts.batch as u64, opts.users);
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            let mut bad = 0u64;
+            loop {
+                let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if b >= batches {
+                    break;
+                }
+                let events: Vec<RewardEvent> = (b * batch..((b + 1) * batch).min(grants))
+                    .map(|i| event(i, users, scene))
+                    .collect();
+                let mut req = tonic::Request::new(GrantBatchRequest { events });
+                req.metadata_mut().insert("authorization", auth.clone());
+                let t = Instant::now();
+                let results = client.grant_batch(req).await?.into_inner().results;
+                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+                bad += results
+                    .iter()
+                    .filter(|r| r.outcome != GrantOutcome::Granted as i32)
+                    .count() as u64;
+            }
+            Ok::<_, anyhow::Error>((lat, bad))
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut not_granted = 0;
+    while let Some(joined) = workers.join_next().await {
+        let (lat, bad) = joined??;
+        latencies.extend(lat);
+        not_granted += bad;
+    }
+    let elapsed = started.elapsed();
+    let spent = claims.spent(&scope).await?;
+    let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new())
+        .await
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    let sample_user = "0";
+    let want_user0 = opts.grants.div_ceil(opts.users);
+    let user0 = ledger
+        .balance(sample_user, "cash")
+        .await
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    let report = running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(not_granted == 0, "{not_granted} grants were not GRANTED");
+    anyhow::ensure!(
+        spent == i64::try_from(opts.grants)?,
+        "spent {spent} != {} grants",
+        opts.grants
+    );
+    anyhow::ensure!(
+        u64::try_from(user0)? == want_user0,
+        "user 0 holds {user0}, sent {want_user0}"
+    );
+    anyhow::ensure!(report.left == 0, "{} events left at shutdown", report.left);
+    let service_rate = opts.grants as f64 / elapsed.as_secs_f64();
+
+    let (script_rate, script_p99_ms, script_command) =
+        redis_benchmark(env, &claims, &tag, opts).await?;
+    Ok(GrantBenchReport {
+        service_rate,
+        batch_latency: Percentiles::of(&mut latencies),
+        script_rate,
+        script_p99_ms,
+        script_command,
+    })
+}
+
+async fn redis_benchmark(
+    env: &StackEnv,
+    claims: &reward_service::claim::Claims,
+    tag: &str,
+    opts: &GrantBenchOptions,
+) -> anyhow::Result<(f64, f64, String)> {
+    use fred::prelude::*;
+    let client = Builder::from_config(Config::from_url(&env.redis_url)?).build()?;
+    client.init().await?;
+    let sha: String = client.script_load(reward_service::claim::CLAIM_LUA).await?;
+    let scene = format!("redisbench-{tag}");
+    let budget = claims.budget_key(&scene, 0);
+    let _: () = client.hset(&budget, ("cap", i64::MAX / 4)).await?;
+    let record = claims.record_key(&scene, 0, "__rand_int__");
+    let hostport = env.redis_host_port()?;
+    let (host, port) = hostport
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("redis address {hostport} has no port"))?;
+    let n = opts.grants.max(100_000).to_string();
+    let clients = opts.redis_clients.to_string();
+    let pipeline = opts.pipeline.to_string();
+    let args = [
+        "-h",
+        host,
+        "-p",
+        port,
+        "-n",
+        &n,
+        "-c",
+        &clients,
+        "-P",
+        &pipeline,
+        "-r",
+        "1000000000",
+        "--csv",
+        "EVALSHA",
+        &sha,
+        "2",
+        &record,
+        &budget,
+        "7",
+        "cash",
+        "1",
+        "30000",
+        "3600",
+        "__rand_int__",
+    ];
+    let command = format!("redis-benchmark {}", args.join(" "));
+    let out = tokio::process::Command::new("redis-benchmark")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("redis-benchmark (from redis-tools, `ops/stack up` installs it): {e}")
+        })?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"`
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("\"EVALSHA"))
+        .ok_or_else(|| anyhow::anyhow!("{command}: no result line in {text:?}"))?;
+    let cols: Vec<f64> = row
+        .split("\",\"")
+        .skip(1)
+        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    let rps = cols.first().copied().unwrap_or(f64::NAN);
+    let p99 = cols.get(5).copied().unwrap_or(f64::NAN);
+    anyhow::ensure!(rps.is_finite() && rps > 0.0, "{command}: bad row {row}");
+    let spent: i64 = client.hget(&budget, "spent").await?;
+    anyhow::ensure!(spent > 0, "{command}: the script deducted nothing");
+    let _: i64 = client.del(&budget).await?;
+    Ok((rps, p99, command))
+}
