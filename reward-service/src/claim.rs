@@ -188,9 +188,10 @@ if rec[4] then
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   return {'TAKEOVER', ''}
 end
-local cap = tonumber(redis.call('HGET', KEYS[2], 'cap'))
+local b = redis.call('HMGET', KEYS[2], 'cap', 'spent')
+local cap = tonumber(b[1])
 if not cap then return {'NOBUDGET', ''} end
-local spent = tonumber(redis.call('HGET', KEYS[2], 'spent') or '0')
+local spent = tonumber(b[2] or '0')
 local amount = tonumber(ARGV[3])
 if spent + amount > cap then return {'EXHAUSTED', ''} end
 redis.call('HINCRBY', KEYS[2], 'spent', amount)

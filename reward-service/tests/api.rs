@@ -529,3 +529,57 @@ async fn grpc_grants_sync_async_and_batch() {
     assert_eq!(failures.messages, 1);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A downstream that answers after `delay`.
+async fn slow_downstream(delay: Duration) -> String {
+    let app = axum::Router::new().route(
+        "/credit",
+        axum::routing::post(move || async move {
+            tokio::time::sleep(delay).await;
+            axum::Json(json!({"ref": "slow-1"}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/credit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_grant_in_flight_finish_then_refuses_new_calls() {
+    let tag = format!("s{:08x}", rand::random::<u32>());
+    create_topics(&tag).await;
+    let url = slow_downstream(Duration::from_millis(800)).await;
+    let dir = unique_dir(&tag);
+    let extra = format!("[downstreams.gem]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = 5000\n");
+    let cfg = service_config(&tag, &dir, 1_000, &extra);
+    let r = start(&cfg).await.unwrap();
+    let addr = r.grpc_addr;
+    let mut c = client(&r).await;
+    let in_flight = tokio::spawn(async move {
+        c.grant(authed(GrantRequest {
+            event: Some(event("slow:1", "9", "gem", 3)),
+        }))
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = r.shutdown().await;
+    let res = in_flight
+        .await
+        .unwrap()
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(outcome_of(&res), GrantOutcome::Granted, "{res:?}");
+    assert_eq!(res.downstream_ref, "slow-1");
+    assert!(report.drained);
+    assert_eq!(report.left, 0);
+    assert!(
+        RewardServiceClient::connect(format!("http://{addr}"))
+            .await
+            .is_err(),
+        "the listener is closed after shutdown"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
