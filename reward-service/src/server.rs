@@ -191,6 +191,31 @@ pub struct ShutdownReport {
     pub left: u64,
 }
 
+/// Waits for a server task until `deadline`; aborts it past that. True when it ended
+/// in time.
+async fn finish<E: std::fmt::Display>(
+    name: &str,
+    task: JoinHandle<Result<(), E>>,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let abort = task.abort_handle();
+    match tokio::time::timeout_at(deadline, task).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(e))) => {
+            tracing::error!(error = %e, "{name} server ended with an error");
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "{name} server task failed");
+            true
+        }
+        Err(_) => {
+            abort.abort();
+            false
+        }
+    }
+}
+
 impl Running {
     /// The service being served.
     pub fn service(&self) -> &Service {
@@ -202,27 +227,9 @@ impl Running {
     pub async fn shutdown(self) -> ShutdownReport {
         let _ = self.stop.send(true);
         let deadline = tokio::time::Instant::now() + self.grace;
-        let mut drained = true;
-        let grpc_abort = self.grpc.abort_handle();
-        let http_abort = self.http.abort_handle();
-        match tokio::time::timeout_at(deadline, self.grpc).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server ended with an error"),
-            Ok(Err(e)) => tracing::error!(error = %e, "gRPC server task failed"),
-            Err(_) => {
-                drained = false;
-                grpc_abort.abort();
-            }
-        }
-        match tokio::time::timeout_at(deadline, self.http).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server ended with an error"),
-            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
-            Err(_) => {
-                drained = false;
-                http_abort.abort();
-            }
-        }
+        let grpc = finish("gRPC", self.grpc, deadline).await;
+        let http = finish("HTTP", self.http, deadline).await;
+        let drained = grpc && http;
         let report = self.service.sdk().close(self.grace).await;
         ShutdownReport {
             drained,

@@ -28,6 +28,17 @@ async fn running(tag: &str, budget: i64) -> (Running, std::path::PathBuf) {
     (start(&cfg).await.unwrap(), dir)
 }
 
+/// The ledger of `service_config(tag, ..)`, to read balances.
+async fn ledger(tag: &str) -> Ledger {
+    Ledger::connect(
+        &common::redis_url(),
+        &format!("ledger-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap()
+}
+
 fn http(r: &Running, path: &str) -> String {
     format!("http://{}{path}", r.http_addr)
 }
@@ -167,13 +178,7 @@ async fn wallet_validates_lists_and_withdraws_only_legal_uncredited_tokens() {
     );
     assert_eq!(w["credited_now_amount"], 305);
 
-    let ledger = Ledger::connect(
-        &common::redis_url(),
-        &format!("ledger-{tag}"),
-        &HashMap::new(),
-    )
-    .await
-    .unwrap();
+    let ledger = ledger(&tag).await;
     assert_eq!(ledger.balance("1001", "cash").await.unwrap(), 300);
     assert_eq!(ledger.balance("1001", "coin").await.unwrap(), 5);
     assert_eq!(ledger.balance("1002", "cash").await.unwrap(), 0);
@@ -490,13 +495,7 @@ async fn grpc_grants_sync_async_and_batch() {
     let e = c.grant_batch(authed(too_many)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 
-    let ledger = Ledger::connect(
-        &common::redis_url(),
-        &format!("ledger-{tag}"),
-        &HashMap::new(),
-    )
-    .await
-    .unwrap();
+    let ledger = ledger(&tag).await;
     assert_eq!(ledger.balance("7", "cash").await.unwrap(), 10);
     assert_eq!(ledger.balance("8", "cash").await.unwrap(), 40);
 
