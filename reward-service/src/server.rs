@@ -151,7 +151,10 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
         tonic::transport::Server::builder()
             .add_service(grpc_svc)
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc_listener),
+                // Without TCP_NODELAY a small answer waits for the peer's delayed ACK:
+                // a 20-event batch took 44 ms instead of 2 (BENCHMARKS.md).
+                tonic::transport::server::TcpIncoming::from(grpc_listener)
+                    .with_nodelay(Some(true)),
                 grpc_stop,
             )
             .await
@@ -166,6 +169,12 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
     );
     let http_stop = signal(stopped);
     let http = tokio::spawn(async move {
+        use axum::serve::ListenerExt as _;
+        let http_listener = http_listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "TCP_NODELAY not set on a wallet connection");
+            }
+        });
         axum::serve(http_listener, app)
             .with_graceful_shutdown(http_stop)
             .await
