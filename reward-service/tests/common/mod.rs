@@ -20,6 +20,8 @@ pub async fn claims(shards: u32, lease_ms: u64) -> Claims {
         key_prefix: format!("claim-test-{:08x}", rand::random::<u32>()),
         shards,
         lease_ms,
+        // Test records need not stay 30 days in the stack's Redis.
+        retention_secs: 3600,
         ..ClaimConfig::default()
     };
     Claims::connect(&redis_url(), cfg).await.unwrap()
@@ -87,6 +89,7 @@ pub fn service_config(
         key_prefix = "svc-{tag}"
         shards = 4
         lease_ms = 2000
+        retention_secs = 3600
         [budgets]
         "cny/rain" = {budget}
         [downstreams.cash]
