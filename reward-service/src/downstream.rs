@@ -286,23 +286,20 @@ impl Http {
             .json(&body)
             .send()
             .await;
-        let resp = sent.map_err(|e| CreditError {
+        let transport = |what: &str, e: reqwest::Error| CreditError {
             code: if e.is_timeout() {
                 ErrorCode::Timeout
             } else {
                 ErrorCode::Unavailable
             },
-            detail: format!("POST {}: {e}", self.url),
-        })?;
+            detail: format!("POST {}{what}: {e}", self.url),
+        };
+        let resp = sent.map_err(|e| transport("", e))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| CreditError {
-            code: if e.is_timeout() {
-                ErrorCode::Timeout
-            } else {
-                ErrorCode::Unavailable
-            },
-            detail: format!("POST {}: reading the answer: {e}", self.url),
-        })?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| transport(" (reading the answer)", e))?;
         let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
         let field = |name: &str| {
             json.as_ref()

@@ -28,6 +28,16 @@ async fn running(tag: &str, budget: i64) -> (Running, std::path::PathBuf) {
     (start(&cfg).await.unwrap(), dir)
 }
 
+/// What the test scene `cny/rain` has spent.
+async fn spent(r: &Running) -> i64 {
+    r.service()
+        .granter()
+        .claims()
+        .spent("cny/rain")
+        .await
+        .unwrap()
+}
+
 /// The ledger of `service_config(tag, ..)`, to read balances.
 async fn ledger(tag: &str) -> Ledger {
     Ledger::connect(
@@ -433,15 +443,7 @@ async fn grpc_grants_sync_async_and_batch() {
         .result
         .unwrap();
     assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
-    assert_eq!(
-        r.service()
-            .granter()
-            .claims()
-            .spent("cny/rain")
-            .await
-            .unwrap(),
-        50
-    );
+    assert_eq!(spent(&r).await, 50);
 
     let mut batch: Vec<RewardEvent> = (0..60)
         .map(|i| event(&format!("b:{i}"), &format!("{}", 100 + i % 7), "coin", 1))
@@ -477,15 +479,7 @@ async fn grpc_grants_sync_async_and_batch() {
         .count();
     assert_eq!(granted, 61);
     // 10 + 40 + 60 coins; the refused and failed ones cost nothing.
-    assert_eq!(
-        r.service()
-            .granter()
-            .claims()
-            .spent("cny/rain")
-            .await
-            .unwrap(),
-        110
-    );
+    assert_eq!(spent(&r).await, 110);
 
     let too_many = GrantBatchRequest {
         events: (0..101)
