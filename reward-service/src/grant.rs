@@ -118,6 +118,30 @@ pub struct FailureTopic {
     pub queue: String,
 }
 
+/// A claim that settles the grant without a credit (duplicate, conflict, no budget,
+/// ...) as its outcome; `Ok` with the claim id when this caller now owns the grant.
+pub fn settled(claim: Claim) -> Result<String, Outcome> {
+    Err(match claim {
+        Claim::Claimed { claim_id, .. } => return Ok(claim_id),
+        Claim::Duplicate { result } => Outcome::Granted {
+            receipt: result,
+            duplicate: true,
+        },
+        Claim::FailedPermanent { result } => Outcome::FailedPermanent {
+            reason: result,
+            code: None,
+        },
+        Claim::RetryLater { lease_left_ms } => Outcome::RetryLater {
+            reason: format!("another worker holds it for {lease_left_ms} ms"),
+            code: None,
+            after_ms: lease_left_ms,
+        },
+        Claim::Conflict => Outcome::Conflict,
+        Claim::BudgetExhausted => Outcome::BudgetExhausted,
+        Claim::NoBudget => Outcome::NoBudget,
+    })
+}
+
 /// How long a retryable downstream failure asks the caller to wait.
 const RETRY_AFTER_MS: u64 = 1_000;
 
@@ -167,30 +191,9 @@ impl Granter {
 
     /// Grants `g` (see the module doc for every path).
     pub async fn grant(&self, g: &Grant) -> Result<Outcome, GrantError> {
-        let claim_id = match self.claims.claim(g).await? {
-            Claim::Claimed { claim_id, .. } => claim_id,
-            Claim::Duplicate { result } => {
-                return Ok(Outcome::Granted {
-                    receipt: result,
-                    duplicate: true,
-                });
-            }
-            Claim::FailedPermanent { result } => {
-                return Ok(Outcome::FailedPermanent {
-                    reason: result,
-                    code: None,
-                });
-            }
-            Claim::RetryLater { lease_left_ms } => {
-                return Ok(Outcome::RetryLater {
-                    reason: format!("another worker holds it for {lease_left_ms} ms"),
-                    code: None,
-                    after_ms: lease_left_ms,
-                });
-            }
-            Claim::Conflict => return Ok(Outcome::Conflict),
-            Claim::BudgetExhausted => return Ok(Outcome::BudgetExhausted),
-            Claim::NoBudget => return Ok(Outcome::NoBudget),
+        let claim_id = match settled(self.claims.claim(g).await?) {
+            Ok(claim_id) => claim_id,
+            Err(outcome) => return Ok(outcome),
         };
         let credited = match self.downstreams.get(&g.reward_type) {
             Some(d) => {

@@ -42,7 +42,7 @@ use prost::Message as _;
 use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
 use sdk::Sdk;
 
-use crate::claim::{Claim, ClaimError, Grant};
+use crate::claim::{ClaimError, Grant};
 use crate::grant::{GrantError, Granter, Outcome};
 use crate::tokens::Tokens;
 
@@ -304,41 +304,9 @@ impl Service {
             Err(why) => return failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
         };
         let claims = self.granter.claims();
-        let claim_id = match claims.claim(&g).await {
-            Ok(Claim::Claimed { claim_id, .. }) => claim_id,
-            Ok(Claim::Duplicate { result }) => {
-                return result_of(
-                    &g.trade_no,
-                    Ok(Outcome::Granted {
-                        receipt: result,
-                        duplicate: true,
-                    }),
-                );
-            }
-            Ok(Claim::FailedPermanent { result }) => {
-                return result_of(
-                    &g.trade_no,
-                    Ok(Outcome::FailedPermanent {
-                        reason: result,
-                        code: None,
-                    }),
-                );
-            }
-            Ok(Claim::RetryLater { lease_left_ms }) => {
-                return result_of(
-                    &g.trade_no,
-                    Ok(Outcome::RetryLater {
-                        reason: format!("another worker holds it for {lease_left_ms} ms"),
-                        code: None,
-                        after_ms: lease_left_ms,
-                    }),
-                );
-            }
-            Ok(Claim::Conflict) => return result_of(&g.trade_no, Ok(Outcome::Conflict)),
-            Ok(Claim::BudgetExhausted) => {
-                return result_of(&g.trade_no, Ok(Outcome::BudgetExhausted));
-            }
-            Ok(Claim::NoBudget) => return result_of(&g.trade_no, Ok(Outcome::NoBudget)),
+        let claim_id = match claims.claim(&g).await.map(crate::grant::settled) {
+            Ok(Ok(claim_id)) => claim_id,
+            Ok(Err(outcome)) => return result_of(&g.trade_no, Ok(outcome)),
             Err(e) => return result_of(&g.trade_no, Err(GrantError::Claim(e))),
         };
         if let Err(e) = claims.release(&g, &claim_id).await {
@@ -421,15 +389,12 @@ impl Service {
                 });
             }
         };
-        let (pending, credited_hash) = self
-            .tokens
-            .holds(user_id, activity_id, &token.trade_no)
-            .await?;
-        let record = self
-            .granter
-            .claims()
-            .record(&scope(activity_id, &token.scene_id), &token.trade_no)
-            .await?;
+        let scene = scope(activity_id, &token.scene_id);
+        let (held, record) = tokio::join!(
+            self.tokens.holds(user_id, activity_id, &token.trade_no),
+            self.granter.claims().record(&scene, &token.trade_no),
+        );
+        let ((pending, credited_hash), record) = (held?, record?);
         let granted = record.as_ref().filter(|r| r.state == "GRANTED");
         let legal = pending || credited_hash || record.is_some();
         Ok(Checked {

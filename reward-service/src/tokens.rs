@@ -127,13 +127,14 @@ impl Tokens {
         activity_id: &str,
         trade_no: &str,
     ) -> Result<(bool, bool), fred::error::Error> {
+        // Both asked at once: one round trip on the shared connection, not two.
         let client = self.store.pool().next();
-        let pending: bool = client
-            .hexists(self.store.key(user_id, activity_id), trade_no)
-            .await?;
-        let credited: bool = client
-            .hexists(self.credited_key(user_id, activity_id), trade_no)
-            .await?;
-        Ok((pending, credited))
+        let pending_key = self.store.key(user_id, activity_id);
+        let credited_key = self.credited_key(user_id, activity_id);
+        let (pending, credited) = tokio::join!(
+            client.hexists::<bool, _, _>(pending_key, trade_no),
+            client.hexists::<bool, _, _>(credited_key, trade_no),
+        );
+        Ok((pending?, credited?))
     }
 }
