@@ -1,5 +1,230 @@
-//! The consumer: drains one topic at the rate each downstream can take.
+//! The consumer: the valve between the queue and the reward service.
 //!
-//! Empty until its issue lands (global and per-type limits with fuses, windowed offset
-//! commits, requeue under a new partition key, dead letters). The crate exists now so
-//! the workspace, lints and CI cover it from the start.
+//! One process per topic group, any number of instances. It reads reward events from a
+//! Kafka consumer group, holds each reward type to its downstream's rate, credits them
+//! through the reward service's `GrantBatch`, and parks what must come back later in a
+//! Redis delay queue. Nothing is committed before it is settled, so a crash (even
+//! `kill -9`) re-delivers in-flight messages and the reward service's idempotency
+//! keeps each credit single.
+//!
+//! - [`tracker`]: the per-partition window of in-flight offsets (what may be committed);
+//! - [`limits`]: the global and per-type rate limits, fuses and priorities, changed live;
+//! - [`delay`]: the Redis delay queue for requeued messages;
+//! - [`pipeline`]: decode → limits → GrantBatch → settle; the mover;
+//! - [`kafka`]: the source; [`config`]: the TOML configuration.
+//!
+//! [`start`] wires them together; [`Running::shutdown`] stops them in order.
+
+pub mod config;
+pub mod delay;
+pub mod kafka;
+pub mod limits;
+pub mod pipeline;
+pub mod tracker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ConsumerConfig, SourceConfig};
+use crate::delay::DelayQueue;
+use crate::kafka::KafkaSource;
+use crate::limits::Limits;
+use crate::pipeline::{Offsets, Pipeline, Stats, StatsSnapshot};
+
+/// Why the consumer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The SDK (Redis, brokers, spool).
+    #[error("sdk: {0}")]
+    Sdk(#[from] sdk::StartError),
+    /// The delay queue's Redis.
+    #[error("delay queue: {0}")]
+    Redis(#[from] fred::error::Error),
+    /// The Kafka consumer.
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// The service endpoint.
+    #[error(transparent)]
+    Pipeline(#[from] pipeline::PipelineError),
+}
+
+/// A running consumer.
+#[derive(Debug)]
+pub struct Running {
+    stop: watch::Sender<bool>,
+    fetch: tokio::task::JoinHandle<KafkaSource>,
+    handler: tokio::task::JoinHandle<()>,
+    mover: tokio::task::JoinHandle<()>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+    sdk: sdk::Sdk,
+    stats: Arc<Stats>,
+    offsets: Arc<Offsets>,
+    limits: Limits,
+    delay: Arc<DelayQueue>,
+    grace: Duration,
+}
+
+/// What a shutdown left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Counters at the end.
+    pub stats: StatsSnapshot,
+    /// Messages still unsettled when the grace period ran out (re-delivered to the
+    /// next owner, since their offsets were not committed).
+    pub unsettled: usize,
+    /// Requeues and dead letters the SDK could not put on a broker or in its spool.
+    pub sdk_left: u64,
+    /// Whether the Kafka consumer closed within the deadline.
+    pub closed: bool,
+}
+
+/// Starts the SDK, the delay queue, the limits (and their watcher), the pipeline, the
+/// mover and the source.
+pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
+    let sdk = sdk::Sdk::builder(cfg.sdk.clone()).watch(true).start().await?;
+    let delay = Arc::new(
+        DelayQueue::connect(
+            &cfg.sdk.store.redis_url,
+            &cfg.delay.key_prefix,
+            cfg.delay.shards,
+            cfg.delay.lease_ms,
+        )
+        .await?,
+    );
+    let limits = Limits::new(cfg.limits.clone());
+    let watcher = watch_limits(cfg, &sdk, &limits);
+    let offsets = Arc::new(Offsets::new(cfg.pipeline.window));
+    let pipeline = Pipeline::new(
+        cfg.pipeline.clone(),
+        limits.clone(),
+        delay.clone(),
+        sdk.clone(),
+        &cfg.service.grpc,
+        &cfg.credential,
+        Duration::from_millis(cfg.service.timeout_ms),
+        offsets.clone(),
+    )?;
+    let stats = pipeline.stats();
+    let SourceConfig::Kafka {
+        brokers,
+        group,
+        topics,
+        settings,
+    } = &cfg.source;
+    let source = KafkaSource::subscribe(brokers, group, topics, settings, offsets.clone())?;
+    let (stop, stop_rx) = watch::channel(false);
+    // Bounded by the windows already; the channel only smooths hand-over.
+    let (tx, rx) = mpsc::channel(cfg.pipeline.window.max(1024));
+    let handler = tokio::spawn(pipeline.run(rx));
+    let mover = tokio::spawn(pipeline::mover(
+        delay.clone(),
+        sdk.clone(),
+        limits.clone(),
+        cfg.pipeline.clone(),
+        Duration::from_millis(cfg.delay.poll_ms),
+        stats.clone(),
+        stop_rx.clone(),
+    ));
+    let commit_every = Duration::from_millis(cfg.pipeline.commit_interval_ms);
+    let fetch = tokio::spawn(async move {
+        source.run(tx, commit_every, stop_rx).await;
+        source
+    });
+    Ok(Running {
+        stop,
+        fetch,
+        handler,
+        mover,
+        watcher,
+        sdk,
+        stats,
+        offsets,
+        limits,
+        delay,
+        grace: Duration::from_millis(cfg.pipeline.shutdown_grace_ms),
+    })
+}
+
+/// Polls the shared dynamic document and applies its `[limits]` (start-up limits
+/// first, the sources' keys over them).
+fn watch_limits(
+    cfg: &ConsumerConfig,
+    sdk: &sdk::Sdk,
+    limits: &Limits,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let d = &cfg.dynamic;
+    if d.file.is_none() && d.redis_key.is_none() {
+        return None;
+    }
+    let mut base = toml::Table::new();
+    if let Ok(toml::Value::Table(t)) = toml::Value::try_from(&cfg.limits) {
+        base.insert("limits".into(), toml::Value::Table(t));
+    }
+    let sources = sdk::dynamic::Sources {
+        base,
+        file: d.file.clone(),
+        redis: d
+            .redis_key
+            .clone()
+            .map(|k| (sdk.store().pool().clone(), k)),
+        poll: Duration::from_millis(d.poll_ms.unwrap_or(500)),
+    };
+    let limits = limits.clone();
+    let apply: sdk::dynamic::Apply =
+        Arc::new(move |doc: &toml::Table| limits.apply(doc).map_err(|e| e.to_string()));
+    Some(sources.watch(vec![apply]))
+}
+
+impl Running {
+    /// The counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The live limits (tests and tools change them through the dynamic sources).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The delay queue.
+    pub fn delay(&self) -> &DelayQueue {
+        &self.delay
+    }
+
+    /// Messages in flight.
+    pub fn in_flight(&self) -> usize {
+        self.offsets.in_flight()
+    }
+
+    /// Stops fetching, lets in-flight work finish within the grace period, commits,
+    /// stops the mover, drains the SDK and leaves the group.
+    pub async fn shutdown(self) -> ShutdownReport {
+        let _ = self.stop.send(true);
+        let source = self.fetch.await.ok();
+        // The fetch loop dropped its sender: the handler drains, then returns.
+        let drained = tokio::time::timeout(self.grace, self.handler).await.is_ok();
+        if !drained {
+            tracing::warn!("grace period over with work in flight; it will be re-delivered");
+        }
+        let _ = self.mover.await;
+        if let Some(w) = self.watcher {
+            w.abort();
+        }
+        let unsettled = self.offsets.in_flight();
+        let closed = match source {
+            Some(s) => tokio::task::spawn_blocking(move || s.close(Duration::from_secs(10)))
+                .await
+                .unwrap_or(false),
+            None => false,
+        };
+        let report = self.sdk.close(self.grace).await;
+        ShutdownReport {
+            stats: self.stats.snapshot(),
+            unsettled,
+            sdk_left: report.left,
+            closed,
+        }
+    }
+}

@@ -339,6 +339,56 @@ impl Sdk {
         key: String,
         payload: Bytes,
     ) -> Result<String, EnqueueError> {
+        let (queue, slot, env) = self
+            .envelope(queue, reward_type, user_id, key, payload)
+            .await?;
+        self.inner.engine.commit(slot, env);
+        Ok(queue)
+    }
+
+    /// As [`Sdk::enqueue`], and also answers a receiver that resolves once the event
+    /// is settled: acknowledged by a broker, synced to the spool, or (both failing)
+    /// logged. A service that must not lose what it hands over across a crash of its
+    /// own process (the consumer's requeues and dead letters) waits for it before it
+    /// forgets its own copy. The receiver fails only if the SDK is dropped first.
+    ///
+    /// ```no_run
+    /// # async fn example(sdk: &sdk::Sdk) -> Result<(), Box<dyn std::error::Error>> {
+    /// use sdk::queue::Settled;
+    /// let (_queue, settled) = sdk
+    ///     .enqueue_confirmed(None, Some("cash"), "u42", "t1-1".into(), bytes::Bytes::from_static(b"..."))
+    ///     .await?;
+    /// match settled.await? {
+    ///     Settled::Delivered | Settled::Spooled => { /* safe to forget our copy */ }
+    ///     Settled::Logged => { /* only in the log: keep it */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_confirmed(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<(String, tokio::sync::oneshot::Receiver<queue::Settled>), EnqueueError> {
+        let (queue, slot, env) = self
+            .envelope(queue, reward_type, user_id, key, payload)
+            .await?;
+        let (env, settled) = env.with_notice();
+        self.inner.engine.commit(slot, env);
+        Ok((queue, settled))
+    }
+
+    /// Picks the queue, reserves room in it and wraps the payload.
+    async fn envelope(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<(String, queue::Slot, Envelope), EnqueueError> {
         let inner = &*self.inner;
         let queue = match queue {
             Some(q) => q.to_string(),
@@ -358,8 +408,7 @@ impl Sdk {
             queue::bucket(user_id),
             payload,
         );
-        inner.engine.commit(slot, env);
-        Ok(queue)
+        Ok((queue, slot, env))
     }
 
     /// The token codec (to open tokens in tests and tools).

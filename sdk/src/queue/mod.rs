@@ -63,7 +63,22 @@ pub struct Envelope {
     /// The encoded event.
     pub payload: Bytes,
     attempt: u32,
+    notice: Option<Notice>,
 }
+
+/// How an accepted event settled (see [`crate::Sdk::enqueue_confirmed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// A broker acknowledged it.
+    Delivered,
+    /// Both brokers failed; it is in the spool file (synced) and will be replayed.
+    Spooled,
+    /// Neither a broker nor the spool took it; it was only logged (base64).
+    Logged,
+}
+
+/// One waiter's side of a settlement; shared by the envelope's clones, fired once.
+type Notice = Arc<Mutex<Option<oneshot::Sender<Settled>>>>;
 
 impl Envelope {
     /// A new envelope for `queue`.
@@ -74,6 +89,23 @@ impl Envelope {
             bucket,
             payload,
             attempt: 0,
+            notice: None,
+        }
+    }
+
+    /// The same envelope, telling the returned receiver how it settled.
+    pub(crate) fn with_notice(mut self) -> (Self, oneshot::Receiver<Settled>) {
+        let (tx, rx) = oneshot::channel();
+        self.notice = Some(Arc::new(Mutex::new(Some(tx))));
+        (self, rx)
+    }
+
+    fn notify(&self, how: Settled) {
+        if let Some(n) = &self.notice
+            && let Ok(mut n) = n.lock()
+            && let Some(tx) = n.take()
+        {
+            let _ = tx.send(how);
         }
     }
 }
@@ -409,7 +441,10 @@ impl Engine {
             .zip(results.into_iter().map(Some).chain(std::iter::repeat(None)))
         {
             match r {
-                Some(Ok(())) => ok += 1,
+                Some(Ok(())) => {
+                    ok += 1;
+                    env.notify(Settled::Delivered);
+                }
                 Some(Err(e)) => {
                     last_err = Some(e);
                     failed.push(env);
@@ -498,6 +533,7 @@ impl Engine {
     }
 
     fn last_resort(&self, e: &Envelope, why: &str) {
+        e.notify(Settled::Logged);
         self.stats.logged.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("reward_sdk_logged_total").increment(1);
         tracing::error!(
@@ -652,6 +688,9 @@ fn spool_thread(
                 engine.last_resort(p, &e.to_string());
             }
         } else {
+            for p in pending.iter() {
+                p.notify(Settled::Spooled);
+            }
             engine.stats.spooled.fetch_add(n, Ordering::Relaxed);
             metrics::counter!("reward_sdk_spooled_total").increment(n);
         }

@@ -1,0 +1,444 @@
+//! The consumer's configuration: one TOML file (`--config`), overridable per key by
+//! `REWARD_CONSUMER__SECTION__KEY=value` environment variables, validated at start-up.
+//!
+//! ```toml
+//! [source]
+//! kind = "kafka"
+//! brokers = "127.0.0.1:19092"
+//! group = "reward-consumer"
+//! topics = ["reward-massive"]
+//! settings = { "session.timeout.ms" = "30000" }   # any librdkafka property
+//!
+//! [pipeline]
+//! window = 4096               # in-flight offsets per partition before fetching pauses
+//! commit_interval_ms = 1000
+//! batch = 200                 # events per GrantBatch call
+//! concurrency = 8             # GrantBatch calls in flight
+//! max_retries = 16            # failures before the dead-letter topic
+//! backoff_initial_ms = 500    # delay before retry 1; doubles per retry
+//! backoff_max_ms = 60000
+//! limited_delay_ms = 1000     # a message over its type's rate comes back after this
+//! shutdown_grace_ms = 10000   # in-flight work gets this long on SIGTERM
+//! dead_letter_queue = "dead"  # SDK virtual queues of the dead-letter and failure topics
+//! failure_queue = "failures"
+//!
+//! [service]
+//! grpc = "http://127.0.0.1:50051"
+//! timeout_ms = 10000
+//!
+//! [delay]
+//! key_prefix = "rc-delay"
+//! shards = 8
+//! poll_ms = 100
+//!
+//! [limits]                    # crate::limits; changed live through [dynamic]
+//! [dynamic]                   # sdk::config::DynamicConfig: file and/or Redis hash
+//! redis_key = "reward:config"
+//!
+//! [sdk]                       # the SDK's own config: Redis and the virtual queues the
+//! # ...                       # requeues and dead letters go through
+//! ```
+//!
+//! The reward service's bearer credential comes from `REWARD_SERVICE_TOKEN` or the file
+//! named by `REWARD_SERVICE_TOKEN_FILE`, never from the file, and is never logged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limits::{LimitsConfig, LimitsError};
+
+/// Prefix of the environment overrides.
+pub const ENV_PREFIX: &str = "REWARD_CONSUMER__";
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or a field of the wrong type or name.
+    #[error("parsing: {0}")]
+    Parse(String),
+    /// A value out of range.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The `[sdk]` section.
+    #[error("[sdk]: {0}")]
+    Sdk(#[from] sdk::config::ConfigError),
+    /// The `[limits]` section.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+    /// The service credential is missing or unusable.
+    #[error("credential: {0}")]
+    Credential(String),
+}
+
+/// Where messages come from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SourceConfig {
+    /// A Kafka consumer group.
+    Kafka {
+        /// Bootstrap servers.
+        brokers: String,
+        /// Consumer group id.
+        group: String,
+        /// Topics to subscribe to.
+        topics: Vec<String>,
+        /// Extra librdkafka properties.
+        #[serde(default)]
+        settings: BTreeMap<String, String>,
+    },
+}
+
+/// How messages are handled.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// In-flight offsets per partition before fetching pauses.
+    pub window: usize,
+    /// How often the finished prefix of each partition is committed.
+    pub commit_interval_ms: u64,
+    /// Events per GrantBatch call.
+    pub batch: usize,
+    /// GrantBatch calls in flight.
+    pub concurrency: usize,
+    /// Failures before the dead-letter topic.
+    pub max_retries: u32,
+    /// Delay before the first retry; doubles with each retry.
+    pub backoff_initial_ms: u64,
+    /// Longest retry delay.
+    pub backoff_max_ms: u64,
+    /// Delay of a message over its type's rate.
+    pub limited_delay_ms: u64,
+    /// Delay of a message of a fused type (it stays parked while fused).
+    pub fused_delay_ms: u64,
+    /// In-flight work gets this long on shutdown.
+    pub shutdown_grace_ms: u64,
+    /// SDK virtual queue of the dead-letter topic.
+    pub dead_letter_queue: String,
+    /// SDK virtual queue of the failure topic.
+    pub failure_queue: String,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            window: 4096,
+            commit_interval_ms: 1000,
+            batch: 200,
+            concurrency: 8,
+            max_retries: 16,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 60_000,
+            limited_delay_ms: 1000,
+            fused_delay_ms: 1000,
+            shutdown_grace_ms: 10_000,
+            dead_letter_queue: "dead".into(),
+            failure_queue: "failures".into(),
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// The delay before handling retry number `retry` (1-based).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let shift = retry.saturating_sub(1).min(30);
+        Duration::from_millis(
+            self.backoff_initial_ms
+                .saturating_mul(1u64 << shift)
+                .min(self.backoff_max_ms),
+        )
+    }
+}
+
+/// The reward service.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceLink {
+    /// gRPC endpoint, `http://host:port`.
+    pub grpc: String,
+    /// Deadline of one GrantBatch call.
+    #[serde(default = "ten_seconds")]
+    pub timeout_ms: u64,
+}
+
+fn ten_seconds() -> u64 {
+    10_000
+}
+
+/// The Redis delay queue.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DelayConfig {
+    /// Key prefix of the sorted sets.
+    pub key_prefix: String,
+    /// Sorted sets per reward type.
+    pub shards: u32,
+    /// How often due messages are moved back to the queue.
+    pub poll_ms: u64,
+    /// How long a mover holds claimed messages before another may take them.
+    pub lease_ms: u64,
+}
+
+impl Default for DelayConfig {
+    fn default() -> Self {
+        DelayConfig {
+            key_prefix: "rc-delay".into(),
+            shards: 8,
+            poll_ms: 100,
+            lease_ms: 30_000,
+        }
+    }
+}
+
+/// The bearer credential sent to the reward service; `Debug` shows its length only.
+#[derive(Clone)]
+pub struct Credential(String);
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credential({} bytes)", self.0.len())
+    }
+}
+
+impl Credential {
+    /// The `authorization` header value.
+    pub fn header(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Where messages come from.
+    pub source: SourceConfig,
+    /// How they are handled.
+    pub pipeline: PipelineConfig,
+    /// The reward service.
+    pub service: ServiceLink,
+    /// The delay queue.
+    pub delay: DelayConfig,
+    /// Limits at start-up.
+    pub limits: LimitsConfig,
+    /// Where limit changes come from.
+    pub dynamic: sdk::config::DynamicConfig,
+    /// The SDK (requeues, dead letters).
+    pub sdk: sdk::config::SdkConfig,
+    /// The reward service's credential.
+    pub credential: Credential,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    source: SourceConfig,
+    #[serde(default)]
+    pipeline: PipelineConfig,
+    service: ServiceLink,
+    #[serde(default)]
+    delay: DelayConfig,
+    #[serde(default)]
+    limits: Option<toml::Table>,
+    #[serde(default)]
+    dynamic: sdk::config::DynamicConfig,
+    sdk: toml::Table,
+}
+
+impl ConsumerConfig {
+    /// Reads `path` with the process environment's overrides and credential.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Self::from_toml_str(&text, &env)
+    }
+
+    /// Parses a document; `env` supplies overrides and the credential.
+    pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        for (name, value) in env {
+            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
+                let parts: Vec<&str> = path.split("__").collect();
+                sdk::config::set_path(&mut doc, &parts, value)
+                    .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
+            }
+        }
+        if let Some(toml::Value::Table(sdk_doc)) = doc.get_mut("sdk") {
+            sdk::config::apply_env(sdk_doc, env.iter().cloned())?;
+        }
+        let raw: Raw = toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let sdk = sdk::config::SdkConfig::from_table(&raw.sdk)?;
+        let mut limits_doc = toml::Table::new();
+        if let Some(l) = raw.limits {
+            limits_doc.insert("limits".into(), toml::Value::Table(l));
+        }
+        let limits = LimitsConfig::from_document(&limits_doc)?;
+        let p = &raw.pipeline;
+        for (name, v) in [
+            ("pipeline.window", p.window as u64),
+            ("pipeline.commit_interval_ms", p.commit_interval_ms),
+            ("pipeline.batch", p.batch as u64),
+            ("pipeline.concurrency", p.concurrency as u64),
+            ("pipeline.backoff_initial_ms", p.backoff_initial_ms),
+            ("pipeline.shutdown_grace_ms", p.shutdown_grace_ms),
+            ("service.timeout_ms", raw.service.timeout_ms),
+            ("delay.shards", u64::from(raw.delay.shards)),
+            ("delay.poll_ms", raw.delay.poll_ms),
+            ("delay.lease_ms", raw.delay.lease_ms),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!("{name} must be positive")));
+            }
+        }
+        for q in [&p.dead_letter_queue, &p.failure_queue] {
+            if !sdk.routing.queues.contains_key(q) {
+                return Err(ConfigError::Invalid(format!(
+                    "queue {q:?} (pipeline) is not a queue of [sdk.queues]"
+                )));
+            }
+        }
+        if raw.delay.key_prefix.is_empty() || raw.delay.key_prefix.contains(['{', '}']) {
+            return Err(ConfigError::Invalid(
+                "delay.key_prefix must be set, without braces".into(),
+            ));
+        }
+        if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://")
+        {
+            return Err(ConfigError::Invalid(format!(
+                "service.grpc {:?} must be an http:// or https:// URL",
+                raw.service.grpc
+            )));
+        }
+        let SourceConfig::Kafka { topics, group, .. } = &raw.source;
+        if topics.is_empty() || group.is_empty() {
+            return Err(ConfigError::Invalid(
+                "source.topics and source.group must be set".into(),
+            ));
+        }
+        Ok(ConsumerConfig {
+            source: raw.source,
+            pipeline: raw.pipeline,
+            service: raw.service,
+            delay: raw.delay,
+            limits,
+            dynamic: raw.dynamic,
+            sdk,
+            credential: credential(env)?,
+        })
+    }
+}
+
+fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let value = match (get("REWARD_SERVICE_TOKEN"), get("REWARD_SERVICE_TOKEN_FILE")) {
+        (Some(v), _) => v,
+        (None, Some(path)) => std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::Credential(format!("REWARD_SERVICE_TOKEN_FILE {path}: {e}")))?
+            .trim_end()
+            .to_string(),
+        (None, None) => {
+            return Err(ConfigError::Credential(
+                "set REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE".into(),
+            ));
+        }
+    };
+    if value.len() < 16 || value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return Err(ConfigError::Credential(
+            "the credential must be at least 16 bytes, without spaces or control characters"
+                .into(),
+        ));
+    }
+    Ok(Credential(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const DOC: &str = r#"
+        [source]
+        kind = "kafka"
+        brokers = "127.0.0.1:19092"
+        group = "g"
+        topics = ["reward-massive"]
+        [service]
+        grpc = "http://127.0.0.1:50051"
+        [limits.types.coupon]
+        rate = 2000
+        [sdk]
+        default_queue = "massive"
+        [sdk.producers.k]
+        kind = "kafka"
+        brokers = "127.0.0.1:19092"
+        [sdk.queues.massive]
+        topic = "m"
+        primary = "k"
+        backup = "k"
+        [sdk.queues.dead]
+        topic = "d"
+        primary = "k"
+        backup = "k"
+        [sdk.queues.failures]
+        topic = "f"
+        primary = "k"
+        backup = "k"
+    "#;
+
+    fn env() -> Vec<(String, String)> {
+        vec![(
+            "REWARD_SERVICE_TOKEN".into(),
+            "test-credential-0123456789".into(),
+        )]
+    }
+
+    #[test]
+    fn parses_with_overrides_and_checks() {
+        let mut e = env();
+        e.push(("REWARD_CONSUMER__PIPELINE__BATCH".into(), "50".into()));
+        let c = ConsumerConfig::from_toml_str(DOC, &e).unwrap();
+        assert_eq!(c.pipeline.batch, 50);
+        assert_eq!(c.limits.types["coupon"].rate, 2000.0);
+        assert_eq!(c.pipeline.backoff(1), Duration::from_millis(500));
+        assert_eq!(c.pipeline.backoff(3), Duration::from_millis(2000));
+        assert_eq!(c.pipeline.backoff(40), Duration::from_millis(60_000));
+        assert!(!format!("{c:?}").contains("0123456789"), "credential in Debug");
+    }
+
+    #[test]
+    fn refuses_bad_values_and_missing_credential() {
+        let bad = [
+            DOC.replace("batch = 50", "").replace(
+                "[service]",
+                "[pipeline]\nwindow = 0\n[service]",
+            ),
+            DOC.replace("http://127", "tcp://127"),
+            DOC.replace("topics = [\"reward-massive\"]", "topics = []"),
+            DOC.replace("[sdk.queues.dead]", "[sdk.queues.dead2]"),
+            DOC.replace("rate = 2000", "rate = -1"),
+            DOC.replace("[service]", "[service]\nport = 5"),
+        ];
+        for doc in bad {
+            assert!(ConsumerConfig::from_toml_str(&doc, &env()).is_err(), "{doc}");
+        }
+        let e = ConsumerConfig::from_toml_str(DOC, &[]).unwrap_err();
+        assert!(matches!(e, ConfigError::Credential(_)), "{e}");
+        let short = vec![("REWARD_SERVICE_TOKEN".into(), "short".into())];
+        assert!(ConsumerConfig::from_toml_str(DOC, &short).is_err());
+    }
+}

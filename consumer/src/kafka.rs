@@ -1,0 +1,208 @@
+//! The Kafka source: a consumer group whose offsets move only through the windows.
+//!
+//! - `enable.auto.commit=false` and `enable.auto.offset.store=false`: librdkafka
+//!   never commits on its own; the commit timer writes each partition's finished
+//!   prefix ([`Offsets::advance_all`]) every `commit_interval_ms`.
+//! - Revocation (rebalance): before the partitions go, their finished prefixes are
+//!   committed synchronously and their windows dropped; the new owner starts at the
+//!   first unfinished offset, so work still in flight here may be done twice (the
+//!   reward service's idempotency makes that harmless) but nothing is skipped.
+//! - Shutdown: fetching stops, in-flight work gets the grace period, the positions are
+//!   committed synchronously, then the consumer leaves the group.
+//! - Every `TopicPartitionList` this module builds is dropped before the consumer
+//!   (docs/stack.md: a list kept past the consumer pins librdkafka's broker threads
+//!   and hangs its close).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaResult;
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use tokio::sync::{mpsc, watch};
+
+use crate::pipeline::{Ack, Item, Offsets, PartKey};
+
+/// Hooks the windows into librdkafka's rebalance callbacks.
+#[derive(Debug)]
+pub struct Ctx {
+    offsets: Arc<Offsets>,
+}
+
+impl ClientContext for Ctx {}
+
+fn parts(tpl: &TopicPartitionList) -> Vec<PartKey> {
+    tpl.elements()
+        .iter()
+        .map(|e| (Arc::from(e.topic()), e.partition()))
+        .collect()
+}
+
+fn commit_list(offsets: &[(PartKey, i64)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in offsets {
+        if let Err(e) = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
+            tracing::warn!(topic = %topic, partition, error = %e, "bad commit offset");
+        }
+    }
+    tpl
+}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let commits = self.offsets.revoke(&parts(tpl));
+            if !commits.is_empty() {
+                let list = commit_list(&commits);
+                if let Err(e) = consumer.commit(&list, CommitMode::Sync) {
+                    tracing::warn!(error = %e, "commit on revocation failed; the next owner re-reads from the last commit");
+                }
+            }
+            tracing::info!(partitions = tpl.count(), "partitions revoked");
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.offsets.assign(&parts(tpl));
+            tracing::info!(partitions = tpl.count(), "partitions assigned");
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            metrics::counter!("reward_consumer_commit_errors_total").increment(1);
+            tracing::warn!(error = %e, "offset commit failed; the next commit covers it");
+        }
+    }
+}
+
+/// A subscribed consumer group member.
+pub struct KafkaSource {
+    consumer: Arc<StreamConsumer<Ctx>>,
+    offsets: Arc<Offsets>,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource").finish_non_exhaustive()
+    }
+}
+
+impl KafkaSource {
+    /// Joins `group` on `brokers` and subscribes to `topics`.
+    pub fn subscribe(
+        brokers: &str,
+        group: &str,
+        topics: &[String],
+        settings: &BTreeMap<String, String>,
+        offsets: Arc<Offsets>,
+    ) -> KafkaResult<Self> {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in settings {
+            cfg.set(k, v);
+        }
+        // These two are the tracker's contract; a setting may not turn them back on.
+        cfg.set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: StreamConsumer<Ctx> = cfg.create_with_context(Ctx {
+            offsets: offsets.clone(),
+        })?;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names)?;
+        Ok(KafkaSource {
+            consumer: Arc::new(consumer),
+            offsets,
+        })
+    }
+
+    /// Fetches until `stop` turns true, tracking each offset and handing the message
+    /// to `tx`; commits on a timer meanwhile. Returns when fetching has stopped (the
+    /// caller drains the pipeline, then calls [`KafkaSource::close`]).
+    pub async fn run(
+        &self,
+        tx: mpsc::Sender<Item>,
+        commit_every: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let committer = {
+            let consumer = self.consumer.clone();
+            let offsets = self.offsets.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(commit_every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    offsets.report();
+                    let commits = offsets.advance_all();
+                    if commits.is_empty() {
+                        continue;
+                    }
+                    let list = commit_list(&commits);
+                    if let Err(e) = consumer.commit(&list, CommitMode::Async) {
+                        metrics::counter!("reward_consumer_commit_errors_total").increment(1);
+                        tracing::warn!(error = %e, "offset commit failed; the next commit covers it");
+                    }
+                }
+            })
+        };
+        let stopped = stop.wait_for(|s| *s);
+        tokio::pin!(stopped);
+        loop {
+            let msg = tokio::select! {
+                _ = &mut stopped => break,
+                m = self.consumer.recv() => m,
+            };
+            let (part, offset, raw) = match msg {
+                Ok(m) => (
+                    (Arc::<str>::from(m.topic()), m.partition()),
+                    m.offset(),
+                    Bytes::copy_from_slice(m.payload().unwrap_or_default()),
+                ),
+                Err(e) => {
+                    metrics::counter!("reward_consumer_fetch_errors_total").increment(1);
+                    tracing::warn!(error = %e, "fetch error");
+                    continue;
+                }
+            };
+            let generation = tokio::select! {
+                _ = &mut stopped => break,
+                g = self.offsets.track(&part, offset) => g,
+            };
+            let item = Item {
+                raw,
+                ack: Ack {
+                    part,
+                    generation,
+                    offset,
+                },
+            };
+            if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+        committer.abort();
+    }
+
+    /// Commits the final positions synchronously and leaves the group; the consumer
+    /// is dropped on a helper thread so a stuck librdkafka close cannot hang the
+    /// process past `deadline`.
+    pub fn close(self, deadline: Duration) -> bool {
+        let positions = self.offsets.positions();
+        if !positions.is_empty() {
+            let list = commit_list(&positions);
+            if let Err(e) = self.consumer.commit(&list, CommitMode::Sync) {
+                tracing::warn!(error = %e, "final commit failed; the next owner re-reads from the last commit");
+            }
+        }
+        self.consumer.unsubscribe();
+        sdk::readback::drop_within(self.consumer, deadline)
+    }
+}

@@ -1,0 +1,94 @@
+//! `reward-consumer`: reads reward events from a topic group and credits them through
+//! the reward service, within each reward type's rate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The valve between the queue and the reward service: reads reward events from a
+/// Kafka consumer group, holds each reward type to its rate (global and per type,
+/// changed live through the shared dynamic config, e.g.
+/// `ops/config set limits.types.coupon.rate 500`), credits them with GrantBatch,
+/// parks retries in a Redis delay queue, and dead-letters what cannot be credited.
+/// Offsets are committed only up to the first message still in flight, so a crash
+/// re-delivers, never skips.
+///
+/// Needs, from the environment (never from the config file):
+///   REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE   the reward service's bearer
+///                                                       credential (>= 16 bytes)
+///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the SDK's token key ring
+///                                                       (unless [sdk.token] keys_file)
+/// Overrides: REWARD_CONSUMER__SECTION__KEY=value for any config key,
+/// REWARD_SDK__SECTION__KEY=value inside the [sdk] section.
+/// Stops on SIGTERM or Ctrl-C: fetching stops, work in flight gets
+/// pipeline.shutdown_grace_ms, offsets are committed, requeues drain to a broker or the
+/// spool. Exit status: 0 clean, 1 if anything was left, 2 for a bad config.
+#[derive(Debug, Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Args {
+    /// The consumer's TOML config (see the crate docs of reward_consumer::config).
+    #[arg(long, env = "REWARD_CONSUMER_CONFIG")]
+    config: PathBuf,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    json_logs: bool,
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    if args.json_logs {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+    let cfg = match reward_consumer::config::ConsumerConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reward-consumer: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let running = match reward_consumer::start(&cfg).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("reward-consumer: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("reward-consumer: started");
+    stop_signal().await;
+    tracing::info!("stopping: finishing work in flight");
+    let report = running.shutdown().await;
+    println!(
+        "reward-consumer: stopped: {}",
+        serde_json::to_string(&report.stats).unwrap_or_default()
+    );
+    if report.unsettled > 0 || report.sdk_left > 0 || !report.closed {
+        eprintln!(
+            "reward-consumer: {} messages unsettled (re-delivered to the next owner), {} requeues not on a broker, consumer closed: {}",
+            report.unsettled, report.sdk_left, report.closed
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
