@@ -421,6 +421,18 @@ mod tests {
     }
 
     #[test]
+    fn the_local_stack_sample_parses() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../ops/consumer.toml"
+        ))
+        .unwrap();
+        let c = ConsumerConfig::from_toml_str(&text, &env()).unwrap();
+        assert_eq!(c.limits.effective_global(), 402_000.0);
+        assert_eq!(c.limits.types["cash"].priority, 10);
+    }
+
+    #[test]
     fn refuses_bad_values_and_missing_credential() {
         let bad = [
             DOC.replace("batch = 50", "").replace(

@@ -44,18 +44,18 @@ use arc_swap::ArcSwap;
 use governor::clock::DefaultClock;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
 
 /// One reward type's settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TypeLimit {
     /// Credits per second (> 0).
     pub rate: f64,
     /// Most credits at once above the rate (>= 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
     /// Higher is served first when the global rate binds.
     #[serde(default)]
@@ -66,7 +66,7 @@ pub struct TypeLimit {
 }
 
 /// The `[limits]` section.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Credits per second over all types; 0 = the sum of the type rates (fused types

@@ -76,7 +76,7 @@ fn hex_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-async fn start_service(
+pub(crate) async fn start_service(
     env: &StackEnv,
     tag: &str,
     dir: &std::path::Path,

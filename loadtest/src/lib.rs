@@ -9,6 +9,7 @@
 #![recursion_limit = "256"]
 
 pub mod bench;
+pub mod consumer_bench;
 pub mod grant_bench;
 pub mod smoke;
 pub mod stack;

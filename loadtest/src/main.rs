@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use loadtest::bench::{self, BenchOptions, BenchReport, Percentiles};
+use loadtest::consumer_bench::{self, ConsumerBenchOptions};
 use loadtest::grant_bench::{self, GrantBenchOptions};
 use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
@@ -109,6 +110,22 @@ enum Command {
         #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
         users: u64,
     },
+    /// Measure the consumer (in this process, ops/consumer.toml with the cash limit
+    /// out of the way, crediting through a reward service also in this process)
+    /// against a bare rdkafka consumer that only reads and stores offsets, on the same
+    /// freshly filled topic, back to back. Prints both rates and the ratio; exits
+    /// non-zero unless every event was credited exactly once.
+    ConsumerBench {
+        /// Events on the topic.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+        messages: u64,
+        /// Partitions of the topic.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=256))]
+        partitions: i32,
+        /// Users the events are spread over.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        users: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -145,6 +162,31 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::ConsumerBench {
+            messages,
+            partitions,
+            users,
+        } => {
+            let opts = ConsumerBenchOptions {
+                messages,
+                partitions,
+                users,
+            };
+            println!("consumer-bench: {messages} events, {partitions} partitions");
+            match consumer_bench::run(&StackEnv::from_env(), &opts).await {
+                Ok(r) => {
+                    println!("raw rdkafka (read + store) {:>10.0} msg/s", r.raw_rate);
+                    println!("consumer (credited)        {:>10.0} rewards/s", r.consumer_rate);
+                    println!("ratio consumer/raw         {:>10.2}", r.ratio());
+                    println!("  {:?}", r.stats);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("consumer-bench FAILED: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::GrantBench {
             grants,
             batch,

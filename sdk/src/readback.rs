@@ -61,11 +61,15 @@ pub struct ReadBack {
     pub undecodable: u64,
     /// Messages read.
     pub messages: u64,
+    /// Every payload, in the order read (dead-letter topics hold other messages than
+    /// `RewardEvent`; their readers decode these).
+    pub payloads: Vec<Vec<u8>>,
 }
 
 impl ReadBack {
     fn add(&mut self, payload: Option<&[u8]>) {
         self.messages += 1;
+        self.payloads.push(payload.unwrap_or_default().to_vec());
         match payload.map(proto::v1::RewardEvent::decode) {
             Some(Ok(e)) => *self.seen.entry(e.trade_no).or_default() += 1,
             _ => self.undecodable += 1,
@@ -76,6 +80,7 @@ impl ReadBack {
     pub fn merge(&mut self, other: ReadBack) {
         self.messages += other.messages;
         self.undecodable += other.undecodable;
+        self.payloads.extend(other.payloads);
         for (k, n) in other.seen {
             *self.seen.entry(k).or_default() += n;
         }

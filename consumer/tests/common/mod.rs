@@ -1,0 +1,343 @@
+//! Shared set-up for the consumer's tests: the local stack (`ops/stack up`), a reward
+//! service in-process, test downstreams over HTTP, topics and configs named by a tag.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fred::prelude::*;
+use prost::Message as _;
+use proto::v1::{DeadLetter, RewardEvent, UserInfo};
+use reward_consumer::config::ConsumerConfig;
+use reward_service::downstream::Ledger;
+
+pub const CREDENTIAL: &str = "test-credential-0123456789";
+
+pub struct Stack {
+    pub redis: String,
+    pub kafka: String,
+}
+
+/// The stack's addresses; panics (never skips) when a server is down.
+pub fn stack() -> Stack {
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let s = Stack {
+        redis: var("REDIS_URL", "redis://127.0.0.1:16379"),
+        kafka: var("KAFKA_BROKERS", "127.0.0.1:19092"),
+    };
+    for (what, addr) in [
+        ("Redis", s.redis.trim_start_matches("redis://").to_string()),
+        (
+            "Kafka broker (tansu)",
+            s.kafka.split(',').next().unwrap_or_default().to_string(),
+        ),
+    ] {
+        assert!(
+            std::net::TcpStream::connect(&addr).is_ok(),
+            "{what} at {addr} is not answering; start the local stack with `ops/stack up`"
+        );
+    }
+    s
+}
+
+pub fn tag(prefix: &str) -> String {
+    format!("{prefix}{:08x}", rand::random::<u32>())
+}
+
+pub fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("consumer-{tag}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn events_topic(tag: &str) -> String {
+    format!("ev-{tag}")
+}
+pub fn dead_topic(tag: &str) -> String {
+    format!("dead-{tag}")
+}
+pub fn failures_topic(tag: &str) -> String {
+    format!("fail-{tag}")
+}
+
+pub async fn create_topics(tag: &str) {
+    let s = stack();
+    let t = [events_topic(tag), dead_topic(tag), failures_topic(tag)];
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    sdk::readback::create_kafka_topics(&s.kafka, &t, 2)
+        .await
+        .unwrap();
+}
+
+/// The `[sdk]` section both the service and the consumer use: queues `massive`
+/// (events), `dead` and `failures`, all on Kafka.
+pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
+    let s = stack();
+    format!(
+        r#"
+        [sdk]
+        default_queue = "massive"
+        [sdk.token]
+        keys_file = "{keys}"
+        [sdk.store]
+        redis_url = "{redis}"
+        key_prefix = "tok-{tag}"
+        timeout_ms = 10000
+        [sdk.producers.k]
+        kind = "kafka"
+        brokers = "{kafka}"
+        {kafka_settings}
+        [sdk.queues.massive]
+        topic = "{ev}"
+        primary = "k"
+        backup = "k"
+        [sdk.queues.dead]
+        topic = "{dead}"
+        primary = "k"
+        backup = "k"
+        [sdk.queues.failures]
+        topic = "{fail}"
+        primary = "k"
+        backup = "k"
+        [sdk.spool]
+        dir = "{spool}"
+        "#,
+        keys = dir.join("keys").display(),
+        redis = s.redis,
+        kafka = s.kafka,
+        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        ev = events_topic(tag),
+        dead = dead_topic(tag),
+        fail = failures_topic(tag),
+        spool = dir.join(format!("spool-{who}")).display(),
+    )
+}
+
+/// A local HTTP downstream: `/flaky` always answers 503, `/broken` always 400.
+pub async fn test_downstream() -> String {
+    use axum::Router;
+    use axum::http::StatusCode;
+    use axum::routing::post;
+    let app = Router::new()
+        .route("/flaky", post(|| async { StatusCode::SERVICE_UNAVAILABLE }))
+        .route("/broken", post(|| async { StatusCode::BAD_REQUEST }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+/// Starts a reward service (ledger for cash, coin, coupon; `flaky` and `broken`
+/// over HTTP) with budget `cny/rain` = 10^12.
+pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
+    std::fs::write(
+        dir.join("keys"),
+        sdk::token::KeyRing::random(1).to_text().as_bytes(),
+    )
+    .unwrap();
+    let http = test_downstream().await;
+    let text = format!(
+        r#"
+        [server]
+        grpc_addr = "127.0.0.1:0"
+        http_addr = "127.0.0.1:0"
+        max_batch = 1000
+        shutdown_grace_ms = 5000
+        [claims]
+        key_prefix = "svc-{tag}"
+        shards = 4
+        lease_ms = 5000
+        retention_secs = 3600
+        [budgets]
+        "cny/rain" = 1000000000000
+        [downstreams.cash]
+        kind = "ledger"
+        [downstreams.coin]
+        kind = "ledger"
+        [downstreams.coupon]
+        kind = "ledger"
+        [downstreams.flaky]
+        kind = "http"
+        url = "{http}/flaky"
+        timeout_ms = 2000
+        [downstreams.broken]
+        kind = "http"
+        url = "{http}/broken"
+        timeout_ms = 2000
+        [ledger]
+        key_prefix = "ledger-{tag}"
+        [failures]
+        archive = "{archive}"
+        queue = "failures"
+        {sdk}
+        "#,
+        archive = dir.join("failures.jsonl").display(),
+        sdk = sdk_section(tag, dir, "service"),
+    );
+    let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
+    let cfg = reward_service::config::ServiceConfig::from_toml_str(&text, &env)
+        .unwrap_or_else(|e| panic!("service config: {e}"));
+    reward_service::server::start(&cfg).await.unwrap()
+}
+
+/// The consumer's config text: group `g-{tag}` on the events topic, the service at
+/// `grpc`, limits changed live through the Redis hash `cfg-{tag}`; `pipeline` and
+/// `limits` are extra TOML lines of those sections.
+pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: &str) -> String {
+    let s = stack();
+    format!(
+        r#"
+        [source]
+        kind = "kafka"
+        brokers = "{kafka}"
+        group = "g-{tag}"
+        topics = ["{ev}"]
+        {kafka_settings}
+        [pipeline]
+        commit_interval_ms = 200
+        backoff_initial_ms = 20
+        backoff_max_ms = 100
+        limited_delay_ms = 300
+        fused_delay_ms = 300
+        {pipeline}
+        [service]
+        grpc = "{grpc}"
+        [delay]
+        key_prefix = "delay-{tag}"
+        shards = 4
+        poll_ms = 50
+        lease_ms = 5000
+        [limits]
+        {limits}
+        [dynamic]
+        redis_key = "cfg-{tag}"
+        poll_ms = 200
+        {sdk}
+        "#,
+        kafka = s.kafka,
+        ev = events_topic(tag),
+        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        sdk = sdk_section(tag, dir, &format!("consumer-{:04x}", rand::random::<u16>())),
+    )
+}
+
+pub fn consumer_config(text: &str) -> ConsumerConfig {
+    let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
+    ConsumerConfig::from_toml_str(text, &env).unwrap_or_else(|e| panic!("consumer config: {e}"))
+}
+
+/// An event of scene `cny/rain`.
+pub fn event(trade_no: &str, user: &str, reward_type: &str, amount: i64) -> RewardEvent {
+    RewardEvent {
+        trade_no: trade_no.into(),
+        user: Some(UserInfo {
+            user_id: user.into(),
+            ..Default::default()
+        }),
+        activity_id: "cny".into(),
+        scene_id: "rain".into(),
+        reward_type: reward_type.into(),
+        amount,
+        ..Default::default()
+    }
+}
+
+/// An SDK on the test's queues, to put events on the events topic.
+pub async fn producer(tag: &str, dir: &Path) -> sdk::Sdk {
+    let text = sdk_section(tag, dir, &format!("producer-{:04x}", rand::random::<u16>()));
+    let doc: toml::Table = text.parse().unwrap();
+    let cfg = sdk::config::SdkConfig::from_table(doc["sdk"].as_table().unwrap()).unwrap();
+    sdk::Sdk::builder(cfg).start().await.unwrap()
+}
+
+/// Puts events (and raw payloads) on the events topic and waits until all are on it.
+pub async fn produce(sdk: &sdk::Sdk, events: &[RewardEvent], raw: &[&[u8]]) {
+    for e in events {
+        let user = e.user.as_ref().unwrap().user_id.clone();
+        sdk.enqueue(
+            Some("massive"),
+            None,
+            &user,
+            e.trade_no.clone(),
+            Bytes::from(e.encode_to_vec()),
+        )
+        .await
+        .unwrap();
+    }
+    for (i, r) in raw.iter().enumerate() {
+        sdk.enqueue(
+            Some("massive"),
+            None,
+            "poison",
+            format!("poison-{i}"),
+            Bytes::copy_from_slice(r),
+        )
+        .await
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sdk.stats().unsettled > 0 {
+        assert!(Instant::now() < deadline, "events not delivered: {:?}", sdk.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sdk.stats().spooled, 0, "test events went to the spool");
+}
+
+pub async fn ledger(tag: &str) -> Ledger {
+    Ledger::connect(&stack().redis, &format!("ledger-{tag}"), &HashMap::new())
+        .await
+        .unwrap()
+}
+
+pub async fn redis() -> Client {
+    let c = Builder::from_config(Config::from_url(&stack().redis).unwrap())
+        .build()
+        .unwrap();
+    c.init().await.unwrap();
+    c
+}
+
+/// How many distinct trade numbers the ledger credited to `user`.
+pub async fn credited(redis: &Client, tag: &str, user: &str) -> i64 {
+    redis
+        .scard(format!("ledger-{tag}:ledger:{{{user}}}:credited"))
+        .await
+        .unwrap()
+}
+
+/// Waits until `check` holds, polling; panics with `what` after `secs`.
+pub async fn wait_for<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The dead letters on a topic, read back from the start.
+pub async fn dead_letters(topic: &str, want: usize) -> Vec<DeadLetter> {
+    let kafka = stack().kafka;
+    let topic = topic.to_string();
+    let rb = tokio::task::spawn_blocking(move || {
+        sdk::readback::read_kafka(&kafka, &topic, usize::MAX, Duration::from_secs(20))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let letters: Vec<DeadLetter> = rb
+        .payloads
+        .iter()
+        .map(|p| DeadLetter::decode(p.as_slice()).unwrap())
+        .collect();
+    assert!(letters.len() >= want, "{} of {want} dead letters", letters.len());
+    letters
+}

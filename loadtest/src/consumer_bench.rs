@@ -1,0 +1,244 @@
+//! `loadtest consumer-bench`: the consumer (reward service in the loop, limits open)
+//! against a bare rdkafka consumer reading and storing offsets, on the same topic, in
+//! the same run.
+//!
+//! # What is compared
+//! - **raw**: a `StreamConsumer` in a fresh group reads the topic from the start and
+//!   stores each message's offset (`enable.auto.offset.store=false`, auto commit of
+//!   the stored offsets), doing nothing else. That is the ceiling of fetching from this
+//!   broker on this machine.
+//! - **consumer**: `reward_consumer` in this process (config `ops/consumer.toml`, the
+//!   cash limit raised out of the way) in another fresh group, crediting every event
+//!   through the reward service (also in this process, `ops/reward-service.toml`, the
+//!   Redis ledger as downstream) with `GrantBatch`.
+//!
+//! Both are timed from start to the last message handled (read, for raw; credited, for
+//! the consumer). The ratio consumer/raw is the figure (target ≥ 0.8).
+//!
+//! # Checks
+//! The run fails instead of reporting a rate unless the raw consumer saw every
+//! message, and the consumer credited every event exactly once (the ledger balance of
+//! every user equals the events sent to them), with nothing parked, dead-lettered or
+//! left in flight.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use proto::v1::{RewardEvent, UserInfo};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+use reward_service::downstream::Ledger;
+
+use crate::smoke::kafka::first_broker;
+use crate::stack::{Server, StackEnv, check_reachable};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ConsumerBenchOptions {
+    /// Events on the topic.
+    pub messages: u64,
+    /// Partitions of the topic.
+    pub partitions: i32,
+    /// Users the events are spread over.
+    pub users: u64,
+}
+
+/// The figures.
+#[derive(Debug, Clone)]
+pub struct ConsumerBenchReport {
+    /// Messages per second, bare consumer.
+    pub raw_rate: f64,
+    /// Credits per second through the consumer.
+    pub consumer_rate: f64,
+    /// The consumer's counters at the end.
+    pub stats: reward_consumer::pipeline::StatsSnapshot,
+}
+
+impl ConsumerBenchReport {
+    /// consumer / raw.
+    pub fn ratio(&self) -> f64 {
+        self.consumer_rate / self.raw_rate
+    }
+}
+
+fn event(i: u64, users: u64) -> RewardEvent {
+    RewardEvent {
+        trade_no: format!("cb:{i}"),
+        user: Some(UserInfo {
+            user_id: (i % users).to_string(),
+            ..Default::default()
+        }),
+        activity_id: "bench".into(),
+        scene_id: "rain".into(),
+        reward_type: "cash".into(),
+        amount: 1,
+        ..Default::default()
+    }
+}
+
+async fn produce(env: &StackEnv, topic: &str, opts: &ConsumerBenchOptions) -> anyhow::Result<()> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &env.kafka_brokers)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000");
+    for (k, v) in sdk::readback::stack_kafka_settings() {
+        cfg.set(k, v);
+    }
+    let producer: FutureProducer = cfg.create()?;
+    let mut pending = Vec::with_capacity(4096);
+    for i in 0..opts.messages {
+        let ev = event(i, opts.users);
+        let payload = ev.encode_to_vec();
+        let record = FutureRecord::to(topic).key(&ev.trade_no).payload(&payload);
+        let f = producer
+            .send_result(record)
+            .map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
+        pending.push(f);
+        if pending.len() == 4096 {
+            for f in pending.drain(..) {
+                f.await?.map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
+            }
+        }
+    }
+    for f in pending {
+        f.await?.map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn raw(env: &StackEnv, topic: &str, n: u64) -> anyhow::Result<f64> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &env.kafka_brokers)
+        .set("group.id", format!("cb-raw-{:08x}", rand::random::<u32>()))
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in sdk::readback::stack_kafka_settings() {
+        cfg.set(k, v);
+    }
+    let consumer: StreamConsumer = cfg.create()?;
+    consumer.subscribe(&[topic])?;
+    let start = Instant::now();
+    let mut seen = 0u64;
+    while seen < n {
+        let m = tokio::time::timeout(Duration::from_secs(120), consumer.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("raw consumer: nothing for 120 s at {seen} of {n}"))??;
+        consumer.store_offset(m.topic(), m.partition(), m.offset() + 1)?;
+        seen += 1;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    consumer.unsubscribe();
+    if !sdk::readback::drop_within(consumer, Duration::from_secs(30)) {
+        anyhow::bail!("the raw consumer's close hung");
+    }
+    Ok(rate)
+}
+
+/// Runs both sides; fails on any lost, doubled or parked event.
+pub async fn run(
+    env: &StackEnv,
+    opts: &ConsumerBenchOptions,
+) -> anyhow::Result<ConsumerBenchReport> {
+    let probe = Duration::from_secs(2);
+    check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+    check_reachable(Server::Kafka, first_broker(env), probe).await?;
+    check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
+    let (service, credential) = crate::grant_bench::start_service(env, &tag, &dir).await?;
+    let claims = service.service().granter().claims().clone();
+    let scope = reward_service::service::scope("bench", "rain");
+    claims
+        .set_budget(&scope, i64::try_from(opts.messages)?.saturating_mul(2))
+        .await?;
+
+    let topic = format!("cb-{tag}");
+    sdk::readback::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    produce(env, &topic, opts).await?;
+    eprintln!("consumer-bench: {} events on {topic}", opts.messages);
+
+    let raw_rate = raw(env, &topic, opts.messages).await?;
+    eprintln!("consumer-bench: raw {raw_rate:.0} msg/s");
+
+    let vars = [
+        ("REWARD_SERVICE_TOKEN", credential),
+        ("REWARD_CONSUMER__SOURCE__BROKERS", env.kafka_brokers.clone()),
+        ("REWARD_CONSUMER__SOURCE__GROUP", format!("cb-{tag}")),
+        (
+            "REWARD_CONSUMER__SERVICE__GRPC",
+            format!("http://{}", service.grpc_addr),
+        ),
+        ("REWARD_CONSUMER__DELAY__KEY_PREFIX", format!("cbd-{tag}")),
+        ("REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE", "100000000".into()),
+        ("REWARD_CONSUMER__LIMITS__GLOBAL_BURST", "100000".into()),
+        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
+        (
+            "REWARD_SDK__TOKEN__KEYS_FILE",
+            dir.join("keys").display().to_string(),
+        ),
+        ("REWARD_SDK__PRODUCERS__KAFKA__BROKERS", env.kafka_brokers.clone()),
+        ("REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV", env.rocketmq_namesrv.clone()),
+        (
+            "REWARD_SDK__SPOOL__DIR",
+            dir.join("consumer-spool").display().to_string(),
+        ),
+    ];
+    let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    // The topic list is an array; set it in the text rather than through a variable.
+    let text = include_str!("../../ops/consumer.toml")
+        .replace("topics = [\"reward-massive\"]", &format!("topics = [\"{topic}\"]"))
+        .replace("redis_key = \"reward:config\"", &format!("redis_key = \"cbcfg-{tag}\""));
+    vars.push(("REWARD_CONSUMER__DYNAMIC__POLL_MS".into(), "500".into()));
+    let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
+    let start = Instant::now();
+    let consumer = reward_consumer::start(&cfg).await?;
+    let deadline = start + Duration::from_secs(600);
+    let mut last = 0;
+    let mut last_move = Instant::now();
+    loop {
+        let s = consumer.stats();
+        let done = s.granted + s.duplicates;
+        if done >= opts.messages {
+            break;
+        }
+        if done != last {
+            last = done;
+            last_move = Instant::now();
+        }
+        if Instant::now() > deadline || last_move.elapsed() > Duration::from_secs(120) {
+            anyhow::bail!("consumer stalled at {done} of {}: {s:?}", opts.messages);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let consumer_rate = opts.messages as f64 / start.elapsed().as_secs_f64();
+    let report = consumer.shutdown().await;
+    let stats = report.stats.clone();
+    service.shutdown().await;
+
+    // Reconcile: every user credited exactly the events sent to them.
+    let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new()).await?;
+    for u in 0..opts.users.min(opts.messages) {
+        let want = (opts.messages - u).div_ceil(opts.users);
+        let got = ledger.balance(&u.to_string(), "cash").await?;
+        if got != i64::try_from(want)? {
+            anyhow::bail!("user {u}: ledger {got}, sent {want}");
+        }
+    }
+    if stats.granted != opts.messages
+        || stats.requeued_failed + stats.requeued_limited + stats.dead_lettered + stats.last_resort
+            > 0
+        || report.unsettled > 0
+    {
+        anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
+    }
+    Ok(ConsumerBenchReport {
+        raw_rate,
+        consumer_rate,
+        stats,
+    })
+}
