@@ -318,8 +318,7 @@ impl ConsumerConfig {
                 "delay.key_prefix must be set, without braces".into(),
             ));
         }
-        if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://")
-        {
+        if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://") {
             return Err(ConfigError::Invalid(format!(
                 "service.grpc {:?} must be an http:// or https:// URL",
                 raw.service.grpc
@@ -346,7 +345,10 @@ impl ConsumerConfig {
 
 fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let value = match (get("REWARD_SERVICE_TOKEN"), get("REWARD_SERVICE_TOKEN_FILE")) {
+    let value = match (
+        get("REWARD_SERVICE_TOKEN"),
+        get("REWARD_SERVICE_TOKEN_FILE"),
+    ) {
         (Some(v), _) => v,
         (None, Some(path)) => std::fs::read_to_string(&path)
             .map_err(|e| ConfigError::Credential(format!("REWARD_SERVICE_TOKEN_FILE {path}: {e}")))?
@@ -360,8 +362,7 @@ fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
     };
     if value.len() < 16 || value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
         return Err(ConfigError::Credential(
-            "the credential must be at least 16 bytes, without spaces or control characters"
-                .into(),
+            "the credential must be at least 16 bytes, without spaces or control characters".into(),
         ));
     }
     Ok(Credential(value))
@@ -398,6 +399,7 @@ mod tests {
         topic = "f"
         primary = "k"
         backup = "k"
+        [sdk.types.cash]
     "#;
 
     fn env() -> Vec<(String, String)> {
@@ -417,16 +419,17 @@ mod tests {
         assert_eq!(c.pipeline.backoff(1), Duration::from_millis(500));
         assert_eq!(c.pipeline.backoff(3), Duration::from_millis(2000));
         assert_eq!(c.pipeline.backoff(40), Duration::from_millis(60_000));
-        assert!(!format!("{c:?}").contains("0123456789"), "credential in Debug");
+        assert!(
+            !format!("{c:?}").contains("0123456789"),
+            "credential in Debug"
+        );
     }
 
     #[test]
     fn the_local_stack_sample_parses() {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../ops/consumer.toml"
-        ))
-        .unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../ops/consumer.toml"))
+                .unwrap();
         let c = ConsumerConfig::from_toml_str(&text, &env()).unwrap();
         assert_eq!(c.limits.effective_global(), 402_000.0);
         assert_eq!(c.limits.types["cash"].priority, 10);
@@ -435,10 +438,8 @@ mod tests {
     #[test]
     fn refuses_bad_values_and_missing_credential() {
         let bad = [
-            DOC.replace("batch = 50", "").replace(
-                "[service]",
-                "[pipeline]\nwindow = 0\n[service]",
-            ),
+            DOC.replace("batch = 50", "")
+                .replace("[service]", "[pipeline]\nwindow = 0\n[service]"),
             DOC.replace("http://127", "tcp://127"),
             DOC.replace("topics = [\"reward-massive\"]", "topics = []"),
             DOC.replace("[sdk.queues.dead]", "[sdk.queues.dead2]"),
@@ -446,7 +447,10 @@ mod tests {
             DOC.replace("[service]", "[service]\nport = 5"),
         ];
         for doc in bad {
-            assert!(ConsumerConfig::from_toml_str(&doc, &env()).is_err(), "{doc}");
+            assert!(
+                ConsumerConfig::from_toml_str(&doc, &env()).is_err(),
+                "{doc}"
+            );
         }
         let e = ConsumerConfig::from_toml_str(DOC, &[]).unwrap_err();
         assert!(matches!(e, ConfigError::Credential(_)), "{e}");

@@ -101,11 +101,7 @@ impl DelayQueue {
             .map(|r| !r.contains(reward_type))
             .unwrap_or(true);
         if fresh {
-            let _: i64 = self
-                .pool
-                .next()
-                .sadd(self.types_key(), reward_type)
-                .await?;
+            let _: i64 = self.pool.next().sadd(self.types_key(), reward_type).await?;
             if let Ok(mut r) = self.registered.lock() {
                 r.insert(reward_type.to_string());
             }

@@ -83,7 +83,10 @@ pub struct ShutdownReport {
 /// Starts the SDK, the delay queue, the limits (and their watcher), the pipeline, the
 /// mover and the source.
 pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
-    let sdk = sdk::Sdk::builder(cfg.sdk.clone()).watch(true).start().await?;
+    let sdk = sdk::Sdk::builder(cfg.sdk.clone())
+        .watch(true)
+        .start()
+        .await?;
     let delay = Arc::new(
         DelayQueue::connect(
             &cfg.sdk.store.redis_url,
@@ -165,10 +168,7 @@ fn watch_limits(
     let sources = sdk::dynamic::Sources {
         base,
         file: d.file.clone(),
-        redis: d
-            .redis_key
-            .clone()
-            .map(|k| (sdk.store().pool().clone(), k)),
+        redis: d.redis_key.clone().map(|k| (sdk.store().pool().clone(), k)),
         poll: Duration::from_millis(d.poll_ms.unwrap_or(500)),
     };
     let limits = limits.clone();

@@ -340,6 +340,11 @@ impl Limits {
         if ok { Verdict::Pass } else { Verdict::Limited }
     }
 
+    /// Takes one credit of the global rate if one is free now.
+    pub fn try_global(&self) -> bool {
+        self.state.load().global.check().is_ok()
+    }
+
     /// Waits for one credit of the global rate. A change of the limits while waiting
     /// takes effect at the next credit.
     pub async fn global(&self) {
@@ -348,9 +353,8 @@ impl Limits {
             match s.global.check() {
                 Ok(()) => return,
                 Err(not_until) => {
-                    let wait = not_until.wait_time_from(governor::clock::Clock::now(
-                        &DefaultClock::default(),
-                    ));
+                    let wait = not_until
+                        .wait_time_from(governor::clock::Clock::now(&DefaultClock::default()));
                     // Re-read the limits at least every 100 ms.
                     tokio::time::sleep(wait.min(Duration::from_millis(100))).await;
                 }
@@ -374,7 +378,9 @@ mod tests {
 
     #[test]
     fn reads_checks_and_sums() {
-        let d = doc("[limits.types.cash]\nrate = 300\npriority = 9\n[limits.types.coupon]\nrate = 20\n[limits.types.gem]\nrate = 5\nfused = true\n");
+        let d = doc(
+            "[limits.types.cash]\nrate = 300\npriority = 9\n[limits.types.coupon]\nrate = 20\n[limits.types.gem]\nrate = 5\nfused = true\n",
+        );
         let c = LimitsConfig::from_document(&d).unwrap();
         assert_eq!(c.effective_global(), 320.0, "fused types do not count");
         assert_eq!(
@@ -398,10 +404,8 @@ mod tests {
     #[test]
     fn a_new_limiter_starts_empty_and_a_swap_adds_no_burst() {
         let l = Limits::new(
-            LimitsConfig::from_document(&doc(
-                "[limits.types.coupon]\nrate = 1\nburst = 100\n",
-            ))
-            .unwrap(),
+            LimitsConfig::from_document(&doc("[limits.types.coupon]\nrate = 1\nburst = 100\n"))
+                .unwrap(),
         );
         assert_eq!(l.check("coupon"), Verdict::Limited, "starts empty");
         // Ten changes in a row never hand out a burst.
@@ -423,7 +427,10 @@ mod tests {
         assert_eq!(l.check("coupon"), Verdict::Fused);
         assert!(l.is_fused("coupon"));
         assert!(l.apply(&doc("[limits.types.coupon]\nrate = -5\n")).is_err());
-        assert!(l.is_fused("coupon"), "a refused change keeps the old settings");
+        assert!(
+            l.is_fused("coupon"),
+            "a refused change keeps the old settings"
+        );
         l.apply(&doc("[limits.types.coupon]\nrate = 5\n")).unwrap();
         assert!(!l.is_fused("coupon"));
     }

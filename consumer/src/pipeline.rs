@@ -13,9 +13,11 @@
 //! 4. the global limit: the dispatcher waits for one credit. This is the only wait, and
 //!    because the next message is picked by priority after each credit, cash goes
 //!    first when the global rate binds;
-//! 5. the message joins the current batch; a batch is sent when it is full or when no
-//!    other message is ready (natural batching: no linger timer, no added latency at
-//!    low load). Up to `concurrency` batches are in flight.
+//! 5. the message joins the current batch; a batch is sent when it is full, when no
+//!    other message is ready (natural batching: no added latency at low load), when
+//!    the global limit is about to make the dispatcher wait, or when its first
+//!    message has waited 20 ms. So a binding limit meters credits out smoothly rather
+//!    than in batch-sized lumps. Up to `concurrency` batches are in flight.
 //!
 //! # Settling a result
 //! | outcome | what happens |
@@ -336,6 +338,9 @@ struct Inner {
     stats: Arc<Stats>,
     batches: Arc<Semaphore>,
     side: Arc<Semaphore>,
+    /// Side tasks spawned and not finished (the final drain waits for zero).
+    side_pending: AtomicU64,
+    side_done: Notify,
 }
 
 /// Why the pipeline could not start.
@@ -345,6 +350,9 @@ pub enum PipelineError {
     #[error("service endpoint: {0}")]
     Endpoint(String),
 }
+
+/// Longest a message waits in a batch that is neither full nor alone.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// Side tasks (parks, dead letters) in flight at once.
 const SIDE_TASKS: usize = 512;
@@ -388,6 +396,8 @@ impl Pipeline {
                 stats: Arc::new(Stats::default()),
                 batches,
                 side: Arc::new(Semaphore::new(SIDE_TASKS)),
+                side_pending: AtomicU64::new(0),
+                side_done: Notify::new(),
             }),
         })
     }
@@ -407,6 +417,7 @@ impl Pipeline {
     pub async fn run(self, mut rx: mpsc::Receiver<Item>) {
         let mut queues: BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>> = BTreeMap::new();
         let mut batch: Vec<Ready> = Vec::new();
+        let mut batch_started = Instant::now();
         let mut open = true;
         loop {
             // Take everything already waiting, without blocking.
@@ -444,25 +455,37 @@ impl Pipeline {
                     continue;
                 }
             }
-            let t = Instant::now();
-            self.inner.limits.global().await;
-            if t.elapsed() > Duration::from_micros(100) {
-                self.inner.stats.limiter_waits.fetch_add(1, Ordering::Relaxed);
+            if !self.inner.limits.try_global() {
+                // About to wait: send what we have first, so a binding limit paces
+                // credits one by one instead of in batch-sized lumps.
+                if !batch.is_empty() {
+                    self.flush(std::mem::take(&mut batch)).await;
+                }
+                self.inner
+                    .stats
+                    .limiter_waits
+                    .fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_consumer_limiter_waits_total").increment(1);
+                self.inner.limits.global().await;
+            }
+            if batch.is_empty() {
+                batch_started = Instant::now();
             }
             batch.push(ready);
-            if batch.len() >= self.inner.cfg.batch {
+            if batch.len() >= self.inner.cfg.batch || batch_started.elapsed() >= LINGER {
                 self.flush(std::mem::take(&mut batch)).await;
             }
         }
-        // Wait for every batch and side task in flight.
+        // Wait for every batch, then every side task (batches start side tasks).
         let n = u32::try_from(self.inner.cfg.concurrency.max(1)).unwrap_or(u32::MAX);
         let _ = self.inner.batches.acquire_many(n).await;
-        let _ = self
-            .inner
-            .side
-            .acquire_many(u32::try_from(SIDE_TASKS).unwrap_or(u32::MAX))
-            .await;
+        loop {
+            let done = self.inner.side_done.notified();
+            if self.inner.side_pending.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            done.await;
+        }
     }
 
     /// Decodes an item and queues it by priority (or settles it at once).
@@ -503,10 +526,26 @@ impl Pipeline {
 
     /// Runs a side task (park, dead letter), at most `SIDE_TASKS` at once.
     fn side(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
-        let side = self.inner.side.clone();
+        self.side_with(None, f);
+    }
+
+    /// As `side`, with a permit already taken (or to be taken in the task).
+    fn side_with(
+        &self,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.inner.side_pending.fetch_add(1, Ordering::AcqRel);
+        let me = self.clone();
         tokio::spawn(async move {
-            let _permit = side.acquire_owned().await;
+            let _permit = match permit {
+                Some(p) => Some(p),
+                None => me.inner.side.clone().acquire_owned().await.ok(),
+            };
             f.await;
+            if me.inner.side_pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                me.inner.side_done.notify_waiters();
+            }
         });
     }
 
@@ -519,10 +558,9 @@ impl Pipeline {
         let due = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
         // Waiting for a side permit here is the dispatcher's back-pressure when Redis
         // is slow; the task itself runs concurrently.
-        let permit = self.inner.side.clone().acquire_owned().await;
+        let permit = self.inner.side.clone().acquire_owned().await.ok();
         let me = self.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
+        self.side_with(permit, async move {
             me.park(ready, why, due).await;
         });
     }
@@ -566,8 +604,15 @@ impl Pipeline {
     async fn requeue_now(&self, event: &RewardEvent, encoded: Bytes) {
         let key = requeue_key(event);
         let user = event.user.as_ref().map_or("", |u| u.user_id.as_str());
-        if let Some(Settled::Delivered | Settled::Spooled) =
-            queue_anywhere(&self.inner.sdk, &self.inner.cfg, event, user, &key, &encoded).await
+        if let Some(Settled::Delivered | Settled::Spooled) = queue_anywhere(
+            &self.inner.sdk,
+            &self.inner.cfg,
+            event,
+            user,
+            &key,
+            &encoded,
+        )
+        .await
         {
             bump(
                 &self.inner.stats.requeued_direct,
@@ -617,7 +662,10 @@ impl Pipeline {
             .map(|u| u.user_id.clone())
             .unwrap_or_default();
         let key = trade_no.clone().unwrap_or_else(|| {
-            format!("{}:{}:{}", item.ack.part.0, item.ack.part.1, item.ack.offset)
+            format!(
+                "{}:{}:{}",
+                item.ack.part.0, item.ack.part.1, item.ack.offset
+            )
         });
         let letter = DeadLetter {
             event,
@@ -710,7 +758,9 @@ impl Pipeline {
         }
         let mut results = answer.unwrap_or_default().into_iter();
         for ready in batch {
-            let r = results.next().filter(|r| r.trade_no == ready.event.trade_no);
+            let r = results
+                .next()
+                .filter(|r| r.trade_no == ready.event.trade_no);
             self.settle(ready, r).await;
         }
     }
@@ -860,11 +910,12 @@ pub async fn mover(
                 continue;
             }
             let per_tick = limits.limit_of(&t).rate * poll.as_secs_f64() * 2.0;
-            let per_shard = (per_tick / f64::from(delay.shards())).ceil().clamp(1.0, 1000.0);
+            let per_shard = (per_tick / f64::from(delay.shards()))
+                .ceil()
+                .clamp(1.0, 1000.0);
             let per_shard = per_shard as usize;
             for shard in 0..delay.shards() {
-                if let Err(e) = move_shard(&delay, &sdk, &cfg, &t, shard, per_shard, &stats).await
-                {
+                if let Err(e) = move_shard(&delay, &sdk, &cfg, &t, shard, per_shard, &stats).await {
                     tracing::warn!(reward_type = %t, shard, error = %e, "moving parked messages failed");
                 }
             }

@@ -222,7 +222,10 @@ mod tests {
     fn bounded_and_rising() {
         let mut w = Window::new(1, 2);
         w.track(5).unwrap();
-        assert_eq!(w.track(5), Err(TrackError::NotRising { offset: 5, last: 5 }));
+        assert_eq!(
+            w.track(5),
+            Err(TrackError::NotRising { offset: 5, last: 5 })
+        );
         w.track(6).unwrap();
         assert!(w.is_full());
         assert_eq!(w.track(7), Err(TrackError::Full(2)));

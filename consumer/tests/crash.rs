@@ -47,7 +47,10 @@ fn committed(tag: &str) -> i64 {
     let offsets =
         sdk::readback::committed_offsets(&consumer, &events_topic(tag), Duration::from_secs(10))
             .unwrap();
-    assert!(sdk::readback::drop_within(consumer, Duration::from_secs(30)));
+    assert!(sdk::readback::drop_within(
+        consumer,
+        Duration::from_secs(30)
+    ));
     offsets.values().sum()
 }
 
@@ -61,7 +64,12 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
     let total = USERS as i64 * PER_USER;
     let mut events = Vec::new();
     for i in 0..total {
-        events.push(event(&format!("t{i}"), &format!("u{}", i % USERS as i64), "cash", 1));
+        events.push(event(
+            &format!("t{i}"),
+            &format!("u{}", i % USERS as i64),
+            "cash",
+            1,
+        ));
     }
     let producer = producer(&tag, &dir).await;
     produce(&producer, &events, &[]).await;
@@ -71,7 +79,13 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
     let slow = dir.join("slow.toml");
     std::fs::write(
         &slow,
-        consumer_text(&tag, &dir, &grpc, "", "global = 300\n[limits.types.cash]\nrate = 100000\n"),
+        consumer_text(
+            &tag,
+            &dir,
+            &grpc,
+            "",
+            "global = 300\n[limits.types.cash]\nrate = 100000\n",
+        ),
     )
     .unwrap();
     let mut child = spawn(&slow, &dir.join("first.log"));
@@ -104,7 +118,13 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
     let open = dir.join("open.toml");
     std::fs::write(
         &open,
-        consumer_text(&tag, &dir, &grpc, "", "[limits.types.cash]\nrate = 100000\n"),
+        consumer_text(
+            &tag,
+            &dir,
+            &grpc,
+            "",
+            "[limits.types.cash]\nrate = 100000\n",
+        ),
     )
     .unwrap();
     let mut child = spawn(&open, &dir.join("second.log"));
@@ -115,7 +135,11 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
     let ledger = ledger(&tag).await;
     for u in 0..USERS {
         let user = format!("u{u}");
-        assert_eq!(ledger.balance(&user, "cash").await.unwrap(), PER_USER, "{user}");
+        assert_eq!(
+            ledger.balance(&user, "cash").await.unwrap(),
+            PER_USER,
+            "{user}"
+        );
         assert_eq!(credited(&redis, &tag, &user).await, PER_USER, "{user}");
     }
     // A clean stop: SIGTERM, exit 0, everything committed.

@@ -22,7 +22,10 @@ async fn rate(ledger: &reward_service::downstream::Ledger, user: &str, t: &str, 
 fn within(what: &str, got: f64, want: f64) {
     let lo = want * 0.95;
     let hi = want * 1.05;
-    assert!((lo..=hi).contains(&got), "{what}: {got:.1}/s, want {want}/s ±5 %");
+    assert!(
+        (lo..=hi).contains(&got),
+        "{what}: {got:.1}/s, want {want}/s ±5 %"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +56,9 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
         "",
         "[limits.types.coupon]\nrate = 200\nburst = 5\n[limits.types.cash]\nrate = 100\nburst = 5\npriority = 9\n",
     );
-    let consumer = reward_consumer::start(&consumer_config(&text)).await.unwrap();
+    let consumer = reward_consumer::start(&consumer_config(&text))
+        .await
+        .unwrap();
     let ledger = ledger(&tag).await;
     let redis = redis().await;
     let set = |k: &'static str, v: &'static str| {
@@ -69,13 +74,21 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
         ledger.balance("cp", "coupon").await.unwrap() > 200
     })
     .await;
-    within("coupon at 200/s", rate(&ledger, "cp", "coupon", 10.0).await, 200.0);
+    within(
+        "coupon at 200/s",
+        rate(&ledger, "cp", "coupon", 10.0).await,
+        200.0,
+    );
 
     // Live change: in effect within 1 s (the watcher polls every 200 ms here).
     set("limits.types.coupon.rate", "500").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(consumer.limits().limit_of("coupon").rate, 500.0);
-    within("coupon at 500/s", rate(&ledger, "cp", "coupon", 5.0).await, 500.0);
+    within(
+        "coupon at 500/s",
+        rate(&ledger, "cp", "coupon", 5.0).await,
+        500.0,
+    );
 
     // Fuse coupon: none credited while cash keeps its rate.
     set("limits.types.coupon.fused", "true").await;
@@ -103,7 +116,11 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
     assert_eq!(credited(&redis, &tag, "cp").await, COUPONS);
     assert_eq!(credited(&redis, &tag, "cs").await, CASH);
     let report = consumer.shutdown().await;
-    assert!(report.stats.requeued_limited > 0 && report.stats.requeued_fused > 0, "{:?}", report.stats);
+    assert!(
+        report.stats.requeued_limited > 0 && report.stats.requeued_fused > 0,
+        "{:?}",
+        report.stats
+    );
     assert_eq!(report.stats.requeued_failed, 0, "{:?}", report.stats);
     assert_eq!(report.stats.last_resort, 0);
     assert_eq!(report.unsettled, 0);

@@ -42,7 +42,9 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
         "batch = 64",
         "[limits.types.cash]\nrate = 100000\npriority = 9\n[limits.types.coin]\nrate = 20\nburst = 1\n",
     );
-    let consumer = reward_consumer::start(&consumer_config(&text)).await.unwrap();
+    let consumer = reward_consumer::start(&consumer_config(&text))
+        .await
+        .unwrap();
     let total = events.len() as u64 + 2;
 
     let redis = redis().await;
@@ -83,7 +85,10 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
         "consumed {} of {total}",
         report.stats.consumed
     );
-    assert!(stats.requeued_limited > 0, "coin was never over its rate: {stats:?}");
+    assert!(
+        stats.requeued_limited > 0,
+        "coin was never over its rate: {stats:?}"
+    );
     assert_eq!(report.stats.decode_errors, 1);
     assert_eq!(report.stats.failed_permanent, 1, "{:?}", report.stats);
     assert_eq!(report.stats.last_resort, 0);
@@ -117,9 +122,15 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
 
     // Every message's offset was committed: a new member of the group reads nothing.
     let again = consumer_text(&tag, &dir, &grpc, "", "");
-    let second = reward_consumer::start(&consumer_config(&again)).await.unwrap();
+    let second = reward_consumer::start(&consumer_config(&again))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(8)).await;
     let r2 = second.shutdown().await;
-    assert_eq!(r2.stats.consumed, 0, "re-read after a full commit: {:?}", r2.stats);
+    assert_eq!(
+        r2.stats.consumed, 0,
+        "re-read after a full commit: {:?}",
+        r2.stats
+    );
     svc.shutdown().await;
 }

@@ -167,22 +167,34 @@ pub async fn run(
 
     let vars = [
         ("REWARD_SERVICE_TOKEN", credential),
-        ("REWARD_CONSUMER__SOURCE__BROKERS", env.kafka_brokers.clone()),
+        (
+            "REWARD_CONSUMER__SOURCE__BROKERS",
+            env.kafka_brokers.clone(),
+        ),
         ("REWARD_CONSUMER__SOURCE__GROUP", format!("cb-{tag}")),
         (
             "REWARD_CONSUMER__SERVICE__GRPC",
             format!("http://{}", service.grpc_addr),
         ),
         ("REWARD_CONSUMER__DELAY__KEY_PREFIX", format!("cbd-{tag}")),
-        ("REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE", "100000000".into()),
+        (
+            "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE",
+            "100000000".into(),
+        ),
         ("REWARD_CONSUMER__LIMITS__GLOBAL_BURST", "100000".into()),
         ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
         (
             "REWARD_SDK__TOKEN__KEYS_FILE",
             dir.join("keys").display().to_string(),
         ),
-        ("REWARD_SDK__PRODUCERS__KAFKA__BROKERS", env.kafka_brokers.clone()),
-        ("REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV", env.rocketmq_namesrv.clone()),
+        (
+            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
+            env.kafka_brokers.clone(),
+        ),
+        (
+            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
+            env.rocketmq_namesrv.clone(),
+        ),
         (
             "REWARD_SDK__SPOOL__DIR",
             dir.join("consumer-spool").display().to_string(),
@@ -191,8 +203,14 @@ pub async fn run(
     let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
     // The topic list is an array; set it in the text rather than through a variable.
     let text = include_str!("../../ops/consumer.toml")
-        .replace("topics = [\"reward-massive\"]", &format!("topics = [\"{topic}\"]"))
-        .replace("redis_key = \"reward:config\"", &format!("redis_key = \"cbcfg-{tag}\""));
+        .replace(
+            "topics = [\"reward-massive\"]",
+            &format!("topics = [\"{topic}\"]"),
+        )
+        .replace(
+            "redis_key = \"reward:config\"",
+            &format!("redis_key = \"cbcfg-{tag}\""),
+        );
     vars.push(("REWARD_CONSUMER__DYNAMIC__POLL_MS".into(), "500".into()));
     let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
     let start = Instant::now();

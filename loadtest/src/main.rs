@@ -176,7 +176,10 @@ async fn run(cli: Cli) -> ExitCode {
             match consumer_bench::run(&StackEnv::from_env(), &opts).await {
                 Ok(r) => {
                     println!("raw rdkafka (read + store) {:>10.0} msg/s", r.raw_rate);
-                    println!("consumer (credited)        {:>10.0} rewards/s", r.consumer_rate);
+                    println!(
+                        "consumer (credited)        {:>10.0} rewards/s",
+                        r.consumer_rate
+                    );
                     println!("ratio consumer/raw         {:>10.2}", r.ratio());
                     println!("  {:?}", r.stats);
                     ExitCode::SUCCESS

@@ -102,6 +102,11 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
         topic = "{fail}"
         primary = "k"
         backup = "k"
+        [sdk.types.cash]
+        [sdk.types.coin]
+        [sdk.types.coupon]
+        [sdk.types.flaky]
+        [sdk.types.broken]
         [sdk.spool]
         dir = "{spool}"
         "#,
@@ -282,7 +287,11 @@ pub async fn produce(sdk: &sdk::Sdk, events: &[RewardEvent], raw: &[&[u8]]) {
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     while sdk.stats().unsettled > 0 {
-        assert!(Instant::now() < deadline, "events not delivered: {:?}", sdk.stats());
+        assert!(
+            Instant::now() < deadline,
+            "events not delivered: {:?}",
+            sdk.stats()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(sdk.stats().spooled, 0, "test events went to the spool");
@@ -338,6 +347,10 @@ pub async fn dead_letters(topic: &str, want: usize) -> Vec<DeadLetter> {
         .iter()
         .map(|p| DeadLetter::decode(p.as_slice()).unwrap())
         .collect();
-    assert!(letters.len() >= want, "{} of {want} dead letters", letters.len());
+    assert!(
+        letters.len() >= want,
+        "{} of {want} dead letters",
+        letters.len()
+    );
     letters
 }
