@@ -33,6 +33,9 @@ struct Args {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]
     json_logs: bool,
+    /// Print a progress line (counters and messages in flight) this often; 0 = never.
+    #[arg(long, default_value_t = 10)]
+    progress_secs: u64,
 }
 
 async fn stop_signal() {
@@ -76,7 +79,33 @@ async fn main() -> ExitCode {
         }
     };
     println!("reward-consumer: started");
-    stop_signal().await;
+    let progress = async {
+        if args.progress_secs == 0 {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(args.progress_secs));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let s = running.stats();
+            println!(
+                "reward-consumer: progress consumed={} granted={} duplicates={} in_flight={} requeued_failed={} requeued_limited={} requeued_fused={} dead_lettered={} last_resort={}",
+                s.consumed,
+                s.granted,
+                s.duplicates,
+                running.in_flight(),
+                s.requeued_failed,
+                s.requeued_limited,
+                s.requeued_fused,
+                s.dead_lettered,
+                s.last_resort
+            );
+        }
+    };
+    tokio::select! {
+        () = stop_signal() => {}
+        () = progress => {}
+    }
     tracing::info!("stopping: finishing work in flight");
     let report = running.shutdown().await;
     println!(
