@@ -17,7 +17,8 @@
 //! max_retries = 16            # failures before the dead-letter topic
 //! backoff_initial_ms = 500    # delay before retry 1; doubles per retry
 //! backoff_max_ms = 60000
-//! limited_delay_ms = 1000     # a message over its type's rate comes back after this
+//! hold_ms = 1000              # a type's rate worth of messages may wait in memory
+//! limited_delay_ms = 1000     # past that, an over-rate message comes back after this
 //! shutdown_grace_ms = 10000   # in-flight work gets this long on SIGTERM
 //! dead_letter_queue = "dead"  # SDK virtual queues of the dead-letter and failure topics
 //! failure_queue = "failures"
@@ -117,6 +118,9 @@ pub struct PipelineConfig {
     pub backoff_initial_ms: u64,
     /// Longest retry delay.
     pub backoff_max_ms: u64,
+    /// How much of a type's rate may wait in memory for its next credits (beyond
+    /// that, over-rate messages are parked).
+    pub hold_ms: u64,
     /// Delay of a message over its type's rate.
     pub limited_delay_ms: u64,
     /// Delay of a message of a fused type (it stays parked while fused).
@@ -139,6 +143,7 @@ impl Default for PipelineConfig {
             max_retries: 16,
             backoff_initial_ms: 500,
             backoff_max_ms: 60_000,
+            hold_ms: 1000,
             limited_delay_ms: 1000,
             fused_delay_ms: 1000,
             shutdown_grace_ms: 10_000,

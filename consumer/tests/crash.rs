@@ -80,7 +80,10 @@ fn committed(tag: &str) -> (i64, i64) {
             .unwrap()
             .1;
     }
-    assert!(sdk::readback::drop_within(consumer, Duration::from_secs(30)));
+    assert!(sdk::readback::drop_within(
+        consumer,
+        Duration::from_secs(30)
+    ));
     (sum, high)
 }
 
