@@ -2,8 +2,8 @@
 //! `REWARD_CONSUMER__SECTION__KEY=value` environment variables, validated at start-up.
 //!
 //! ```toml
-//! [source]
-//! kind = "kafka"
+//! [source]                    # or kind = "rocketmq" with namesrv, group, topics,
+//! kind = "kafka"              # consume_threads (4), consume_batch (32), pull_batch (256)
 //! brokers = "127.0.0.1:19092"
 //! group = "reward-consumer"
 //! topics = ["reward-massive"]
@@ -98,6 +98,34 @@ pub enum SourceConfig {
         #[serde(default)]
         settings: BTreeMap<String, String>,
     },
+    /// A RocketMQ push consumer group (settings: docs/rocketmq.md).
+    Rocketmq {
+        /// Name server `host:port`.
+        namesrv: String,
+        /// Consumer group.
+        group: String,
+        /// Topics to subscribe to.
+        topics: Vec<String>,
+        /// Consume threads.
+        #[serde(default = "four")]
+        consume_threads: u32,
+        /// Messages per listener call.
+        #[serde(default = "thirty_two")]
+        consume_batch: u32,
+        /// Messages per pull.
+        #[serde(default = "two_five_six")]
+        pull_batch: u32,
+    },
+}
+
+fn four() -> u32 {
+    4
+}
+fn thirty_two() -> u32 {
+    32
+}
+fn two_five_six() -> u32 {
+    256
 }
 
 /// How messages are handled.
@@ -329,7 +357,25 @@ impl ConsumerConfig {
                 raw.service.grpc
             )));
         }
-        let SourceConfig::Kafka { topics, group, .. } = &raw.source;
+        let (topics, group) = match &raw.source {
+            SourceConfig::Kafka { topics, group, .. } => (topics, group),
+            SourceConfig::Rocketmq {
+                topics,
+                group,
+                consume_threads,
+                consume_batch,
+                pull_batch,
+                ..
+            } => {
+                if *consume_threads == 0 || *consume_batch == 0 || *pull_batch == 0 {
+                    return Err(ConfigError::Invalid(
+                        "source.consume_threads, consume_batch and pull_batch must be positive"
+                            .into(),
+                    ));
+                }
+                (topics, group)
+            }
+        };
         if topics.is_empty() || group.is_empty() {
             return Err(ConfigError::Invalid(
                 "source.topics and source.group must be set".into(),

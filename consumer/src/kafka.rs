@@ -184,6 +184,7 @@ impl KafkaSource {
                     part,
                     generation,
                     offset,
+                    signal: None,
                 },
             };
             if tx.send(item).await.is_err() {

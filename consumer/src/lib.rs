@@ -1,4 +1,8 @@
 //! The consumer: the valve between the queue and the reward service.
+
+// rocketmq-client-rust's push consumer futures nest deeper than the default limit
+// when proving `Send` (as in the load tester).
+#![recursion_limit = "256"]
 //!
 //! One process per topic group, any number of instances. It reads reward events from a
 //! Kafka consumer group, holds each reward type to its downstream's rate, credits them
@@ -11,7 +15,8 @@
 //! - [`limits`]: the global and per-type rate limits, fuses and priorities, changed live;
 //! - [`delay`]: the Redis delay queue for requeued messages;
 //! - [`pipeline`]: decode → limits → GrantBatch → settle; the mover;
-//! - [`kafka`]: the source; [`config`]: the TOML configuration.
+//! - [`kafka`], [`rocketmq`]: the two sources, one pipeline; [`config`]: the TOML
+//!   configuration.
 //!
 //! [`start`] wires them together; [`Running::shutdown`] stops them in order.
 
@@ -20,6 +25,7 @@ pub mod delay;
 pub mod kafka;
 pub mod limits;
 pub mod pipeline;
+pub mod rocketmq;
 pub mod tracker;
 
 use std::sync::Arc;
@@ -45,6 +51,9 @@ pub enum StartError {
     /// The Kafka consumer.
     #[error("kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// The RocketMQ consumer.
+    #[error("rocketmq: {0}")]
+    RocketMq(String),
     /// The service endpoint.
     #[error(transparent)]
     Pipeline(#[from] pipeline::PipelineError),
@@ -54,7 +63,7 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Running {
     stop: watch::Sender<bool>,
-    fetch: tokio::task::JoinHandle<KafkaSource>,
+    fetch: tokio::task::JoinHandle<Source>,
     handler: tokio::task::JoinHandle<()>,
     mover: tokio::task::JoinHandle<()>,
     watcher: Option<tokio::task::JoinHandle<()>>,
@@ -64,6 +73,14 @@ pub struct Running {
     limits: Limits,
     delay: Arc<DelayQueue>,
     grace: Duration,
+}
+
+/// The source, kept for its close.
+#[derive(Debug)]
+enum Source {
+    Kafka(KafkaSource),
+    /// Already closed by the time fetching ends.
+    RocketMq,
 }
 
 /// What a shutdown left behind.
@@ -110,16 +127,63 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
         offsets.clone(),
     )?;
     let stats = pipeline.stats();
-    let SourceConfig::Kafka {
-        brokers,
-        group,
-        topics,
-        settings,
-    } = &cfg.source;
-    let source = KafkaSource::subscribe(brokers, group, topics, settings, offsets.clone())?;
     let (stop, stop_rx) = watch::channel(false);
     // Bounded by the windows already; the channel only smooths hand-over.
     let (tx, rx) = mpsc::channel(cfg.pipeline.window.max(1024));
+    let commit_every = Duration::from_millis(cfg.pipeline.commit_interval_ms);
+    let fetch = match &cfg.source {
+        SourceConfig::Kafka {
+            brokers,
+            group,
+            topics,
+            settings,
+        } => {
+            let source = KafkaSource::subscribe(brokers, group, topics, settings, offsets.clone())?;
+            let stop_rx = stop_rx.clone();
+            tokio::spawn(async move {
+                source.run(tx, commit_every, stop_rx).await;
+                Source::Kafka(source)
+            })
+        }
+        SourceConfig::Rocketmq {
+            namesrv,
+            group,
+            topics,
+            consume_threads,
+            consume_batch,
+            pull_batch,
+        } => {
+            // The listener runs on the client's threads and cannot await a bounded
+            // channel; its own flow control (threads x batch) bounds this one.
+            let (utx, mut urx) = mpsc::unbounded_channel();
+            let settings = rocketmq::RocketMqSettings {
+                namesrv: namesrv.clone(),
+                group: group.clone(),
+                topics: topics.clone(),
+                consume_threads: *consume_threads,
+                consume_batch: *consume_batch,
+                pull_batch: *pull_batch,
+            };
+            let source = rocketmq::RocketMqSource::start(&settings, utx)
+                .await
+                .map_err(StartError::RocketMq)?;
+            let mut stop_rx = stop_rx.clone();
+            tokio::spawn(async move {
+                let closing = tokio::spawn(async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                    source.close().await;
+                });
+                // Forward until the client's listener side is gone (after close).
+                while let Some(item) = urx.recv().await {
+                    if tx.send(item).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = closing.await;
+                Source::RocketMq
+            })
+        }
+    };
     let handler = tokio::spawn(pipeline.run(rx));
     let mover = tokio::spawn(pipeline::mover(
         delay.clone(),
@@ -130,11 +194,6 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
         stats.clone(),
         stop_rx.clone(),
     ));
-    let commit_every = Duration::from_millis(cfg.pipeline.commit_interval_ms);
-    let fetch = tokio::spawn(async move {
-        source.run(tx, commit_every, stop_rx).await;
-        source
-    });
     Ok(Running {
         stop,
         fetch,
@@ -214,9 +273,13 @@ impl Running {
         }
         let unsettled = self.offsets.in_flight();
         let closed = match source {
-            Some(s) => tokio::task::spawn_blocking(move || s.close(Duration::from_secs(10)))
-                .await
-                .unwrap_or(false),
+            Some(Source::Kafka(s)) => {
+                tokio::task::spawn_blocking(move || s.close(Duration::from_secs(10)))
+                    .await
+                    .unwrap_or(false)
+            }
+            // Closed before the pipeline drained (its listener calls needed it).
+            Some(Source::RocketMq) => true,
             None => false,
         };
         let report = self.sdk.close(self.grace).await;

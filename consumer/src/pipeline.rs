@@ -78,6 +78,9 @@ pub struct Ack {
     pub generation: Generation,
     /// Its offset.
     pub offset: i64,
+    /// Told once the message is settled (sources whose client keeps the offsets,
+    /// RocketMQ's push consumer, wait on it).
+    pub signal: Option<std::sync::mpsc::Sender<()>>,
 }
 
 /// The windows of every partition this consumer holds.
@@ -410,6 +413,14 @@ impl Pipeline {
         })
     }
 
+    /// A message is settled: its offset may be committed, its source told.
+    fn done(&self, ack: &Ack) {
+        self.inner.offsets.complete(ack);
+        if let Some(s) = &ack.signal {
+            let _ = s.send(());
+        }
+    }
+
     /// The counters.
     pub fn stats(&self) -> Arc<Stats> {
         self.inner.stats.clone()
@@ -696,7 +707,7 @@ impl Pipeline {
                 self.requeue_now(&ready.event, encoded).await;
             }
         }
-        self.inner.offsets.complete(&ready.item.ack);
+        self.done(&ready.item.ack);
     }
 
     /// Hands an event straight back to the virtual queue (every queue is tried);
@@ -808,7 +819,7 @@ impl Pipeline {
         } else {
             self.last_resort(trade_no.as_deref().unwrap_or(""), &payload, "dead_letter");
         }
-        self.inner.offsets.complete(&item.ack);
+        self.done(&item.ack);
     }
 
     /// Sends a batch once a slot is free.
@@ -879,17 +890,17 @@ impl Pipeline {
                 metrics::counter!("reward_consumer_granted_total",
                     "type" => ready.event.reward_type.clone())
                 .increment(1);
-                self.inner.offsets.complete(&ready.item.ack);
+                self.done(&ready.item.ack);
             }
             GrantOutcome::Duplicate => {
                 stats.duplicates.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_consumer_duplicates_total").increment(1);
-                self.inner.offsets.complete(&ready.item.ack);
+                self.done(&ready.item.ack);
             }
             GrantOutcome::FailedPermanent => {
                 stats.failed_permanent.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_consumer_failed_permanent_total").increment(1);
-                self.inner.offsets.complete(&ready.item.ack);
+                self.done(&ready.item.ack);
             }
             GrantOutcome::Conflict | GrantOutcome::Invalid | GrantOutcome::BudgetExhausted => {
                 let reason = outcome.as_str_name().to_ascii_lowercase();

@@ -18,6 +18,7 @@ pub const CREDENTIAL: &str = "test-credential-0123456789";
 pub struct Stack {
     pub redis: String,
     pub kafka: String,
+    pub namesrv: String,
 }
 
 /// The stack's addresses; panics (never skips) when a server is down.
@@ -26,6 +27,7 @@ pub fn stack() -> Stack {
     let s = Stack {
         redis: var("REDIS_URL", "redis://127.0.0.1:16379"),
         kafka: var("KAFKA_BROKERS", "127.0.0.1:19092"),
+        namesrv: var("ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
     };
     for (what, addr) in [
         ("Redis", s.redis.trim_start_matches("redis://").to_string()),
@@ -33,6 +35,7 @@ pub fn stack() -> Stack {
             "Kafka broker (tansu)",
             s.kafka.split(',').next().unwrap_or_default().to_string(),
         ),
+        ("RocketMQ name server", s.namesrv.clone()),
     ] {
         assert!(
             std::net::TcpStream::connect(&addr).is_ok(),
@@ -62,6 +65,10 @@ pub fn dead_topic(tag: &str) -> String {
 pub fn failures_topic(tag: &str) -> String {
     format!("fail-{tag}")
 }
+/// The `special` queue's topic, on RocketMQ.
+pub fn special_topic(tag: &str) -> String {
+    format!("sp-{tag}")
+}
 
 pub async fn create_topics(tag: &str) {
     let s = stack();
@@ -70,10 +77,14 @@ pub async fn create_topics(tag: &str) {
     sdk::readback::create_kafka_topics(&s.kafka, &t, 2)
         .await
         .unwrap();
+    sdk::readback::create_rocketmq_topics(&s.namesrv, &[&special_topic(tag)])
+        .await
+        .unwrap();
 }
 
 /// The `[sdk]` section both the service and the consumer use: queues `massive`
-/// (events), `dead` and `failures`, all on Kafka.
+/// (events), `dead` and `failures`, all on Kafka, and `special` on RocketMQ (nothing
+/// is routed there: the RocketMQ test names it).
 pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
     let s = stack();
     format!(
@@ -90,6 +101,14 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
         kind = "kafka"
         brokers = "{kafka}"
         {kafka_settings}
+        [sdk.producers.r]
+        kind = "rocketmq"
+        namesrv = "{namesrv}"
+        group = "p-{tag}"
+        [sdk.queues.special]
+        topic = "{sp}"
+        primary = "r"
+        backup = "r"
         [sdk.queues.massive]
         topic = "{ev}"
         primary = "k"
@@ -115,6 +134,8 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
         kafka = s.kafka,
         kafka_settings = sdk::readback::stack_kafka_settings_toml(),
         ev = events_topic(tag),
+        sp = special_topic(tag),
+        namesrv = s.namesrv,
         dead = dead_topic(tag),
         fail = failures_topic(tag),
         spool = dir.join(format!("spool-{who}")).display(),
@@ -262,10 +283,15 @@ pub async fn producer(tag: &str, dir: &Path) -> sdk::Sdk {
 
 /// Puts events (and raw payloads) on the events topic and waits until all are on it.
 pub async fn produce(sdk: &sdk::Sdk, events: &[RewardEvent], raw: &[&[u8]]) {
+    produce_to(sdk, "massive", events, raw).await;
+}
+
+/// As `produce`, to the virtual queue `queue`.
+pub async fn produce_to(sdk: &sdk::Sdk, queue: &str, events: &[RewardEvent], raw: &[&[u8]]) {
     for e in events {
         let user = e.user.as_ref().unwrap().user_id.clone();
         sdk.enqueue(
-            Some("massive"),
+            Some(queue),
             None,
             &user,
             e.trade_no.clone(),
@@ -276,7 +302,7 @@ pub async fn produce(sdk: &sdk::Sdk, events: &[RewardEvent], raw: &[&[u8]]) {
     }
     for (i, r) in raw.iter().enumerate() {
         sdk.enqueue(
-            Some("massive"),
+            Some(queue),
             None,
             "poison",
             format!("poison-{i}"),
