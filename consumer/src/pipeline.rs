@@ -205,12 +205,14 @@ impl Offsets {
         self.lock().values().map(Window::unfinished).sum()
     }
 
-    /// Reports window occupancy per partition as gauges.
+    /// Reports window occupancy and commit lag per partition as gauges.
     pub fn report(&self) {
         for ((topic, partition), win) in self.lock().iter() {
-            metrics::gauge!("reward_consumer_window_occupancy",
-                "topic" => topic.to_string(), "partition" => partition.to_string())
-            .set(win.len() as f64);
+            let (t, p) = (topic.to_string(), partition.to_string());
+            metrics::gauge!("reward_consumer_window_occupancy", "topic" => t.clone(), "partition" => p.clone())
+                .set(win.len() as f64);
+            metrics::gauge!("reward_consumer_commit_lag", "topic" => t, "partition" => p)
+                .set(win.commit_lag() as f64);
         }
     }
 }
@@ -458,7 +460,9 @@ impl Pipeline {
                 }
             }
             // A held message whose type has a credit now goes first; then new ones.
-            let mut next = self.release_held(&mut held).await;
+            // Held messages go first, unless a higher-priority type is queued.
+            let top = queues.keys().next().map(|p| p.0);
+            let mut next = self.release_held(&mut held, top).await;
             while next.is_none() {
                 let Some(ready) = queues.iter_mut().find_map(|(_, q)| q.pop_front()) else {
                     break;
@@ -523,14 +527,19 @@ impl Pipeline {
         }
     }
 
-    /// The next message allowed by its type's limit: first a held one whose type has a
-    /// credit now (highest priority first), else none. Held messages of a type that
+    /// The next message allowed by its type's limit: a held one whose type has a
+    /// credit now (highest priority first, none below `above`), else none. Held messages of a type that
     /// became fused are parked.
-    async fn release_held(&self, held: &mut BTreeMap<String, VecDeque<Ready>>) -> Option<Ready> {
+    async fn release_held(
+        &self,
+        held: &mut BTreeMap<String, VecDeque<Ready>>,
+        above: Option<u8>,
+    ) -> Option<Ready> {
         let limits = &self.inner.limits;
         let mut order: Vec<(u8, String)> = held
             .keys()
             .map(|t| (limits.priority(t), t.clone()))
+            .filter(|(p, _)| above.is_none_or(|a| *p >= a))
             .collect();
         order.sort_by_key(|o| std::cmp::Reverse(o.0));
         let mut out = None;

@@ -179,6 +179,16 @@ impl Window {
         pos
     }
 
+    /// Offsets fetched but not yet covered by a commit: from the commit position to
+    /// the last tracked offset (gaps included).
+    pub fn commit_lag(&self) -> i64 {
+        match (self.last_tracked, self.committed) {
+            (Some(last), Some(c)) => (last + 1 - c).max(0),
+            (Some(last), None) => self.slots.front().map_or(0, |s| last + 1 - s.0),
+            _ => 0,
+        }
+    }
+
     /// The lowest unfinished offset, if any (what a commit waits for).
     pub fn oldest_unfinished(&self) -> Option<i64> {
         self.slots.iter().find(|s| !s.1).map(|s| s.0)
@@ -200,7 +210,9 @@ mod tests {
         assert!(w.complete(1, 14));
         assert_eq!(w.advance(), None, "10 is still in flight");
         assert!(w.complete(1, 10));
+        assert_eq!(w.commit_lag(), 5, "10..=14 uncommitted");
         assert_eq!(w.advance(), Some(12), "10 and 11 done, 13 not");
+        assert_eq!(w.commit_lag(), 3, "12 (a gap), 13, 14");
         assert_eq!(w.advance(), None, "nothing new");
         assert!(w.complete(1, 13));
         assert_eq!(w.advance(), Some(15));
