@@ -215,6 +215,75 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 ";
 
+/// The claim script for many grants of one budget shard at once: each grant is
+/// decided exactly as by [`CLAIM_LUA`], in order, and the shard's `spent` moves once.
+/// KEYS: budget, then one record per grant. ARGV: lease ms, retention s, then per
+/// grant: user, type, amount, claim id. Returns code, detail per grant.
+const CLAIM_MANY_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local b = redis.call('HMGET', KEYS[1], 'cap', 'spent')
+local cap = tonumber(b[1])
+local spent = tonumber(b[2] or '0')
+local add = 0
+local out = {}
+for i = 2, #KEYS do
+  local a = 3 + (i - 2) * 4
+  local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result')
+  local code, detail = 'CLAIMED', ''
+  if rec[4] then
+    if rec[1] ~= user or rec[2] ~= typ or rec[3] ~= amount then code = 'CONFLICT'
+    elseif rec[4] == 'GRANTED' then code = 'DUPLICATE'; detail = rec[6] or ''
+    elseif rec[4] == 'FAILED' then code = 'FAILED'; detail = rec[6] or ''
+    else
+      local l = tonumber(rec[5]) or 0
+      if l > now then code = 'RETRY'; detail = tostring(l - now)
+      else
+        redis.call('HSET', KEYS[i], 'lease', now + lease, 'owner', id)
+        redis.call('EXPIRE', KEYS[i], ARGV[2])
+        code = 'TAKEOVER'
+      end
+    end
+  elseif not cap then code = 'NOBUDGET'
+  elseif spent + add + tonumber(amount) > cap then code = 'EXHAUSTED'
+  else
+    add = add + tonumber(amount)
+    redis.call('HSET', KEYS[i], 'user', user, 'type', typ, 'amount', amount,
+      'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', id)
+    redis.call('EXPIRE', KEYS[i], ARGV[2])
+  end
+  out[#out + 1] = code
+  out[#out + 1] = detail
+end
+if add > 0 then redis.call('HINCRBY', KEYS[1], 'spent', add) end
+return out
+";
+
+/// [`FINISH_LUA`] for many grants of one shard. KEYS: budget, then one record per
+/// grant. ARGV: retention s, then per grant: claim id, final state, result. Returns
+/// 1 or 0 per grant.
+const FINISH_MANY_LUA: &str = r"
+local refund = 0
+local out = {}
+for i = 2, #KEYS do
+  local a = 2 + (i - 2) * 3
+  local rec = redis.call('HMGET', KEYS[i], 'state', 'owner', 'amount')
+  if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[a] then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', KEYS[i], 'state', ARGV[a + 1], 'result', ARGV[a + 2])
+    redis.call('HDEL', KEYS[i], 'lease', 'owner')
+    if ARGV[a + 1] == 'FAILED' then refund = refund + tonumber(rec[3]) end
+    redis.call('EXPIRE', KEYS[i], ARGV[1])
+    out[#out + 1] = 1
+  end
+end
+if refund > 0 then redis.call('HINCRBY', KEYS[1], 'spent', -refund) end
+return out
+";
+
 /// KEYS: record, budget (unused). ARGV: claim id. Ends the owner's lease at once (the credit failed in
 /// a way worth retrying), so the next claim takes over without waiting; the budget
 /// deduction stands for that retry.
@@ -237,6 +306,8 @@ pub struct Claims {
     claim_sha: Arc<String>,
     finish_sha: Arc<String>,
     release_sha: Arc<String>,
+    claim_many_sha: Arc<String>,
+    finish_many_sha: Arc<String>,
 }
 
 impl std::fmt::Debug for Claims {
@@ -245,6 +316,27 @@ impl std::fmt::Debug for Claims {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
+}
+
+/// Checks what a claim writes into keys and records.
+fn check_grant(g: &Grant) -> Result<(), ClaimError> {
+    check_id("scene", &g.scene)?;
+    check_id("trade number", &g.trade_no)?;
+    if g.user_id.is_empty() || g.reward_type.is_empty() {
+        return Err(ClaimError::Invalid("user id and reward type must be set"));
+    }
+    if g.amount <= 0 {
+        return Err(ClaimError::Invalid("amount must be positive"));
+    }
+    Ok(())
+}
+
+fn new_claim_id() -> String {
+    format!(
+        "{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    )
 }
 
 fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
@@ -267,12 +359,16 @@ impl Claims {
         let claim_sha: String = pool.next().script_load(CLAIM_LUA).await?;
         let finish_sha: String = pool.next().script_load(FINISH_LUA).await?;
         let release_sha: String = pool.next().script_load(RELEASE_LUA).await?;
+        let claim_many_sha: String = pool.next().script_load(CLAIM_MANY_LUA).await?;
+        let finish_many_sha: String = pool.next().script_load(FINISH_MANY_LUA).await?;
         Ok(Self {
             pool,
             cfg: Arc::new(cfg),
             claim_sha: Arc::new(claim_sha),
             finish_sha: Arc::new(finish_sha),
             release_sha: Arc::new(release_sha),
+            claim_many_sha: Arc::new(claim_many_sha),
+            finish_many_sha: Arc::new(finish_many_sha),
         })
     }
 
@@ -377,20 +473,9 @@ impl Claims {
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts
     /// its amount from its budget shard, in one atomic step.
     pub async fn claim(&self, g: &Grant) -> Result<Claim, ClaimError> {
-        check_id("scene", &g.scene)?;
-        check_id("trade number", &g.trade_no)?;
-        if g.user_id.is_empty() || g.reward_type.is_empty() {
-            return Err(ClaimError::Invalid("user id and reward type must be set"));
-        }
-        if g.amount <= 0 {
-            return Err(ClaimError::Invalid("amount must be positive"));
-        }
+        check_grant(g)?;
         let shard = self.shard_of(&g.trade_no);
-        let claim_id = format!(
-            "{:016x}{:016x}",
-            rand::random::<u64>(),
-            rand::random::<u64>()
-        );
+        let claim_id = new_claim_id();
         let reply: Vec<String> =
             crate::eval_loaded(self.pool.next(), &self.claim_sha, CLAIM_LUA, || {
                 (
@@ -406,10 +491,14 @@ impl Claims {
                 )
             })
             .await?;
-        let (code, detail) = match reply.as_slice() {
-            [code, detail] => (code.as_str(), detail.clone()),
-            _ => return Err(ClaimError::Reply(reply)),
-        };
+        match reply.as_slice() {
+            [code, detail] => self.decode(code, detail.clone(), claim_id),
+            _ => Err(ClaimError::Reply(reply)),
+        }
+    }
+
+    /// A claim script's answer for one grant.
+    fn decode(&self, code: &str, detail: String, claim_id: String) -> Result<Claim, ClaimError> {
         Ok(match code {
             "CLAIMED" => Claim::Claimed {
                 claim_id,
@@ -427,8 +516,189 @@ impl Claims {
             "CONFLICT" => Claim::Conflict,
             "EXHAUSTED" => Claim::BudgetExhausted,
             "NOBUDGET" => Claim::NoBudget,
-            _ => return Err(ClaimError::Reply(reply)),
+            _ => return Err(ClaimError::Reply(vec![code.to_string(), detail])),
         })
+    }
+
+    /// Groups grants by budget shard (same slot): index lists per (scene, shard).
+    fn by_shard<'a>(&self, grants: impl Iterator<Item = (usize, &'a Grant)>) -> Vec<Vec<usize>> {
+        let mut groups: std::collections::BTreeMap<(&str, u32), Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, g) in grants {
+            groups
+                .entry((g.scene.as_str(), self.shard_of(&g.trade_no)))
+                .or_default()
+                .push(i);
+        }
+        groups.into_values().collect()
+    }
+
+    /// Claims many grants: exactly what [`Claims::claim`] would answer for each, in
+    /// one script call per budget shard instead of one per grant (a batch of 200
+    /// over 16 shards is about 16 calls). Grants of one shard are decided in their
+    /// order in `grants`; the answers come back in that order too.
+    pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
+        let mut out: Vec<Option<Result<Claim, ClaimError>>> =
+            (0..grants.len()).map(|_| None).collect();
+        let valid = grants
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| match check_grant(g) {
+                Ok(()) => true,
+                Err(e) => {
+                    out[*i] = Some(Err(e));
+                    false
+                }
+            });
+        let groups = self.by_shard(valid.collect::<Vec<_>>().into_iter());
+        let mut set = tokio::task::JoinSet::new();
+        for idx in groups {
+            let me = self.clone();
+            let part: Vec<(usize, Grant)> = idx.iter().map(|&i| (i, grants[i].clone())).collect();
+            set.spawn(async move {
+                let r = me.claim_shard(&part).await;
+                (part.into_iter().map(|p| p.0).collect::<Vec<_>>(), r)
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            let Ok((idx, r)) = joined else { continue };
+            match r {
+                Ok(claims) => {
+                    for (i, c) in idx.into_iter().zip(claims) {
+                        out[i] = Some(c);
+                    }
+                }
+                Err(e) => {
+                    for i in idx {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("claim task failed".into()))))
+            .collect()
+    }
+
+    /// One shard's grants in one script call.
+    async fn claim_shard(
+        &self,
+        part: &[(usize, Grant)],
+    ) -> Result<Vec<Result<Claim, ClaimError>>, ClaimError> {
+        let Some((_, first)) = part.first() else {
+            return Ok(Vec::new());
+        };
+        let shard = self.shard_of(&first.trade_no);
+        let ids: Vec<String> = part.iter().map(|_| new_claim_id()).collect();
+        let reply: Vec<String> = crate::eval_loaded(
+            self.pool.next(),
+            &self.claim_many_sha,
+            CLAIM_MANY_LUA,
+            || {
+                let mut keys = vec![self.budget_key(&first.scene, shard)];
+                let mut args = vec![
+                    Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
+                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                ];
+                for ((_, g), id) in part.iter().zip(&ids) {
+                    keys.push(self.record_key(&g.scene, shard, &g.trade_no));
+                    args.push(Value::from(g.user_id.as_str()));
+                    args.push(Value::from(g.reward_type.as_str()));
+                    args.push(Value::from(g.amount.to_string()));
+                    args.push(Value::from(id.as_str()));
+                }
+                (keys, args)
+            },
+        )
+        .await?;
+        if reply.len() != part.len() * 2 {
+            return Err(ClaimError::Reply(reply));
+        }
+        Ok(reply
+            .chunks(2)
+            .zip(ids)
+            .map(|(pair, id)| self.decode(&pair[0], pair[1].clone(), id))
+            .collect())
+    }
+
+    /// Marks many claimed grants credited (as [`Claims::grant`] for each), one script
+    /// call per budget shard. `items`: grant, claim id, result.
+    pub async fn grant_many(
+        &self,
+        items: &[(Grant, String, String)],
+    ) -> Vec<Result<Finish, ClaimError>> {
+        let groups = self.by_shard(items.iter().map(|x| &x.0).enumerate());
+        let mut out: Vec<Option<Result<Finish, ClaimError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for idx in groups {
+            let me = self.clone();
+            let part: Vec<(Grant, String, String)> =
+                idx.iter().map(|&i| items[i].clone()).collect();
+            set.spawn(async move { (idx, me.finish_shard(&part).await) });
+        }
+        while let Some(joined) = set.join_next().await {
+            let Ok((idx, r)) = joined else { continue };
+            match r {
+                Ok(done) => {
+                    for (i, d) in idx.into_iter().zip(done) {
+                        out[i] = Some(Ok(d));
+                    }
+                }
+                Err(e) => {
+                    for i in idx {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("finish task failed".into()))))
+            .collect()
+    }
+
+    async fn finish_shard(
+        &self,
+        part: &[(Grant, String, String)],
+    ) -> Result<Vec<Finish>, ClaimError> {
+        let Some((first, _, _)) = part.first() else {
+            return Ok(Vec::new());
+        };
+        let shard = self.shard_of(&first.trade_no);
+        let reply: Vec<i64> = crate::eval_loaded(
+            self.pool.next(),
+            &self.finish_many_sha,
+            FINISH_MANY_LUA,
+            || {
+                let mut keys = vec![self.budget_key(&first.scene, shard)];
+                let mut args = vec![Value::from(
+                    i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX),
+                )];
+                for (g, id, result) in part {
+                    keys.push(self.record_key(&g.scene, shard, &g.trade_no));
+                    args.push(Value::from(id.as_str()));
+                    args.push(Value::from("GRANTED"));
+                    args.push(Value::from(result.as_str()));
+                }
+                (keys, args)
+            },
+        )
+        .await?;
+        if reply.len() != part.len() {
+            return Err(ClaimError::Reply(
+                reply.iter().map(i64::to_string).collect(),
+            ));
+        }
+        Ok(reply
+            .into_iter()
+            .map(|d| {
+                if d == 1 {
+                    Finish::Done
+                } else {
+                    Finish::LostLease
+                }
+            })
+            .collect())
     }
 
     /// Runs a compare-and-set script on `g`'s record (and its budget shard, which the

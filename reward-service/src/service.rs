@@ -14,7 +14,9 @@
 //!   full past its wait), the answer is `RETRY_LATER`: the deduction stands and the
 //!   caller's retry takes the claim over.
 //! - **GrantBatch**: each event as in Grant, all of them at once, answered in request
-//!   order. Redis sees the scripts of a batch pipelined on the pool's connections.
+//!   order. The claims, and the final `GRANTED` marks, go to Redis as one script call
+//!   per budget shard rather than one per event (`Granter::grant_many`); the ledger
+//!   credits and token moves stay one per event (they live in the user's slot).
 //!
 //! # Budget scope
 //! A grant's budget is its event's `activity_id/scene_id` ([`scope`]).
@@ -339,22 +341,24 @@ impl Service {
 
     /// Grants every event at once; results in request order.
     pub async fn grant_batch(&self, events: Vec<RewardEvent>) -> Vec<GrantResult> {
-        let n = events.len();
-        let mut set = tokio::task::JoinSet::new();
-        for (i, ev) in events.into_iter().enumerate() {
-            let me = self.clone();
-            set.spawn(async move { (i, me.grant(&ev).await) });
-        }
-        let mut out: Vec<Option<GrantResult>> = vec![None; n];
-        while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok((i, r)) => {
-                    if let Some(slot) = out.get_mut(i) {
-                        *slot = Some(r);
-                    }
+        // Invalid events are answered at once; the rest go to the granter together.
+        let mut out: Vec<Option<GrantResult>> = vec![None; events.len()];
+        let mut grants = Vec::with_capacity(events.len());
+        let mut at = Vec::with_capacity(events.len());
+        for (i, ev) in events.iter().enumerate() {
+            match grant_of(ev) {
+                Ok(g) => {
+                    grants.push(g);
+                    at.push(i);
                 }
-                Err(e) => tracing::error!(error = %e, "a batch grant task failed"),
+                Err(why) => {
+                    out[i] = Some(failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why));
+                }
             }
+        }
+        let results = self.granter.grant_many(&grants).await;
+        for ((i, g), r) in at.into_iter().zip(&grants).zip(results) {
+            out[i] = Some(result_of(&g.trade_no, r));
         }
         out.into_iter()
             .map(|r| {
@@ -363,7 +367,7 @@ impl Service {
                         "",
                         GrantOutcome::FailedRetryable,
                         "INTERNAL",
-                        "the grant task ended without an answer; send it again".into(),
+                        "the grant ended without an answer; send it again".into(),
                     )
                 })
             })

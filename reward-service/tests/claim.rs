@@ -278,3 +278,95 @@ async fn over_capacity_the_ledger_answers_rate_limited_which_is_retryable() {
     assert_eq!(bad.code, ErrorCode::Invalid);
     assert!(!bad.code.retryable());
 }
+
+/// The shape of a claim, without its random claim id.
+fn kind(c: &Result<Claim, ClaimError>) -> String {
+    match c {
+        Ok(Claim::Claimed { took_over, .. }) => format!("claimed({took_over})"),
+        // The lease left depends on when it was asked.
+        Ok(Claim::RetryLater { .. }) => "RetryLater".into(),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// A batch claim answers exactly what one claim per grant, in the same order, would:
+/// new trade numbers, repeats inside the batch, conflicts, duplicates of granted ones,
+/// shards running out, an invalid grant; and spends the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_decides_as_single_claims_in_order() {
+    for round in 0..3u64 {
+        let single = claims(4, 30_000).await;
+        let batch = claims(4, 30_000).await;
+        for c in [&single, &batch] {
+            c.set_budget("rain", 120).await.unwrap();
+        }
+        // Round one grants some first, so the batch meets GRANTED records too.
+        let mut seed = round * 7919 + 17;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let mut grants = Vec::new();
+        for _ in 0..120 {
+            let n = next() % 60; // repeats likely
+            let mut g = grant(&format!("t{n}"), 1 + (n % 7) as i64);
+            if next() % 10 == 0 {
+                g.amount += 1; // a conflict when the trade number was seen
+            }
+            grants.push(g);
+        }
+        grants.push(grant("bad{brace}", 1));
+        let pre: Vec<Grant> = grants.iter().take(10).cloned().collect();
+        for c in [&single, &batch] {
+            for g in &pre {
+                if let Ok(Claim::Claimed { claim_id, .. }) = c.claim(g).await {
+                    c.grant(g, &claim_id, "r").await.unwrap();
+                }
+            }
+        }
+        let mut one_by_one = Vec::new();
+        for g in &grants {
+            one_by_one.push(single.claim(g).await);
+        }
+        let together = batch.claim_many(&grants).await;
+        let a: Vec<String> = one_by_one.iter().map(kind).collect();
+        let b: Vec<String> = together.iter().map(kind).collect();
+        assert_eq!(a, b, "round {round}");
+        assert!(a.iter().any(|k| k.starts_with("claimed")), "{a:?}");
+        assert!(a.iter().any(|k| k.contains("Exhausted")), "{a:?}");
+        assert!(a.iter().any(|k| k.contains("Conflict")), "{a:?}");
+        assert!(a.iter().any(|k| k.contains("Duplicate")), "{a:?}");
+        assert!(a.iter().any(|k| k.contains("RetryLater")), "{a:?}");
+        assert_eq!(
+            single.spent("rain").await.unwrap(),
+            batch.spent("rain").await.unwrap()
+        );
+
+        // Finishing the batch's claims in one go marks exactly those granted.
+        let items: Vec<(Grant, String, String)> = grants
+            .iter()
+            .zip(&together)
+            .filter_map(|(g, c)| match c {
+                Ok(Claim::Claimed { claim_id, .. }) => {
+                    Some((g.clone(), claim_id.clone(), format!("ref-{}", g.trade_no)))
+                }
+                _ => None,
+            })
+            .collect();
+        let finished = batch.grant_many(&items).await;
+        assert!(finished.iter().all(|f| matches!(f, Ok(Finish::Done))));
+        for (g, _, receipt) in &items {
+            let rec = batch.record("rain", &g.trade_no).await.unwrap().unwrap();
+            assert_eq!(
+                (rec.state.as_str(), rec.result.as_str()),
+                ("GRANTED", receipt.as_str())
+            );
+        }
+        // A stale claim id finishes nothing.
+        let again = batch.grant_many(&items[..1]).await;
+        assert!(matches!(again[0], Ok(Finish::LostLease)));
+    }
+}
