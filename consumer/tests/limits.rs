@@ -126,3 +126,53 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
     assert_eq!(report.unsettled, 0);
     svc.shutdown().await;
 }
+
+/// When the global rate binds, the higher-priority type goes first: with cash
+/// (priority 9) and coupon (priority 1) both waiting and room for 100 credits/s in
+/// all, coupons wait until the cash backlog is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_limit_serves_higher_priority_first() {
+    let tag = tag("q");
+    let dir = dir(&tag);
+    create_topics(&tag).await;
+    let svc = service(&tag, &dir).await;
+    let grpc = format!("http://{}", svc.grpc_addr);
+    const EACH: i64 = 500;
+    let mut events = Vec::new();
+    for i in 0..EACH {
+        // Coupons first on the topic: priority, not arrival, must decide.
+        events.push(event(&format!("p{i}"), "cp", "coupon", 1));
+    }
+    for i in 0..EACH {
+        events.push(event(&format!("c{i}"), "cs", "cash", 1));
+    }
+    let producer = producer(&tag, &dir).await;
+    produce(&producer, &events, &[]).await;
+    producer.close(Duration::from_secs(30)).await;
+
+    let text = consumer_text(
+        &tag,
+        &dir,
+        &grpc,
+        "",
+        "global = 100\nglobal_burst = 1\n[limits.types.cash]\nrate = 100000\npriority = 9\n[limits.types.coupon]\nrate = 100000\npriority = 1\n",
+    );
+    let consumer = reward_consumer::start(&consumer_config(&text))
+        .await
+        .unwrap();
+    let ledger = ledger(&tag).await;
+    wait_for(60, "200 cash credited", || async {
+        ledger.balance("cs", "cash").await.unwrap() >= 200
+    })
+    .await;
+    let coupons = ledger.balance("cp", "coupon").await.unwrap();
+    let cash = ledger.balance("cs", "cash").await.unwrap();
+    // Before the first fetch brought cash in, a few coupons may have gone.
+    assert!(
+        coupons * 20 <= cash,
+        "coupon {coupons} credited beside cash {cash} while the global limit bound"
+    );
+    let report = consumer.shutdown().await;
+    assert_eq!(report.stats.last_resort, 0);
+    svc.shutdown().await;
+}
