@@ -60,11 +60,17 @@ fn malformed_tokens_are_illegal_with_the_right_reason() {
         Err(Illegal::Forged)
     );
     let mut v = bytes.clone();
-    v[0] = 2;
+    v[0] = 3;
     assert_eq!(
         codec.open(&enc(&v), "u1", "cny"),
-        Err(Illegal::BadVersion(2))
+        Err(Illegal::BadVersion(3))
     );
+    // A version 2 token relabelled as version 1 is opened with the header in its
+    // AAD, which fails the tag.
+    let mut v1 = bytes.clone();
+    assert_eq!(v1[0], 2);
+    v1[0] = 1;
+    assert_eq!(codec.open(&enc(&v1), "u1", "cny"), Err(Illegal::Forged));
     let mut k = bytes.clone();
     k[1..3].copy_from_slice(&9u16.to_be_bytes());
     assert_eq!(
@@ -74,6 +80,21 @@ fn malformed_tokens_are_illegal_with_the_right_reason() {
     let mut p = bytes;
     p[6] ^= 1; // another minute: another subkey
     assert_eq!(codec.open(&enc(&p), "u1", "cny"), Err(Illegal::Forged));
+}
+
+#[test]
+fn version_1_tokens_still_open_and_stay_bound() {
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let old = codec.seal_v1_at(&token("u1"), T0).unwrap();
+    assert_eq!(raw(&old)[0], 1);
+    assert_eq!(codec.open(&old, "u1", "cny"), Ok(token("u1")));
+    assert_eq!(codec.open(&old, "u2", "cny"), Err(Illegal::Forged));
+    // Relabelled as version 2, its header leaves the AAD: the tag fails.
+    let mut v2 = raw(&old);
+    v2[0] = 2;
+    assert_eq!(codec.open(&enc(&v2), "u1", "cny"), Err(Illegal::Forged));
+    let new = codec.seal_at(&token("u1"), T0).unwrap();
+    assert_eq!(raw(&new)[0], 2);
 }
 
 #[test]
