@@ -89,11 +89,12 @@ fn committed(tag: &str) -> (i64, i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
-    let tag = tag("k");
-    let dir = dir(&tag);
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    } = setup("k").await;
     let total = USERS as i64 * PER_USER;
     let mut events = Vec::new();
     for i in 0..total {
@@ -104,9 +105,7 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
             1,
         ));
     }
-    let producer = producer(&tag, &dir).await;
-    produce(&producer, &events, &[]).await;
-    producer.close(Duration::from_secs(30)).await;
+    publish(&tag, &dir, "massive", &events, &[]).await;
 
     // First run: the global limit (300/s) keeps most fetched messages waiting.
     let slow = dir.join("slow.toml");

@@ -30,11 +30,12 @@ fn within(what: &str, got: f64, want: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
-    let tag = tag("l");
-    let dir = dir(&tag);
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    } = setup("l").await;
 
     const COUPONS: i64 = 8000;
     const CASH: i64 = 4000;
@@ -45,9 +46,7 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
     for i in 0..CASH {
         events.push(event(&format!("c{i}"), "cs", "cash", 1));
     }
-    let producer = producer(&tag, &dir).await;
-    produce(&producer, &events, &[]).await;
-    producer.close(Duration::from_secs(30)).await;
+    publish(&tag, &dir, "massive", &events, &[]).await;
 
     let text = consumer_text(
         &tag,
@@ -132,11 +131,12 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
 /// all, coupons wait until the cash backlog is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_limit_serves_higher_priority_first() {
-    let tag = tag("q");
-    let dir = dir(&tag);
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    } = setup("q").await;
     const EACH: i64 = 500;
     let mut events = Vec::new();
     for i in 0..EACH {
@@ -146,9 +146,7 @@ async fn the_global_limit_serves_higher_priority_first() {
     for i in 0..EACH {
         events.push(event(&format!("c{i}"), "cs", "cash", 1));
     }
-    let producer = producer(&tag, &dir).await;
-    produce(&producer, &events, &[]).await;
-    producer.close(Duration::from_secs(30)).await;
+    publish(&tag, &dir, "massive", &events, &[]).await;
 
     let text = consumer_text(
         &tag,

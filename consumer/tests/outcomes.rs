@@ -14,11 +14,12 @@ use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_outcome_is_settled_and_the_partition_moves_on() {
-    let tag = tag("o");
-    let dir = dir(&tag);
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    } = setup("o").await;
 
     // 300 cash (one user each of 30), 1 poison, 1 broken (permanent), 1 flaky (fails
     // every time) and 40 coin at 20/s (most of them parked at least once).
@@ -31,9 +32,14 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
     for i in 0..40 {
         events.push(event(&format!("n{i}"), "un", "coin", 1));
     }
-    let producer = producer(&tag, &dir).await;
-    produce(&producer, &events, &[b"\xff\xfe not protobuf \x00\x01"]).await;
-    producer.close(Duration::from_secs(30)).await;
+    publish(
+        &tag,
+        &dir,
+        "massive",
+        &events,
+        &[b"\xff\xfe not protobuf \x00\x01"],
+    )
+    .await;
 
     let text = consumer_text(
         &tag,
@@ -58,9 +64,14 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
     })
     .await;
     // Then a second use of a credited trade number with another amount: a conflict.
-    let producer = common::producer(&tag, &dir).await;
-    produce(&producer, &[event("c0", "u0", "cash", 999)], &[]).await;
-    producer.close(Duration::from_secs(30)).await;
+    publish(
+        &tag,
+        &dir,
+        "massive",
+        &[event("c0", "u0", "cash", 999)],
+        &[],
+    )
+    .await;
     wait_for(120, "the flaky reward dead-lettered", || async {
         let s = consumer.stats();
         s.dead_lettered >= 2 && s.failure_topic >= 1

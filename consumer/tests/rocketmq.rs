@@ -4,17 +4,16 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rocketmq_source_credits_everything_once() {
-    let tag = tag("r");
-    let dir = dir(&tag);
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    } = setup("r").await;
     const USERS: i64 = 20;
     const PER_USER: i64 = 50;
     let mut events = Vec::new();
@@ -26,15 +25,14 @@ async fn rocketmq_source_credits_everything_once() {
             1,
         ));
     }
-    let producer = producer(&tag, &dir).await;
-    produce_to(
-        &producer,
+    publish(
+        &tag,
+        &dir,
         "special",
         &events,
         &[b"\x08\x96\x01 not an event \xff"],
     )
     .await;
-    producer.close(Duration::from_secs(30)).await;
 
     let s = stack();
     let text = consumer_text(

@@ -237,19 +237,10 @@ impl ServiceConfig {
 
     /// Parses a document with the given environment (overrides and credential).
     pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let mut doc: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        for (name, value) in env {
-            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
-                let parts: Vec<&str> = path.split("__").collect();
-                sdk::config::set_path(&mut doc, &parts, value)
-                    .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
-            }
-        }
-        if let Some(toml::Value::Table(sdk_doc)) = doc.get_mut("sdk") {
-            sdk::config::apply_env(sdk_doc, env.iter().cloned())?;
-        }
+        let doc = sdk::config::service_document(text, env, ENV_PREFIX).map_err(|e| match e {
+            sdk::config::ConfigError::Parse(m) => ConfigError::Parse(m),
+            other => other.into(),
+        })?;
         let raw: Raw = toml::Value::Table(doc)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;

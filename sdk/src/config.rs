@@ -630,6 +630,30 @@ pub fn apply_env(
     Ok(())
 }
 
+/// Parses the TOML document of a service that embeds the SDK and applies its
+/// environment overrides: `{prefix}SECTION__KEY=value` anywhere in the document,
+/// then `REWARD_SDK__SECTION__KEY=value` inside its `[sdk]` section.
+pub fn service_document(
+    text: &str,
+    env: &[(String, String)],
+    prefix: &str,
+) -> Result<toml::Table, ConfigError> {
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+    for (name, value) in env {
+        if let Some(path) = name.strip_prefix(prefix) {
+            let parts: Vec<&str> = path.split("__").collect();
+            set_path(&mut doc, &parts, value)
+                .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
+        }
+    }
+    if let Some(toml::Value::Table(sdk_doc)) = doc.get_mut("sdk") {
+        apply_env(sdk_doc, env.iter().cloned())?;
+    }
+    Ok(doc)
+}
+
 /// Sets the key at `parts` (matched case-insensitively against existing keys; new
 /// keys in lower case) to `value`, parsed as a TOML scalar when it can be.
 pub fn set_path(doc: &mut toml::Table, parts: &[&str], value: &str) -> Result<(), String> {

@@ -211,6 +211,38 @@ pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
     reward_service::server::start(&cfg).await.unwrap()
 }
 
+/// A test's world: its tag, directory, topics and a reward service.
+pub struct Setup {
+    pub tag: String,
+    pub dir: PathBuf,
+    pub svc: reward_service::server::Running,
+    /// The service's gRPC URL.
+    pub grpc: String,
+}
+
+/// Names a test by `prefix`, creates its topics and starts its reward service.
+pub async fn setup(prefix: &str) -> Setup {
+    let tag = tag(prefix);
+    let dir = dir(&tag);
+    create_topics(&tag).await;
+    let svc = service(&tag, &dir).await;
+    let grpc = format!("http://{}", svc.grpc_addr);
+    Setup {
+        tag,
+        dir,
+        svc,
+        grpc,
+    }
+}
+
+/// Puts events and raw payloads on virtual queue `queue` with a producer of its own,
+/// and returns once they are all on the broker.
+pub async fn publish(tag: &str, dir: &Path, queue: &str, events: &[RewardEvent], raw: &[&[u8]]) {
+    let producer = producer(tag, dir).await;
+    produce_to(&producer, queue, events, raw).await;
+    producer.close(Duration::from_secs(30)).await;
+}
+
 /// The consumer's config text: group `g-{tag}` on the events topic, the service at
 /// `grpc`, limits changed live through the Redis hash `cfg-{tag}`; `pipeline` and
 /// `limits` are extra TOML lines of those sections.
