@@ -175,6 +175,45 @@ fn with_aad<R>(header: &[u8], user_id: &str, activity_id: &str, f: impl FnOnce(&
     }
 }
 
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Largest scratch buffer a thread keeps between seals.
+const SCRATCH_KEEP: usize = 16 * 1024;
+
+/// Header, encoding, seal and tag into `buf` (empty), then base64url.
+fn seal_into(
+    buf: &mut Vec<u8>,
+    room: usize,
+    version: u8,
+    key_id: KeyId,
+    period: u32,
+    sub: &SubKey,
+    token: &RewardToken,
+) -> Result<String, SealError> {
+    buf.reserve(room);
+    buf.push(version);
+    buf.extend_from_slice(&key_id.to_be_bytes());
+    buf.extend_from_slice(&period.to_be_bytes());
+    buf.extend_from_slice(&rand::random::<[u8; 12]>());
+    // Encoding into a Vec cannot fail (it grows if `room` was short).
+    let _ = token.encode(buf);
+    let (header, body) = buf.split_at_mut(HEADER_LEN);
+    let nonce = nonce_of(header);
+    let bound: &[u8] = if version == FORMAT_V1 { header } else { &[] };
+    let tag = with_aad(bound, &token.user_id, &token.activity_id, |aad| {
+        sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
+    })
+    .map_err(|_| SealError::Cipher)?;
+    buf.extend_from_slice(tag.as_slice());
+    // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
+    // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
+    // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
+    // trailing bits.
+    Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&buf[..]))
+}
+
 impl TokenCodec {
     /// A codec sealing with the ring's current key.
     pub fn new(ring: KeyRing) -> Self {
@@ -233,27 +272,30 @@ impl TokenCodec {
             }
         };
 
-        let body_len = token.encoded_len();
-        let mut buf = Vec::with_capacity(HEADER_LEN + body_len + TAG_LEN);
-        buf.push(version);
-        buf.extend_from_slice(&key_id.to_be_bytes());
-        buf.extend_from_slice(&period.to_be_bytes());
-        buf.extend_from_slice(&rand::random::<[u8; 12]>());
-        // Encoding into a Vec with reserved capacity cannot fail.
-        let _ = token.encode(&mut buf);
-        let (header, body) = buf.split_at_mut(HEADER_LEN);
-        let nonce = nonce_of(header);
-        let bound: &[u8] = if version == FORMAT_V1 { header } else { &[] };
-        let tag = with_aad(bound, &token.user_id, &token.activity_id, |aad| {
-            sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
+        // Room for the encoding without measuring it first (prost's `encoded_len` walks
+        // every field once more): each string's bytes plus its tag and length, and
+        // the integers at their widest. Too small only grows the Vec.
+        let strings = token.trade_no.len()
+            + token.user_id.len()
+            + token.activity_id.len()
+            + token.scene_id.len()
+            + token.reward_type.len()
+            + token.description.len()
+            + token.app_id.len();
+        let room = HEADER_LEN + strings + 7 * 3 + 3 * 11 + TAG_LEN;
+        // The sealed bytes are built in a buffer this thread reuses (one allocation
+        // less per mint; only the base64 text is allocated). Holds ciphertext only
+        // once a seal returns.
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                buf.clear();
+                if buf.capacity() > SCRATCH_KEEP {
+                    buf.shrink_to(SCRATCH_KEEP);
+                }
+                seal_into(&mut buf, room, version, key_id, period, sub, token)
+            }
+            Err(_) => seal_into(&mut Vec::new(), room, version, key_id, period, sub, token),
         })
-        .map_err(|_| SealError::Cipher)?;
-        buf.extend_from_slice(tag.as_slice());
-        // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
-        // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
-        // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
-        // trailing bits.
-        Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&buf))
     }
 
     /// Opens a sealed token presented for `user_id` and `activity_id`.
