@@ -43,6 +43,8 @@ pub struct ConsumerBenchOptions {
     pub partitions: i32,
     /// Users the events are spread over.
     pub users: u64,
+    /// GrantBatch calls the consumer keeps in flight (`pipeline.concurrency`).
+    pub concurrency: usize,
 }
 
 /// The figures.
@@ -182,6 +184,10 @@ pub async fn run(
             "100000000".into(),
         ),
         ("REWARD_CONSUMER__LIMITS__GLOBAL_BURST", "100000".into()),
+        (
+            "REWARD_CONSUMER__PIPELINE__CONCURRENCY",
+            opts.concurrency.to_string(),
+        ),
         ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
         (
             "REWARD_SDK__TOKEN__KEYS_FILE",

@@ -125,6 +125,9 @@ enum Command {
         /// Users the events are spread over.
         #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         users: u64,
+        /// GrantBatch calls the consumer keeps in flight (its pipeline.concurrency).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+        concurrency: u64,
     },
 }
 
@@ -166,11 +169,13 @@ async fn run(cli: Cli) -> ExitCode {
             messages,
             partitions,
             users,
+            concurrency,
         } => {
             let opts = ConsumerBenchOptions {
                 messages,
                 partitions,
                 users,
+                concurrency: usize::try_from(concurrency).unwrap_or(1024),
             };
             println!("consumer-bench: {messages} events, {partitions} partitions");
             match consumer_bench::run(&StackEnv::from_env(), &opts).await {
