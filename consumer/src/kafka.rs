@@ -85,6 +85,7 @@ impl ConsumerContext for Ctx {
 pub struct KafkaSource {
     consumer: Arc<StreamConsumer<Ctx>>,
     offsets: Arc<Offsets>,
+    commit_every: Duration,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -101,6 +102,7 @@ impl KafkaSource {
         topics: &[String],
         settings: &BTreeMap<String, String>,
         offsets: Arc<Offsets>,
+        commit_every: Duration,
     ) -> KafkaResult<Self> {
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", brokers)
@@ -122,18 +124,15 @@ impl KafkaSource {
         Ok(KafkaSource {
             consumer: Arc::new(consumer),
             offsets,
+            commit_every,
         })
     }
 
     /// Fetches until `stop` turns true, tracking each offset and handing the message
     /// to `tx`; commits on a timer meanwhile. Returns when fetching has stopped (the
     /// caller drains the pipeline, then calls [`KafkaSource::close`]).
-    pub async fn run(
-        &self,
-        tx: mpsc::Sender<Item>,
-        commit_every: Duration,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    pub async fn run(&self, tx: mpsc::Sender<Item>, mut stop: watch::Receiver<bool>) {
+        let commit_every = self.commit_every;
         let committer = {
             let consumer = self.consumer.clone();
             let offsets = self.offsets.clone();
@@ -207,5 +206,17 @@ impl KafkaSource {
         }
         self.consumer.unsubscribe();
         sdk::readback::drop_within(self.consumer, deadline)
+    }
+}
+
+impl crate::Source for KafkaSource {
+    async fn feed(&mut self, tx: mpsc::Sender<Item>, stop: watch::Receiver<bool>) {
+        self.run(tx, stop).await;
+    }
+
+    async fn finish(self) -> bool {
+        tokio::task::spawn_blocking(move || self.close(Duration::from_secs(10)))
+            .await
+            .unwrap_or(false)
     }
 }

@@ -63,7 +63,7 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Running {
     stop: watch::Sender<bool>,
-    fetch: tokio::task::JoinHandle<Source>,
+    fetch: tokio::task::JoinHandle<AnySource>,
     handler: tokio::task::JoinHandle<()>,
     mover: tokio::task::JoinHandle<()>,
     watcher: Option<tokio::task::JoinHandle<()>>,
@@ -75,12 +75,45 @@ pub struct Running {
     grace: Duration,
 }
 
-/// The source, kept for its close.
+/// Where messages come from. Every source feeds the same [`Pipeline`] through one
+/// channel of [`pipeline::Item`]s, each carrying the [`pipeline::Ack`] the pipeline
+/// calls once the message is settled; how that becomes a commit is the source's own
+/// business (Kafka: the windows and commits of [`kafka`]; RocketMQ: the push
+/// consumer's offset store, see [`rocketmq`]).
+pub trait Source: Send + Sized + 'static {
+    /// Feeds `tx` until `stop` turns true; returns once no more messages will come.
+    fn feed(
+        &mut self,
+        tx: mpsc::Sender<pipeline::Item>,
+        stop: watch::Receiver<bool>,
+    ) -> impl std::future::Future<Output = ()> + Send;
+
+    /// Called after the pipeline drained: final commits, leaving the group. Answers
+    /// whether it closed cleanly.
+    fn finish(self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// Either source, as configured.
 #[derive(Debug)]
-enum Source {
+enum AnySource {
     Kafka(KafkaSource),
-    /// Already closed by the time fetching ends.
-    RocketMq,
+    RocketMq(Box<rocketmq::RocketMqSource>),
+}
+
+impl Source for AnySource {
+    async fn feed(&mut self, tx: mpsc::Sender<pipeline::Item>, stop: watch::Receiver<bool>) {
+        match self {
+            AnySource::Kafka(s) => s.feed(tx, stop).await,
+            AnySource::RocketMq(s) => s.feed(tx, stop).await,
+        }
+    }
+
+    async fn finish(self) -> bool {
+        match self {
+            AnySource::Kafka(s) => s.finish().await,
+            AnySource::RocketMq(s) => (*s).finish().await,
+        }
+    }
 }
 
 /// What a shutdown left behind.
@@ -93,7 +126,7 @@ pub struct ShutdownReport {
     pub unsettled: usize,
     /// Requeues and dead letters the SDK could not put on a broker or in its spool.
     pub sdk_left: u64,
-    /// Whether the Kafka consumer closed within the deadline.
+    /// Whether the source closed cleanly (Kafka: within its deadline).
     pub closed: bool,
 }
 
@@ -130,21 +163,20 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
     let (stop, stop_rx) = watch::channel(false);
     // Bounded by the windows already; the channel only smooths hand-over.
     let (tx, rx) = mpsc::channel(cfg.pipeline.window.max(1024));
-    let commit_every = Duration::from_millis(cfg.pipeline.commit_interval_ms);
-    let fetch = match &cfg.source {
+    let mut source = match &cfg.source {
         SourceConfig::Kafka {
             brokers,
             group,
             topics,
             settings,
-        } => {
-            let source = KafkaSource::subscribe(brokers, group, topics, settings, offsets.clone())?;
-            let stop_rx = stop_rx.clone();
-            tokio::spawn(async move {
-                source.run(tx, commit_every, stop_rx).await;
-                Source::Kafka(source)
-            })
-        }
+        } => AnySource::Kafka(KafkaSource::subscribe(
+            brokers,
+            group,
+            topics,
+            settings,
+            offsets.clone(),
+            Duration::from_millis(cfg.pipeline.commit_interval_ms),
+        )?),
         SourceConfig::Rocketmq {
             namesrv,
             group,
@@ -153,9 +185,6 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
             consume_batch,
             pull_batch,
         } => {
-            // The listener runs on the client's threads and cannot await a bounded
-            // channel; its own flow control (threads x batch) bounds this one.
-            let (utx, mut urx) = mpsc::unbounded_channel();
             let settings = rocketmq::RocketMqSettings {
                 namesrv: namesrv.clone(),
                 group: group.clone(),
@@ -164,25 +193,19 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
                 consume_batch: *consume_batch,
                 pull_batch: *pull_batch,
             };
-            let source = rocketmq::RocketMqSource::start(&settings, utx)
-                .await
-                .map_err(StartError::RocketMq)?;
-            let mut stop_rx = stop_rx.clone();
-            tokio::spawn(async move {
-                let closing = tokio::spawn(async move {
-                    let _ = stop_rx.wait_for(|s| *s).await;
-                    source.close().await;
-                });
-                // Forward until the client's listener side is gone (after close).
-                while let Some(item) = urx.recv().await {
-                    if tx.send(item).await.is_err() {
-                        break;
-                    }
-                }
-                let _ = closing.await;
-                Source::RocketMq
-            })
+            AnySource::RocketMq(Box::new(
+                rocketmq::RocketMqSource::start(&settings)
+                    .await
+                    .map_err(StartError::RocketMq)?,
+            ))
         }
+    };
+    let fetch = {
+        let stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            source.feed(tx, stop_rx).await;
+            source
+        })
     };
     let handler = tokio::spawn(pipeline.run(rx));
     let mover = tokio::spawn(pipeline::mover(
@@ -273,13 +296,7 @@ impl Running {
         }
         let unsettled = self.offsets.in_flight();
         let closed = match source {
-            Some(Source::Kafka(s)) => {
-                tokio::task::spawn_blocking(move || s.close(Duration::from_secs(10)))
-                    .await
-                    .unwrap_or(false)
-            }
-            // Closed before the pipeline drained (its listener calls needed it).
-            Some(Source::RocketMq) => true,
+            Some(s) => s.finish().await,
             None => false,
         };
         let report = self.sdk.close(self.grace).await;

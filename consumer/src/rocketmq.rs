@@ -94,7 +94,9 @@ pub struct RocketMqSettings {
 
 /// A started push consumer.
 pub struct RocketMqSource {
-    consumer: DefaultMQPushConsumer,
+    consumer: Option<DefaultMQPushConsumer>,
+    /// What the listener sends; drained into the pipeline by `feed`.
+    rx: mpsc::UnboundedReceiver<Item>,
 }
 
 impl std::fmt::Debug for RocketMqSource {
@@ -104,11 +106,12 @@ impl std::fmt::Debug for RocketMqSource {
 }
 
 impl RocketMqSource {
-    /// Subscribes and starts; messages flow into `tx` from here on.
-    pub async fn start(
-        s: &RocketMqSettings,
-        tx: mpsc::UnboundedSender<Item>,
-    ) -> Result<Self, String> {
+    /// Subscribes and starts; messages wait for [`crate::Source::feed`] from here on.
+    /// The listener runs on the client's threads and cannot await a bounded channel,
+    /// so it sends into an unbounded one; the client's own flow control (threads x
+    /// batch, each call waiting for its messages) bounds it.
+    pub async fn start(s: &RocketMqSettings) -> Result<Self, String> {
+        let (tx, rx) = mpsc::unbounded_channel();
         let rt = sdk::queue::rocketmq_runtime("reward-consumer")?;
         let mut consumer = DefaultMQPushConsumer::builder(rt)
             .consumer_group(s.group.clone())
@@ -130,12 +133,35 @@ impl RocketMqSource {
             .start()
             .await
             .map_err(|e| format!("start push consumer (name server {}): {e}", s.namesrv))?;
-        Ok(RocketMqSource { consumer })
+        Ok(RocketMqSource {
+            consumer: Some(consumer),
+            rx,
+        })
+    }
+}
+
+impl crate::Source for RocketMqSource {
+    /// Forwards the listener's messages until `stop`; then shuts the push consumer
+    /// down while still forwarding, since its listener calls in flight need the
+    /// pipeline to settle their messages before they return.
+    async fn feed(&mut self, tx: mpsc::Sender<Item>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let Some(mut consumer) = self.consumer.take() else {
+            return;
+        };
+        let closing = tokio::spawn(async move {
+            let _ = stop.wait_for(|s| *s).await;
+            consumer.shutdown().await;
+            // Dropping the consumer drops the listener and its sender.
+        });
+        while let Some(item) = self.rx.recv().await {
+            if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+        let _ = closing.await;
     }
 
-    /// Stops pulling and lets listener calls in flight finish (the pipeline must
-    /// still be running to settle them), then shuts the consumer down.
-    pub async fn close(mut self) {
-        self.consumer.shutdown().await;
+    async fn finish(self) -> bool {
+        true
     }
 }
