@@ -62,8 +62,8 @@ fn bench(c: &mut Criterion) {
             black_box(base64_simd::URL_SAFE_NO_PAD.encode_to_string(black_box(&sealed_bytes)))
         })
     });
-    // Format 2's binding AAD: two lengths, the user id and the activity id.
-    let aad = [0x11u8; 8 + 6 + 7];
+    // Format 2's binding AAD: two one-byte lengths, the user id and the activity id.
+    let aad = [0x11u8; 1 + 6 + 1 + 7];
     g.bench_function("part_seal_with_binding_aad", |b| {
         b.iter(|| {
             let mut buf = plaintext.clone();
