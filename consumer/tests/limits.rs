@@ -53,7 +53,7 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
         &dir,
         &grpc,
         "",
-        "[limits.types.coupon]\nrate = 200\nburst = 5\n[limits.types.cash]\nrate = 100\nburst = 5\npriority = 9\n",
+        "[limits.types.coupon]\nrate = 200\nburst = 20\n[limits.types.cash]\nrate = 100\nburst = 10\npriority = 9\n",
     );
     let consumer = reward_consumer::start(&consumer_config(&text))
         .await
