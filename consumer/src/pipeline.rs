@@ -536,6 +536,18 @@ impl Pipeline {
         above: Option<u8>,
     ) -> Option<Ready> {
         let limits = &self.inner.limits;
+        // A type fused meanwhile gives its held messages to the delay queue at once,
+        // whatever its priority, so they do not sit in the window while it is fused.
+        let fused: Vec<String> = held
+            .keys()
+            .filter(|t| limits.is_fused(t))
+            .cloned()
+            .collect();
+        for t in fused {
+            for ready in held.remove(&t).unwrap_or_default() {
+                self.park_later(ready, Park::Fused, None).await;
+            }
+        }
         let mut order: Vec<(u8, String)> = held
             .keys()
             .map(|t| (limits.priority(t), t.clone()))

@@ -115,11 +115,9 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
     assert_eq!(credited(&redis, &tag, "cp").await, COUPONS);
     assert_eq!(credited(&redis, &tag, "cs").await, CASH);
     let report = consumer.shutdown().await;
-    assert!(
-        report.stats.requeued_limited > 0 && report.stats.requeued_fused > 0,
-        "{:?}",
-        report.stats
-    );
+    // Over-rate coupons were parked (fused ones too, unless none was waiting in
+    // memory when the fuse came: that depends on timing, so it is not asserted).
+    assert!(report.stats.requeued_limited > 0, "{:?}", report.stats);
     assert_eq!(report.stats.requeued_failed, 0, "{:?}", report.stats);
     assert_eq!(report.stats.last_resort, 0);
     assert_eq!(report.unsettled, 0);
