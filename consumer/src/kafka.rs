@@ -156,17 +156,24 @@ impl KafkaSource {
         };
         let stopped = stop.wait_for(|s| *s);
         tokio::pin!(stopped);
+        let mut topic: Arc<str> = Arc::from("");
         loop {
             let msg = tokio::select! {
                 _ = &mut stopped => break,
                 m = self.consumer.recv() => m,
             };
             let (part, offset, raw) = match msg {
-                Ok(m) => (
-                    (Arc::<str>::from(m.topic()), m.partition()),
-                    m.offset(),
-                    Bytes::copy_from_slice(m.payload().unwrap_or_default()),
-                ),
+                Ok(m) => {
+                    // One shared name per topic, not an allocation per message.
+                    if &*topic != m.topic() {
+                        topic = Arc::from(m.topic());
+                    }
+                    (
+                        (topic.clone(), m.partition()),
+                        m.offset(),
+                        Bytes::copy_from_slice(m.payload().unwrap_or_default()),
+                    )
+                }
                 Err(e) => {
                     metrics::counter!("reward_consumer_fetch_errors_total").increment(1);
                     tracing::warn!(error = %e, "fetch error");

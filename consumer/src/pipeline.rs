@@ -855,11 +855,11 @@ impl Pipeline {
 
     /// One GrantBatch call and the settling of its results.
     async fn grant(&self, batch: Vec<Ready>) {
-        let events: Vec<RewardEvent> = batch.iter().map(|r| r.event.clone()).collect();
         let mut answer = None;
         for attempt in 0..3u32 {
+            // The events are copied into each attempt's request (once, normally).
             let mut req = tonic::Request::new(GrantBatchRequest {
-                events: events.clone(),
+                events: batch.iter().map(|r| r.event.clone()).collect(),
             });
             req.metadata_mut()
                 .insert("authorization", self.inner.auth.clone());

@@ -538,34 +538,60 @@ impl Claims {
     /// over 16 shards is about 16 calls). Grants of one shard are decided in their
     /// order in `grants`; the answers come back in that order too.
     pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
-        let mut out: Vec<Option<Result<Claim, ClaimError>>> =
-            (0..grants.len()).map(|_| None).collect();
+        let mut invalid = Vec::new();
         let valid = grants
             .iter()
             .enumerate()
             .filter(|(i, g)| match check_grant(g) {
                 Ok(()) => true,
                 Err(e) => {
-                    out[*i] = Some(Err(e));
+                    invalid.push((*i, e));
                     false
                 }
             });
         let groups = self.by_shard(valid.collect::<Vec<_>>().into_iter());
+        let mut out = self
+            .per_shard(grants, groups, |me, part| async move {
+                me.claim_shard(&part).await
+            })
+            .await;
+        for (i, e) in invalid {
+            out[i] = Err(e);
+        }
+        out
+    }
+
+    /// Runs `run` once per group of `items` (indices from [`Claims::by_shard`]), all
+    /// groups at once, and puts each answer back at its item's place. A group whose
+    /// call failed answers its error for each of its items; an item in no group
+    /// answers an error (its caller replaces it).
+    async fn per_shard<T, R, F, Fut>(
+        &self,
+        items: &[T],
+        groups: Vec<Vec<usize>>,
+        run: F,
+    ) -> Vec<Result<R, ClaimError>>
+    where
+        T: Clone + Send + 'static,
+        R: Send + 'static,
+        F: Fn(Claims, Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<Result<R, ClaimError>>, ClaimError>>
+            + Send
+            + 'static,
+    {
+        let mut out: Vec<Option<Result<R, ClaimError>>> = (0..items.len()).map(|_| None).collect();
         let mut set = tokio::task::JoinSet::new();
         for idx in groups {
-            let me = self.clone();
-            let part: Vec<(usize, Grant)> = idx.iter().map(|&i| (i, grants[i].clone())).collect();
-            set.spawn(async move {
-                let r = me.claim_shard(&part).await;
-                (part.into_iter().map(|p| p.0).collect::<Vec<_>>(), r)
-            });
+            let part: Vec<T> = idx.iter().map(|&i| items[i].clone()).collect();
+            let call = run(self.clone(), part);
+            set.spawn(async move { (idx, call.await) });
         }
         while let Some(joined) = set.join_next().await {
             let Ok((idx, r)) = joined else { continue };
             match r {
-                Ok(claims) => {
-                    for (i, c) in idx.into_iter().zip(claims) {
-                        out[i] = Some(c);
+                Ok(answers) => {
+                    for (i, a) in idx.into_iter().zip(answers) {
+                        out[i] = Some(a);
                     }
                 }
                 Err(e) => {
@@ -576,16 +602,16 @@ impl Claims {
             }
         }
         out.into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("claim task failed".into()))))
+            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("shard task failed".into()))))
             .collect()
     }
 
     /// One shard's grants in one script call.
     async fn claim_shard(
         &self,
-        part: &[(usize, Grant)],
+        part: &[Grant],
     ) -> Result<Vec<Result<Claim, ClaimError>>, ClaimError> {
-        let Some((_, first)) = part.first() else {
+        let Some(first) = part.first() else {
             return Ok(Vec::new());
         };
         let shard = self.shard_of(&first.trade_no);
@@ -600,7 +626,7 @@ impl Claims {
                     Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
                     Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
                 ];
-                for ((_, g), id) in part.iter().zip(&ids) {
+                for (g, id) in part.iter().zip(&ids) {
                     keys.push(self.record_key(&g.scene, shard, &g.trade_no));
                     args.push(Value::from(g.user_id.as_str()));
                     args.push(Value::from(g.reward_type.as_str()));
@@ -628,33 +654,10 @@ impl Claims {
         items: &[(Grant, String, String)],
     ) -> Vec<Result<Finish, ClaimError>> {
         let groups = self.by_shard(items.iter().map(|x| &x.0).enumerate());
-        let mut out: Vec<Option<Result<Finish, ClaimError>>> =
-            (0..items.len()).map(|_| None).collect();
-        let mut set = tokio::task::JoinSet::new();
-        for idx in groups {
-            let me = self.clone();
-            let part: Vec<(Grant, String, String)> =
-                idx.iter().map(|&i| items[i].clone()).collect();
-            set.spawn(async move { (idx, me.finish_shard(&part).await) });
-        }
-        while let Some(joined) = set.join_next().await {
-            let Ok((idx, r)) = joined else { continue };
-            match r {
-                Ok(done) => {
-                    for (i, d) in idx.into_iter().zip(done) {
-                        out[i] = Some(Ok(d));
-                    }
-                }
-                Err(e) => {
-                    for i in idx {
-                        out[i] = Some(Err(e.clone()));
-                    }
-                }
-            }
-        }
-        out.into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("finish task failed".into()))))
-            .collect()
+        self.per_shard(items, groups, |me, part| async move {
+            Ok(me.finish_shard(&part).await?.into_iter().map(Ok).collect())
+        })
+        .await
     }
 
     async fn finish_shard(

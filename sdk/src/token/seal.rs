@@ -177,21 +177,11 @@ fn with_aad<R>(
             if v1 {
                 put(&(part.len() as u32).to_be_bytes());
             } else {
-                let mut n = part.len() as u64;
                 let mut varint = [0u8; 10];
-                let mut i = 0;
-                loop {
-                    let byte = (n & 0x7f) as u8;
-                    n >>= 7;
-                    if n == 0 {
-                        varint[i] = byte;
-                        i += 1;
-                        break;
-                    }
-                    varint[i] = byte | 0x80;
-                    i += 1;
-                }
-                put(&varint[..i]);
+                let mut rest = &mut varint[..];
+                prost::encoding::encode_varint(part.len() as u64, &mut rest);
+                let used = 10 - rest.len();
+                put(&varint[..used]);
             }
             put(part.as_bytes());
         }
@@ -206,36 +196,6 @@ fn with_aad<R>(
         let n = fill(&mut heap);
         f(&heap[..n])
     }
-}
-
-/// Header, encoding, seal and tag into `buf` (empty, with room reserved), then
-/// base64url.
-fn seal_into(
-    mut buf: Vec<u8>,
-    version: u8,
-    key_id: KeyId,
-    period: u32,
-    sub: &SubKey,
-    token: &RewardToken,
-) -> Result<String, SealError> {
-    buf.push(version);
-    buf.extend_from_slice(&key_id.to_be_bytes());
-    buf.extend_from_slice(&period.to_be_bytes());
-    buf.extend_from_slice(&rand::random::<[u8; 12]>());
-    // Encoding into a Vec cannot fail (it grows if `room` was short).
-    let _ = token.encode(&mut buf);
-    let (header, body) = buf.split_at_mut(HEADER_LEN);
-    let nonce = nonce_of(header);
-    let tag = with_aad(version, header, &token.user_id, &token.activity_id, |aad| {
-        sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
-    })
-    .map_err(|_| SealError::Cipher)?;
-    buf.extend_from_slice(tag.as_slice());
-    // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
-    // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
-    // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
-    // trailing bits.
-    Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&buf[..]))
 }
 
 impl TokenCodec {
@@ -306,17 +266,27 @@ impl TokenCodec {
             + token.reward_type.len()
             + token.description.len()
             + token.app_id.len();
-        let room = HEADER_LEN + strings + 7 * 3 + 3 * 11 + TAG_LEN;
-        // Tried and backed out: a scratch buffer reused per thread instead of this
-        // allocation (no faster: 450 ns against 444 ns a mint, BENCHMARKS.md).
-        seal_into(
-            Vec::with_capacity(room),
-            version,
-            key_id,
-            period,
-            sub,
-            token,
-        )
+        // (A scratch buffer reused per thread instead of this allocation was no
+        // faster: BENCHMARKS.md.)
+        let mut buf = Vec::with_capacity(HEADER_LEN + strings + 7 * 3 + 3 * 11 + TAG_LEN);
+        buf.push(version);
+        buf.extend_from_slice(&key_id.to_be_bytes());
+        buf.extend_from_slice(&period.to_be_bytes());
+        buf.extend_from_slice(&rand::random::<[u8; 12]>());
+        // Encoding into a Vec cannot fail (it grows if the estimate was short).
+        let _ = token.encode(&mut buf);
+        let (header, body) = buf.split_at_mut(HEADER_LEN);
+        let nonce = nonce_of(header);
+        let tag = with_aad(version, header, &token.user_id, &token.activity_id, |aad| {
+            sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
+        })
+        .map_err(|_| SealError::Cipher)?;
+        buf.extend_from_slice(tag.as_slice());
+        // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
+        // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
+        // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
+        // trailing bits.
+        Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&buf))
     }
 
     /// Opens a sealed token presented for `user_id` and `activity_id`.
