@@ -10,7 +10,12 @@
 //! It credits whatever it is asked to. When it sees a trade number it has already
 //! credited, it credits again and counts a **double-credit incident**. The service's
 //! own idempotency (the claim store) is what must keep that count at zero, and tests
-//! read it to prove so. An optional capacity per reward type (credits per second)
+//! read it to prove so. The count lives in Redis too (a counter per user beside the
+//! balance, same hash tag), so a reconciliation run by another process sees it.
+//!
+//! The credited trade numbers are a hash, trade number → credit time (Unix ms, the
+//! service's clock), so the load tester can measure send-to-credit latency of every
+//! reward after a replay without sampling. An optional capacity per reward type (credits per second)
 //! answers `RateLimited` above it, to stand in for the weakest downstream (the brief's
 //! 2 000 TPS).
 
@@ -95,14 +100,28 @@ pub trait Downstream: Send + Sync + std::fmt::Debug {
     fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a>;
 }
 
-/// KEYS: balance hash, credited set. ARGV: reward type, amount, trade no. Returns the
-/// new balance and 1 if the trade number had been credited before.
+/// KEYS: balance hash, credited hash, incident counter. ARGV: reward type, amount, trade no, now (Unix
+/// ms). Returns the new balance and 1 if the trade number had been credited before.
 const LEDGER_LUA: &str = r"
 local again = 0
-if redis.call('SADD', KEYS[2], ARGV[3]) == 0 then again = 1 end
+if redis.call('HSET', KEYS[2], ARGV[3], ARGV[4]) == 0 then
+  again = 1
+  redis.call('INCR', KEYS[3])
+end
 local balance = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 return {balance, again}
 ";
+
+/// What the ledger holds for one user (see [`Ledger::account`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Account {
+    /// Reward type → balance.
+    pub balances: HashMap<String, i64>,
+    /// Credited trade number → credit time (Unix ms).
+    pub credited: HashMap<String, i64>,
+    /// Times a trade number was credited again.
+    pub double_credits: i64,
+}
 
 /// The built-in Redis wallet: a balance per user and reward type, and the set of
 /// trade numbers it has credited (see the module doc).
@@ -172,12 +191,37 @@ impl Ledger {
         Ok(v.unwrap_or(0))
     }
 
+    /// Everything the ledger holds for a user: balances, credited trade numbers with
+    /// their credit times, and the double-credit count (for reconciliation).
+    pub async fn account(&self, user_id: &str) -> Result<Account, CreditError> {
+        let unavailable = |e: fred::error::Error| CreditError {
+            code: ErrorCode::Unavailable,
+            detail: e.to_string(),
+        };
+        let (balances, credited, double_credits): (_, _, Option<i64>) = tokio::try_join!(
+            self.client.hgetall(self.balance_key(user_id)),
+            self.client.hgetall(self.credited_key(user_id)),
+            self.client.get(self.incidents_key(user_id)),
+        )
+        .map_err(unavailable)?;
+        let double_credits = double_credits.unwrap_or(0);
+        Ok(Account {
+            balances,
+            credited,
+            double_credits,
+        })
+    }
+
     fn balance_key(&self, user_id: &str) -> String {
         format!("{}:ledger:{{{user_id}}}:balance", self.prefix)
     }
 
     fn credited_key(&self, user_id: &str) -> String {
         format!("{}:ledger:{{{user_id}}}:credited", self.prefix)
+    }
+
+    fn incidents_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:double_credits", self.prefix)
     }
 
     async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
@@ -198,11 +242,16 @@ impl Ledger {
         let reply: Result<Vec<i64>, fred::error::Error> =
             crate::eval_loaded(&self.client, &self.sha, LEDGER_LUA, || {
                 (
-                    vec![self.balance_key(&c.user_id), self.credited_key(&c.user_id)],
+                    vec![
+                        self.balance_key(&c.user_id),
+                        self.credited_key(&c.user_id),
+                        self.incidents_key(&c.user_id),
+                    ],
                     vec![
                         Value::from(c.reward_type.as_str()),
                         Value::from(c.amount),
                         Value::from(c.trade_no.as_str()),
+                        Value::from(now_ms()),
                     ],
                 )
             })
@@ -228,6 +277,12 @@ impl Ledger {
             }),
         }
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Downstream for Ledger {

@@ -237,6 +237,20 @@ async fn the_ledger_itself_counts_a_second_credit_of_a_trade_number() {
     l.credit(&c).await.unwrap();
     assert_eq!(l.double_credits(), 1);
     assert_eq!(l.balance("u1", "cash").await.unwrap(), 10);
+    // Another process (the load tester's reconciliation) sees the same in Redis.
+    let a = l.account("u1").await.unwrap();
+    assert_eq!(a.double_credits, 1);
+    assert_eq!(a.balances.get("cash"), Some(&10));
+    assert_eq!(a.credited.len(), 1);
+    let at = a.credited["rain:6:u1"];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (now - 60_000..=now).contains(&at),
+        "credit time {at} vs now {now}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -372,7 +372,7 @@ pub async fn redis() -> Client {
 /// How many distinct trade numbers the ledger credited to `user`.
 pub async fn credited(redis: &Client, tag: &str, user: &str) -> i64 {
     redis
-        .scard(format!("ledger-{tag}:ledger:{{{user}}}:credited"))
+        .hlen(format!("ledger-{tag}:ledger:{{{user}}}:credited"))
         .await
         .unwrap()
 }
