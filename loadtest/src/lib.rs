@@ -11,5 +11,6 @@
 pub mod bench;
 pub mod consumer_bench;
 pub mod grant_bench;
+pub mod profile;
 pub mod smoke;
 pub mod stack;
