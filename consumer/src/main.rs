@@ -36,6 +36,29 @@ struct Args {
     /// Print a progress line (counters and messages in flight) this often; 0 = never.
     #[arg(long, default_value_t = 10)]
     progress_secs: u64,
+    /// Keep the counters (and messages in flight) as one JSON object in this file,
+    /// rewritten every --stats-ms and at exit (the load tester reads it). The file is
+    /// replaced whole (write, then rename), so a reader never sees half of it.
+    #[arg(long, value_name = "PATH")]
+    stats_file: Option<PathBuf>,
+    /// How often to rewrite --stats-file, milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
+    stats_ms: u64,
+}
+
+/// Writes the counters to `path` through a temporary file beside it.
+fn write_stats(
+    path: &std::path::Path,
+    stats: &reward_consumer::pipeline::StatsSnapshot,
+    in_flight: usize,
+    done: bool,
+) {
+    let body = serde_json::json!({ "stats": stats, "in_flight": in_flight, "stopped": done });
+    let tmp = path.with_extension("tmp");
+    let written = std::fs::write(&tmp, body.to_string()).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the stats file");
+    }
 }
 
 async fn stop_signal() {
@@ -102,9 +125,20 @@ async fn main() -> ExitCode {
             );
         }
     };
+    let stats_file = async {
+        let Some(path) = &args.stats_file else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(args.stats_ms));
+        loop {
+            tick.tick().await;
+            write_stats(path, &running.stats(), running.in_flight(), false);
+        }
+    };
     tokio::select! {
         () = stop_signal() => {}
         () = progress => {}
+        () = stats_file => {}
     }
     tracing::info!("stopping: finishing work in flight");
     let report = running.shutdown().await;
@@ -112,6 +146,9 @@ async fn main() -> ExitCode {
         "reward-consumer: stopped: {}",
         serde_json::to_string(&report.stats).unwrap_or_default()
     );
+    if let Some(path) = &args.stats_file {
+        write_stats(path, &report.stats, report.unsettled, true);
+    }
     if report.unsettled > 0 || report.sdk_left > 0 || !report.closed {
         eprintln!(
             "reward-consumer: {} messages unsettled (re-delivered to the next owner), {} requeues not on a broker, consumer closed: {}",

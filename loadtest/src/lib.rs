@@ -10,7 +10,11 @@
 
 pub mod bench;
 pub mod consumer_bench;
+pub mod faults;
 pub mod grant_bench;
 pub mod profile;
+pub mod reconcile;
+pub mod services;
+pub mod setup;
 pub mod smoke;
 pub mod stack;

@@ -95,7 +95,8 @@ pub struct Scene {
     pub curve: Vec<[f64; 2]>,
     /// The reward types handed out.
     pub types: Vec<TypeMix>,
-    /// Fireworks: most wins one user may get (the brief: 500).
+    /// Most wins one user may get in this scene (fireworks: the brief's 500); a
+    /// draw of a user at the cap draws again.
     #[serde(default)]
     pub max_per_user: Option<u32>,
 }
@@ -160,13 +161,19 @@ impl Profile {
             })
         };
         if !(self.duration_secs.is_finite() && self.duration_secs > 0.0) {
-            return bad(format!("duration_secs must be > 0, got {}", self.duration_secs));
+            return bad(format!(
+                "duration_secs must be > 0, got {}",
+                self.duration_secs
+            ));
         }
         if self.users == 0 {
             return bad("users must be at least 1".into());
         }
         if !(self.zipf_exponent.is_finite() && self.zipf_exponent >= 0.0) {
-            return bad(format!("zipf_exponent must be >= 0, got {}", self.zipf_exponent));
+            return bad(format!(
+                "zipf_exponent must be >= 0, got {}",
+                self.zipf_exponent
+            ));
         }
         if !(0.0..1.0).contains(&self.duplicate_share) {
             return bad(format!(
@@ -490,12 +497,19 @@ mod tests {
 
     #[test]
     fn rain_sends_most_of_its_traffic_in_the_first_three_minutes() {
-        let plan = Profile::parse(RAIN, "rain").unwrap().plan(1.0, None).unwrap();
+        let plan = Profile::parse(RAIN, "rain")
+            .unwrap()
+            .plan(1.0, None)
+            .unwrap();
         let c = &plan.scenes[0].curve;
         let share = c.count_at(180.0) / c.total();
         assert!(share > 0.6, "first 3 min carry {share:.2}");
         // The brief's expected peak, 1.8 M/s, at full scale.
-        assert!((plan.peak_rate() - 1_800_000.0).abs() < 1.0, "{}", plan.peak_rate());
+        assert!(
+            (plan.peak_rate() - 1_800_000.0).abs() < 1.0,
+            "{}",
+            plan.peak_rate()
+        );
     }
 
     #[test]
@@ -512,11 +526,20 @@ mod tests {
     #[test]
     fn bad_profiles_are_refused_naming_the_problem() {
         let cases = [
-            (RAIN.replace("duration_secs = 600", "duration_secs = 0"), "duration_secs"),
-            (RAIN.replace("zipf_exponent = 1.1", "zipf_exponent = -1"), "zipf_exponent"),
+            (
+                RAIN.replace("duration_secs = 600", "duration_secs = 0"),
+                "duration_secs",
+            ),
+            (
+                RAIN.replace("zipf_exponent = 1.1", "zipf_exponent = -1"),
+                "zipf_exponent",
+            ),
             (RAIN.replace("[1.0, ", "[0.9, "), "from fraction 0 to 1"),
             (RAIN.replace("weight = 95", "weight = 0"), "weight"),
-            (RAIN.replace("amount = [1, 2000]", "amount = [5, 1]"), "amount"),
+            (
+                RAIN.replace("amount = [1, 2000]", "amount = [5, 1]"),
+                "amount",
+            ),
             (RAIN.replace("users =", "userz ="), "userz"),
         ];
         for (text, want) in cases {

@@ -1,0 +1,167 @@
+//! Fault plans for a replay (`--faults plan.toml`): break things on purpose at given
+//! offsets and check that reconciliation still passes.
+//!
+//! ```toml
+//! [[faults]]
+//! at_secs = 10
+//! action = "kill-consumer"     # kill -9 a Kafka consumer, start it again after for_secs
+//! for_secs = 3
+//!
+//! [[faults]]
+//! at_secs = 20
+//! action = "stop-server"       # `ops/stack stop <server>`, start it after for_secs
+//! server = "kafka"             # kafka, broker (RocketMQ), namesrv or redis
+//! for_secs = 10
+//! ```
+//!
+//! Servers are stopped and started through `ops/stack` (the same script that started
+//! them), so a drill exercises the real processes: the Kafka broker really goes away,
+//! and Redis restarts from its AOF.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// What to break.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// SIGKILL one consumer (the first Kafka member unless `index` says otherwise),
+    /// then start it again.
+    KillConsumer,
+    /// Stop one server of the local stack, then start it again.
+    StopServer,
+}
+
+/// One fault.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// Seconds after sending starts.
+    pub at_secs: f64,
+    /// What to do.
+    pub action: Action,
+    /// `stop-server`: which (`kafka`, `broker`, `namesrv`, `redis`).
+    #[serde(default)]
+    pub server: Option<String>,
+    /// `kill-consumer`: which Kafka member (0-based).
+    #[serde(default)]
+    pub index: Option<u32>,
+    /// How long the thing stays down.
+    #[serde(default = "five")]
+    pub for_secs: f64,
+}
+
+fn five() -> f64 {
+    5.0
+}
+
+impl Fault {
+    /// A short label for the report's timeline.
+    pub fn label(&self) -> String {
+        match self.action {
+            Action::KillConsumer => format!(
+                "kill -9 consumer {} ({} s down)",
+                self.index.unwrap_or(0),
+                self.for_secs
+            ),
+            Action::StopServer => format!(
+                "stop {} ({} s down)",
+                self.server.as_deref().unwrap_or("?"),
+                self.for_secs
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    faults: Vec<Fault>,
+}
+
+/// Reads and checks a fault plan.
+pub fn load(path: &Path) -> anyhow::Result<Vec<Fault>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read fault plan {}: {e}", path.display()))?;
+    parse(&text).map_err(|e| anyhow::anyhow!("fault plan {}: {e}", path.display()))
+}
+
+/// Parses and checks fault plan text.
+pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
+    let plan: PlanFile = toml::from_str(text)?;
+    for (i, f) in plan.faults.iter().enumerate() {
+        if !(f.at_secs.is_finite() && f.at_secs >= 0.0) {
+            anyhow::bail!("faults[{i}]: at_secs must be >= 0");
+        }
+        if !(f.for_secs.is_finite() && f.for_secs >= 0.0 && f.for_secs <= 3600.0) {
+            anyhow::bail!("faults[{i}]: for_secs must be in 0..=3600");
+        }
+        match f.action {
+            Action::StopServer => match f.server.as_deref() {
+                Some("kafka" | "broker" | "namesrv" | "redis") => {}
+                other => anyhow::bail!(
+                    "faults[{i}]: stop-server needs server = kafka, broker, namesrv or redis, got {other:?}"
+                ),
+            },
+            Action::KillConsumer => {
+                if f.server.is_some() {
+                    anyhow::bail!("faults[{i}]: kill-consumer takes no server");
+                }
+            }
+        }
+    }
+    Ok(plan.faults)
+}
+
+/// Runs `ops/stack <verb> <server>`; an error names the command and its output.
+pub async fn stack(script: &Path, verb: &str, server: &str) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new(script)
+        .args([verb, server])
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot run {} {verb} {server}: {e}", script.display()))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} {verb} {server} failed: {}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn plans_parse_and_bad_ones_name_the_fault() {
+        let ok = parse(
+            "[[faults]]\nat_secs = 1\naction = \"kill-consumer\"\n[[faults]]\nat_secs = 2\naction = \"stop-server\"\nserver = \"kafka\"\nfor_secs = 3\n",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[0].for_secs, 5.0);
+        assert_eq!(ok[1].action, Action::StopServer);
+        for (text, want) in [
+            (
+                "[[faults]]\nat_secs = 1\naction = \"stop-server\"\nserver = \"mysql\"\n",
+                "faults[0]: stop-server needs server",
+            ),
+            (
+                "[[faults]]\nat_secs = -1\naction = \"kill-consumer\"\n",
+                "at_secs",
+            ),
+            (
+                "[[faults]]\nat_secs = 1\naction = \"reboot\"\n",
+                "unknown variant",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} should contain {want}");
+        }
+    }
+}

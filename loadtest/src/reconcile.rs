@@ -1,0 +1,374 @@
+//! Reconciliation: after a replay (or on its own, `loadtest reconcile <run dir>`),
+//! prove from Redis that every reward sent was credited exactly once.
+//!
+//! Inputs are the run directory's `manifest.json` (where the data lives) and
+//! `sent.tsv` (every request the SDK accepted: trade number, user, activity, scene,
+//! type, amount, send time, whether its token was stored, whether it was a deliberate
+//! repeat). Nothing is taken from the services' own counters: the ledger, the budget
+//! shards and the token hashes are read directly.
+//!
+//! | check | passes when |
+//! | --- | --- |
+//! | credited once | every distinct sent trade number is in its user's ledger |
+//! | nothing extra | the ledger holds no trade number that was not sent |
+//! | amounts | each user's balance per type equals the sum of their sent amounts |
+//! | no double credit | the ledger's double-credit counters are all zero |
+//! | budget | spent per scene equals the credits of that scene, and is within budget |
+//! | tokens | every sent trade's token is in the user's pending or credited hash (or its write failure was counted), credited ones moved to the credited hash, no token for a trade not sent |
+//!
+//! A repeated send must carry the same type and amount as the first (the replay
+//! repeats requests verbatim); a mismatch is reported as a conflict.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead as _;
+use std::path::Path;
+
+use reward_service::claim::{ClaimConfig, Claims};
+use reward_service::downstream::Ledger;
+use serde::Serialize;
+
+use crate::setup::Manifest;
+
+/// One sent reward, as `sent.tsv` has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentReward {
+    /// Trade number.
+    pub trade_no: String,
+    /// User.
+    pub user_id: String,
+    /// Activity.
+    pub activity_id: String,
+    /// Scene.
+    pub scene_id: String,
+    /// Reward type.
+    pub reward_type: String,
+    /// Amount.
+    pub amount: i64,
+    /// When `send_reward` was called, Unix ms (the first send, for repeats).
+    pub sent_unix_ms: i64,
+    /// Whether the token reached the store.
+    pub stored: bool,
+}
+
+impl SentReward {
+    /// The `sent.tsv` line (no newline).
+    pub fn line(&self, duplicate: bool) -> String {
+        format!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.trade_no,
+            self.user_id,
+            self.activity_id,
+            self.scene_id,
+            self.reward_type,
+            self.amount,
+            self.sent_unix_ms,
+            u8::from(self.stored),
+            u8::from(duplicate)
+        )
+    }
+
+    fn parse(line: &str) -> Option<(Self, bool)> {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 9 {
+            return None;
+        }
+        Some((
+            Self {
+                trade_no: f[0].to_string(),
+                user_id: f[1].to_string(),
+                activity_id: f[2].to_string(),
+                scene_id: f[3].to_string(),
+                reward_type: f[4].to_string(),
+                amount: f[5].parse().ok()?,
+                sent_unix_ms: f[6].parse().ok()?,
+                stored: f[7] == "1",
+            },
+            f[8] == "1",
+        ))
+    }
+}
+
+/// One row of the PASS/FAIL table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Whether it held.
+    pub pass: bool,
+    /// Counts behind the verdict.
+    pub detail: String,
+}
+
+/// The outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reconciliation {
+    /// The table.
+    pub checks: Vec<Check>,
+    /// Distinct trade numbers sent.
+    pub sent: u64,
+    /// Repeated sends of a trade number.
+    pub repeats: u64,
+    /// Distinct trade numbers credited.
+    pub credited: u64,
+    /// Sum of sent amounts.
+    pub sent_amount: i64,
+    /// Credit time minus send time of every credited trade, ms (for latency figures).
+    #[serde(skip)]
+    pub credit_delays_ms: Vec<(i64, i64, String)>,
+}
+
+impl Reconciliation {
+    /// Every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.pass)
+    }
+
+    /// The table as text.
+    pub fn table(&self) -> String {
+        let mut s = format!("{:<18} {:<6} detail\n", "check", "result");
+        for c in &self.checks {
+            s.push_str(&format!(
+                "{:<18} {:<6} {}\n",
+                c.name,
+                if c.pass { "PASS" } else { "FAIL" },
+                c.detail
+            ));
+        }
+        s
+    }
+}
+
+/// Reads `sent.tsv`: distinct trade numbers (first send kept) and the repeat count.
+pub fn read_sent(dir: &Path) -> anyhow::Result<(BTreeMap<String, SentReward>, u64, u64)> {
+    let path = dir.join("sent.tsv");
+    let f = std::fs::File::open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let mut sent = BTreeMap::new();
+    let mut repeats = 0;
+    let mut conflicts = 0;
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line?;
+        let (r, _dup) = SentReward::parse(&line)
+            .ok_or_else(|| anyhow::anyhow!("{} line {}: malformed", path.display(), i + 1))?;
+        match sent.get(&r.trade_no) {
+            None => {
+                sent.insert(r.trade_no.clone(), r);
+            }
+            Some(first) => {
+                repeats += 1;
+                let first: &SentReward = first;
+                if first.amount != r.amount
+                    || first.reward_type != r.reward_type
+                    || first.user_id != r.user_id
+                {
+                    conflicts += 1;
+                }
+            }
+        }
+    }
+    Ok((sent, repeats, conflicts))
+}
+
+/// Runs every check against Redis.
+pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
+    let m = Manifest::load(dir)?;
+    let (sent, repeats, conflicts) = read_sent(dir)?;
+    let ledger = Ledger::connect(&m.redis_url, &m.ledger_prefix, &HashMap::new())
+        .await
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    let claims = Claims::connect(
+        &m.redis_url,
+        ClaimConfig {
+            key_prefix: m.claims_prefix.clone(),
+            shards: m.claims_shards,
+            ..ClaimConfig::default()
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("claim store: {e}"))?;
+    let store_cfg = sdk::config::StoreConfig {
+        redis_url: m.redis_url.clone(),
+        key_prefix: m.token_prefix.clone(),
+        ..sdk::config::StoreConfig::default()
+    };
+    let ttl = store_cfg.ttl_secs;
+    let store = sdk::store::TokenStore::connect(store_cfg)
+        .await
+        .map_err(|e| anyhow::anyhow!("token store: {e}"))?;
+    let tokens = reward_service::tokens::Tokens::new(store, ttl)
+        .await
+        .map_err(|e| anyhow::anyhow!("token store: {e}"))?;
+
+    // Per user: the trades sent to them.
+    let mut by_user: BTreeMap<&str, Vec<&SentReward>> = BTreeMap::new();
+    for r in sent.values() {
+        by_user.entry(r.user_id.as_str()).or_default().push(r);
+    }
+    let mut missing = 0u64;
+    let mut extra = 0u64;
+    let mut wrong_balance = 0u64;
+    let mut doubles = 0i64;
+    let mut credited = 0u64;
+    let mut token_missing = 0u64;
+    let mut token_unmoved = 0u64;
+    let mut token_unsent = 0u64;
+    let mut credited_by_scope: BTreeMap<String, i64> = BTreeMap::new();
+    let mut delays = Vec::with_capacity(sent.len());
+    let mut examples: Vec<String> = Vec::new();
+    let users: Vec<(&str, Vec<&SentReward>)> = by_user.into_iter().collect();
+    for chunk in users.chunks(256) {
+        let reads = chunk.iter().map(|(u, rs)| {
+            let ledger = &ledger;
+            let tokens = &tokens;
+            async move {
+                let account = ledger
+                    .account(u)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+                let mut activities: Vec<&str> = rs.iter().map(|r| r.activity_id.as_str()).collect();
+                activities.sort_unstable();
+                activities.dedup();
+                let mut held = Vec::new();
+                for a in activities {
+                    held.push(
+                        tokens
+                            .held(u, a)
+                            .await
+                            .map_err(|e| anyhow::anyhow!("token store: {e}"))?,
+                    );
+                }
+                anyhow::Ok((account, held))
+            }
+        });
+        let results = futures_util::future::join_all(reads).await;
+        for ((user, rs), result) in chunk.iter().zip(results) {
+            let (account, held) = result?;
+            doubles += account.double_credits;
+            let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
+            for r in rs {
+                *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
+                match account.credited.get(&r.trade_no) {
+                    Some(at) => {
+                        credited += 1;
+                        *credited_by_scope
+                            .entry(reward_service::service::scope(&r.activity_id, &r.scene_id))
+                            .or_default() += r.amount;
+                        delays.push((*at, at - r.sent_unix_ms, r.reward_type.clone()));
+                    }
+                    None => {
+                        missing += 1;
+                        if examples.len() < 5 {
+                            examples.push(r.trade_no.clone());
+                        }
+                    }
+                }
+                let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
+                let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
+                if !pending && !moved && r.stored {
+                    token_missing += 1;
+                }
+                if pending && account.credited.contains_key(&r.trade_no) {
+                    token_unmoved += 1;
+                }
+            }
+            let sent_here: std::collections::HashSet<&str> =
+                rs.iter().map(|r| r.trade_no.as_str()).collect();
+            extra += account
+                .credited
+                .keys()
+                .filter(|t| !sent_here.contains(t.as_str()))
+                .count() as u64;
+            for h in &held {
+                token_unsent += h
+                    .pending
+                    .keys()
+                    .chain(h.credited.keys())
+                    .filter(|t| !sent_here.contains(t.as_str()))
+                    .count() as u64;
+            }
+            for (t, want) in &want_balance {
+                if account.balances.get(*t).copied().unwrap_or(0) != *want {
+                    wrong_balance += 1;
+                }
+            }
+            if account
+                .balances
+                .keys()
+                .any(|t| !want_balance.contains_key(t.as_str()))
+            {
+                wrong_balance += 1;
+            }
+            let _ = user;
+        }
+    }
+    let mut checks = Vec::new();
+    let n = sent.len() as u64;
+    checks.push(Check {
+        name: "credited once".into(),
+        pass: missing == 0 && conflicts == 0,
+        detail: format!(
+            "{credited} of {n} trade numbers credited ({repeats} repeated sends); {missing} missing{}{}",
+            if examples.is_empty() {
+                String::new()
+            } else {
+                format!(" e.g. {}", examples.join(", "))
+            },
+            if conflicts > 0 {
+                format!("; {conflicts} repeats with another type/amount/user")
+            } else {
+                String::new()
+            }
+        ),
+    });
+    checks.push(Check {
+        name: "nothing extra".into(),
+        pass: extra == 0,
+        detail: format!("{extra} credited trade numbers that were never sent"),
+    });
+    checks.push(Check {
+        name: "amounts".into(),
+        pass: wrong_balance == 0,
+        detail: format!("{wrong_balance} user balances differ from the sum sent"),
+    });
+    checks.push(Check {
+        name: "no double credit".into(),
+        pass: doubles == 0,
+        detail: format!("{doubles} double-credit incidents in the ledger"),
+    });
+    let mut budget_ok = true;
+    let mut budget_detail = Vec::new();
+    for (scope, budget) in &m.budgets {
+        let spent = claims
+            .spent(scope)
+            .await
+            .map_err(|e| anyhow::anyhow!("budget {scope}: {e}"))?;
+        let credits = credited_by_scope.get(scope).copied().unwrap_or(0);
+        if spent != credits || spent > *budget {
+            budget_ok = false;
+        }
+        budget_detail.push(format!(
+            "{scope}: spent {spent}, credited {credits}, budget {budget}"
+        ));
+    }
+    checks.push(Check {
+        name: "budget".into(),
+        pass: budget_ok,
+        detail: budget_detail.join("; "),
+    });
+    checks.push(Check {
+        name: "tokens".into(),
+        pass: token_missing <= m.token_write_failures && token_unsent == 0,
+        detail: format!(
+            "{token_missing} sent without a stored token ({} write failures counted), {token_unmoved} credited still pending (move failed), {token_unsent} tokens for trades not sent",
+            m.token_write_failures
+        ),
+    });
+    Ok(Reconciliation {
+        checks,
+        sent: n,
+        repeats,
+        credited,
+        sent_amount: sent.values().map(|r| r.amount).sum(),
+        credit_delays_ms: delays,
+    })
+}

@@ -1,0 +1,381 @@
+//! A replay's run directory and the configs it writes there.
+//!
+//! Every replay gets a fresh tag, and everything it touches is named by it: Redis key
+//! prefixes (tokens, idempotency records, budgets, ledger, delay queue, dynamic
+//! config), topics on both brokers, consumer groups. So a replay never meets an
+//! earlier one's data, and its reconciliation can read exactly what it wrote. The run
+//! directory keeps the configs, the key ring (mode 0600), the list of what was sent,
+//! the manifest that `loadtest reconcile` starts from, the children's logs and the
+//! reports.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::Plan;
+use crate::stack::StackEnv;
+
+/// The reward types a replay's services know, with the consumer's rate (credits/s)
+/// and priority, and the ledger's capacity: the figures of `ops/consumer.toml` and
+/// `ops/reward-service.toml` (the brief's downstreams).
+pub const TYPES: [(&str, f64, u32, Option<u32>); 3] = [
+    ("cash", 300_000.0, 10, None),
+    ("coin", 100_000.0, 5, None),
+    ("coupon", 2_000.0, 1, Some(2_000)),
+];
+
+/// What a reconciliation needs to find a replay's data (`manifest.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The run's tag.
+    pub tag: String,
+    /// The profile's name.
+    pub profile: String,
+    /// Redis holding tokens, records, budgets and the ledger.
+    pub redis_url: String,
+    /// Token store key prefix.
+    pub token_prefix: String,
+    /// Claim store key prefix.
+    pub claims_prefix: String,
+    /// Budget shards per scene.
+    pub claims_shards: u32,
+    /// Ledger key prefix.
+    pub ledger_prefix: String,
+    /// `activity/scene` → budget.
+    pub budgets: BTreeMap<String, i64>,
+    /// Reward type → the consumer's rate limit, credits/s.
+    pub limits: BTreeMap<String, f64>,
+    /// Topics: queue name → topic.
+    pub topics: BTreeMap<String, String>,
+    /// When sending began, Unix ms.
+    pub started_unix_ms: i64,
+    /// Rewards whose token the SDK could not store (counted, not failed).
+    pub token_write_failures: u64,
+}
+
+impl Manifest {
+    /// Reads `manifest.json` from a run directory.
+    pub fn load(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Writes `manifest.json` (replacing it whole).
+    pub fn save(&self, dir: &Path) -> anyhow::Result<()> {
+        let tmp = dir.join("manifest.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, dir.join("manifest.json"))?;
+        Ok(())
+    }
+}
+
+/// The configs of one replay.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The manifest (budgets, prefixes, topics).
+    pub manifest: Manifest,
+    /// The SDK's config text for the load tester itself.
+    pub sdk_toml: String,
+}
+
+impl Setup {
+    /// The key ring file.
+    pub fn keys_file(&self) -> PathBuf {
+        self.dir.join("keys")
+    }
+
+    /// The file holding the service's bearer credential.
+    pub fn credential_file(&self) -> PathBuf {
+        self.dir.join("credential")
+    }
+}
+
+fn sdk_section(env: &StackEnv, s: &Manifest, dir: &Path, who: &str) -> String {
+    let t = |q: &str| s.topics.get(q).cloned().unwrap_or_default();
+    format!(
+        r#"
+[sdk]
+default_queue = "massive"
+[sdk.token]
+keys_file = "{keys}"
+[sdk.store]
+redis_url = "{redis}"
+key_prefix = "{tokens}"
+ttl_secs = 86400
+[sdk.producers.kafka]
+kind = "kafka"
+brokers = "{kafka}"
+{kafka_settings}
+[sdk.producers.rocketmq]
+kind = "rocketmq"
+namesrv = "{namesrv}"
+group = "lt-{who}-{tag}"
+[sdk.queues.massive]
+topic = "{massive}"
+primary = "kafka"
+backup = "rocketmq"
+ratio = 100
+[sdk.queues.special]
+topic = "{special}"
+primary = "rocketmq"
+backup = "kafka"
+ratio = 100
+[sdk.queues.dead]
+topic = "{dead}"
+primary = "kafka"
+backup = "rocketmq"
+ratio = 100
+[sdk.queues.failures]
+topic = "{failures}"
+primary = "kafka"
+backup = "rocketmq"
+ratio = 100
+[sdk.types.cash]
+[sdk.types.coin]
+[sdk.types.coupon]
+queue = "special"
+[sdk.spool]
+dir = "{spool}"
+"#,
+        keys = dir.join("keys").display(),
+        redis = env.redis_url,
+        tokens = s.token_prefix,
+        kafka = env.kafka_brokers,
+        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        namesrv = env.rocketmq_namesrv,
+        tag = s.tag,
+        massive = t("massive"),
+        special = t("special"),
+        dead = t("dead"),
+        failures = t("failures"),
+        spool = dir.join(format!("spool-{who}")).display(),
+    )
+}
+
+/// The reward service's config.
+pub fn service_toml(env: &StackEnv, setup: &Setup) -> String {
+    let m = &setup.manifest;
+    let mut budgets = String::new();
+    for (scope, b) in &m.budgets {
+        budgets.push_str(&format!("\"{scope}\" = {b}\n"));
+    }
+    let mut downstreams = String::new();
+    for (t, _, _, cap) in TYPES {
+        downstreams.push_str(&format!("[downstreams.{t}]\nkind = \"ledger\"\n"));
+        if let Some(c) = cap {
+            downstreams.push_str(&format!("capacity = {c}\n"));
+        }
+    }
+    format!(
+        r#"
+[server]
+grpc_addr = "127.0.0.1:0"
+http_addr = "127.0.0.1:0"
+max_batch = 1000
+shutdown_grace_ms = 10000
+[claims]
+key_prefix = "{claims}"
+shards = {shards}
+lease_ms = 30000
+retention_secs = 86400
+[budgets]
+{budgets}
+{downstreams}
+[ledger]
+key_prefix = "{ledger}"
+[failures]
+archive = "{archive}"
+queue = "failures"
+{sdk}"#,
+        claims = m.claims_prefix,
+        shards = m.claims_shards,
+        ledger = m.ledger_prefix,
+        archive = setup.dir.join("failures.jsonl").display(),
+        sdk = sdk_section(env, m, &setup.dir, "service"),
+    )
+}
+
+/// Which broker a consumer reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broker {
+    /// The Kafka group.
+    Kafka,
+    /// The RocketMQ push consumer group.
+    Rocketmq,
+}
+
+/// A consumer's config (`index` numbers it among its broker's members).
+pub fn consumer_toml(
+    env: &StackEnv,
+    setup: &Setup,
+    broker: Broker,
+    index: u32,
+    grpc: &str,
+) -> String {
+    let m = &setup.manifest;
+    let topics = format!(
+        "[\"{}\", \"{}\"]",
+        m.topics.get("massive").cloned().unwrap_or_default(),
+        m.topics.get("special").cloned().unwrap_or_default()
+    );
+    let source = match broker {
+        Broker::Kafka => format!(
+            "kind = \"kafka\"\nbrokers = \"{}\"\ngroup = \"g-{}\"\ntopics = {topics}\nsettings = {{ \"session.timeout.ms\" = \"30000\" }}",
+            env.kafka_brokers, m.tag
+        ),
+        Broker::Rocketmq => format!(
+            "kind = \"rocketmq\"\nnamesrv = \"{}\"\ngroup = \"g-{}\"\ntopics = {topics}",
+            env.rocketmq_namesrv, m.tag
+        ),
+    };
+    let mut limits = String::new();
+    for (t, _, priority, _) in TYPES {
+        let rate = m.limits.get(t).copied().unwrap_or(1000.0);
+        let burst = (rate / 100.0).ceil().max(10.0);
+        limits.push_str(&format!(
+            "[limits.types.{t}]\nrate = {rate}\nburst = {burst}\npriority = {priority}\n"
+        ));
+    }
+    let who = match broker {
+        Broker::Kafka => format!("ck{index}"),
+        Broker::Rocketmq => format!("cr{index}"),
+    };
+    format!(
+        r#"
+[source]
+{source}
+[pipeline]
+window = 4096
+commit_interval_ms = 1000
+batch = 200
+concurrency = 8
+max_retries = 16
+backoff_initial_ms = 500
+backoff_max_ms = 10000
+hold_ms = 1000
+limited_delay_ms = 1000
+fused_delay_ms = 1000
+shutdown_grace_ms = 10000
+dead_letter_queue = "dead"
+failure_queue = "failures"
+[service]
+grpc = "{grpc}"
+timeout_ms = 10000
+[delay]
+key_prefix = "ltd-{tag}"
+shards = 8
+poll_ms = 100
+lease_ms = 30000
+[limits]
+global = 0
+global_burst = 2000
+default_rate = 1000
+default_burst = 50
+{limits}
+[dynamic]
+redis_key = "ltcfg-{tag}"
+poll_ms = 500
+{sdk}"#,
+        tag = m.tag,
+        sdk = sdk_section(env, m, &setup.dir, &who),
+    )
+}
+
+/// Creates the run directory, the key ring and credential (mode 0600), the topics on
+/// both brokers, and the manifest; budgets cover every planned send at its largest
+/// amount twice over (a replay checks exactly-once, not budget exhaustion).
+pub async fn prepare(
+    env: &StackEnv,
+    plan: &Plan,
+    out: &Path,
+    limits: &BTreeMap<String, f64>,
+    partitions: i32,
+) -> anyhow::Result<Setup> {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let dir = out.join(format!("{}-{tag}", plan.name));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    write_secret(
+        &dir.join("keys"),
+        sdk::token::KeyRing::random(1).to_text().as_bytes(),
+    )?;
+    let credential: String = (0..32)
+        .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
+        .collect();
+    write_secret(&dir.join("credential"), credential.as_bytes())?;
+
+    let mut budgets = BTreeMap::new();
+    for s in &plan.scenes {
+        let mix = crate::profile::Mix::new(&s.scene.types);
+        let planned = (s.curve.total() * 2.0).ceil() as i64 + 1000;
+        let scope = reward_service::service::scope(&s.scene.activity, s.scene.scene_id());
+        *budgets.entry(scope).or_insert(0) += planned.saturating_mul(mix.max_amount());
+    }
+    let mut all_limits: BTreeMap<String, f64> = TYPES
+        .iter()
+        .map(|(t, r, _, _)| (t.to_string(), *r))
+        .collect();
+    for (t, r) in limits {
+        if !all_limits.contains_key(t) {
+            anyhow::bail!(
+                "--limit {t}: unknown reward type (known: {})",
+                TYPES.map(|t| t.0).join(", ")
+            );
+        }
+        all_limits.insert(t.clone(), *r);
+    }
+    let topics: BTreeMap<String, String> = ["massive", "special", "dead", "failures"]
+        .iter()
+        .map(|q| (q.to_string(), format!("lt-{q}-{tag}")))
+        .collect();
+    let names: Vec<&str> = topics.values().map(String::as_str).collect();
+    sdk::readback::create_kafka_topics(&env.kafka_brokers, &names, partitions)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    sdk::readback::create_rocketmq_topics(&env.rocketmq_namesrv, &names)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let manifest = Manifest {
+        tag: tag.clone(),
+        profile: plan.name.clone(),
+        redis_url: env.redis_url.clone(),
+        token_prefix: format!("ltt-{tag}"),
+        claims_prefix: format!("ltc-{tag}"),
+        claims_shards: 16,
+        ledger_prefix: format!("ltl-{tag}"),
+        budgets,
+        limits: all_limits,
+        topics,
+        started_unix_ms: 0,
+        token_write_failures: 0,
+    };
+    manifest.save(&dir)?;
+    let mut setup = Setup {
+        dir,
+        manifest,
+        sdk_toml: String::new(),
+    };
+    setup.sdk_toml = sdk_section(env, &setup.manifest, &setup.dir, "loadtest")
+        .replacen("[sdk]\n", "", 1)
+        .replace("[sdk.", "[");
+    Ok(setup)
+}
+
+fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    f.write_all(bytes)?;
+    Ok(())
+}
