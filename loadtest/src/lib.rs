@@ -14,6 +14,8 @@ pub mod faults;
 pub mod grant_bench;
 pub mod profile;
 pub mod reconcile;
+pub mod replay;
+pub mod report;
 pub mod services;
 pub mod setup;
 pub mod smoke;

@@ -1,5 +1,6 @@
 //! `loadtest`: drive the local stack and report what it did.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -7,6 +8,8 @@ use clap::{Parser, Subcommand};
 use loadtest::bench::{self, BenchOptions, BenchReport, Percentiles};
 use loadtest::consumer_bench::{self, ConsumerBenchOptions};
 use loadtest::grant_bench::{self, GrantBenchOptions};
+use loadtest::profile::Profile;
+use loadtest::replay::{self, ReplayOptions};
 use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
 use loadtest::stack::StackEnv;
@@ -24,6 +27,67 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Replay a peak-traffic profile end to end through the real SDK (open-model
+    /// arrivals), wait until every reward is credited, reconcile, and write
+    /// report.json and report.html into the run directory. Exits non-zero if the
+    /// reconciliation fails.
+    ///
+    /// Every run gets fresh Redis key prefixes, topics and consumer groups (a tag), so
+    /// runs never see each other's data. With --with-services the reward service and
+    /// the consumers run as child processes (the binaries beside this one) and are
+    /// stopped at the end; their logs are in the run directory.
+    #[command(verbatim_doc_comment)]
+    Replay {
+        /// Profile file (loadtest/profiles/{rain,cards,fireworks,overlap}.toml).
+        #[arg(long, default_value = "loadtest/profiles/rain.toml")]
+        profile: PathBuf,
+        /// Multiply every rate and the user count by this (fit to the machine).
+        #[arg(long, default_value_t = 0.002)]
+        scale: f64,
+        /// Play the event's curve over this many seconds [default: the profile's].
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Start the reward service and consumers as child processes.
+        #[arg(long)]
+        with_services: bool,
+        /// Kafka consumer group members (with --with-services).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+        consumers: u32,
+        /// RocketMQ consumer group members (with --with-services; the `special`
+        /// queue's primary is RocketMQ).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=16))]
+        rocketmq_consumers: u32,
+        /// A consumer rate limit for the run, TYPE=CREDITS_PER_SEC (repeatable), e.g.
+        /// `--limit coupon=50` to watch the valve hold.
+        #[arg(long = "limit", value_name = "TYPE=RATE", value_parser = parse_limit)]
+        limits: Vec<(String, f64)>,
+        /// Fault plan (TOML, see loadtest::faults): kill consumers, stop servers.
+        #[arg(long)]
+        faults: Option<PathBuf>,
+        /// Where run directories are created.
+        #[arg(long, default_value = "/var/tmp/reward-loadtest")]
+        out: PathBuf,
+        /// Stop waiting for credits after this many seconds without progress.
+        #[arg(long, default_value_t = 60)]
+        drain_secs: u64,
+        /// Partitions per Kafka topic.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=256))]
+        partitions: i32,
+        /// The stack script fault drills call.
+        #[arg(long, default_value = "ops/stack")]
+        stack_script: PathBuf,
+        /// No progress bars (logs and CI).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Reconcile a finished replay from its run directory: every sent trade number
+    /// credited exactly once with its amount, nothing extra, no double credit, budgets
+    /// equal to credits, tokens credited or pending. Prints a PASS/FAIL table; exits
+    /// non-zero on FAIL.
+    Reconcile {
+        /// The run directory (printed by `replay`).
+        dir: PathBuf,
+    },
     /// Prove every server works: write N items through each real client library,
     /// read every one back, check exact counts, print rates. Exits non-zero on any
     /// failure, naming the server and the command that starts it.
@@ -165,6 +229,108 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Replay {
+            profile,
+            scale,
+            duration,
+            with_services,
+            consumers,
+            rocketmq_consumers,
+            limits,
+            faults,
+            out,
+            drain_secs,
+            partitions,
+            stack_script,
+            quiet,
+        } => {
+            let plan = match Profile::load(&profile).and_then(|p| p.plan(scale, duration)) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let faults = match faults.map(|f| loadtest::faults::load(&f)).transpose() {
+                Ok(f) => f.unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            println!(
+                "replay {}: {:.0} s, peak {:.0}/s, ~{:.0} requests, {} users",
+                plan.name,
+                plan.duration_secs,
+                plan.peak_rate(),
+                plan.expected_sends(),
+                plan.users
+            );
+            let opts = ReplayOptions {
+                plan,
+                out,
+                with_services,
+                kafka_consumers: consumers,
+                rocketmq_consumers,
+                limits: limits.into_iter().collect(),
+                faults,
+                drain_secs,
+                progress: !quiet,
+                partitions,
+                stack_script,
+            };
+            match replay::run(&StackEnv::from_env(), &opts).await {
+                Ok((dir, report)) => {
+                    print!("{}", report.reconciliation.table());
+                    println!(
+                        "sent {} ({:.0}/s), credited {} ({:.0}/s over {:.1} s, peak {}/s); send p99 {} us; end-to-end p50 {} ms p99 {} ms",
+                        report.sent,
+                        report.sent_per_sec,
+                        report.credited,
+                        report.credited_per_sec,
+                        report.span_secs,
+                        report.credited_peak_per_sec,
+                        report.send_latency_us.p99,
+                        report.end_to_end_ms.p50,
+                        report.end_to_end_ms.p99
+                    );
+                    match loadtest::report::write(&dir, &report) {
+                        Ok(html) => println!("report: {}", html.display()),
+                        Err(e) => {
+                            println!("replay: cannot write the report: {e:#}");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                    if report.reconciliation.passed() {
+                        println!("replay: reconciliation PASS");
+                        ExitCode::SUCCESS
+                    } else {
+                        println!("replay: reconciliation FAIL");
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    println!("replay FAILED: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Reconcile { dir } => match loadtest::reconcile::run(&dir).await {
+            Ok(r) => {
+                print!("{}", r.table());
+                if r.passed() {
+                    println!("reconcile: PASS");
+                    ExitCode::SUCCESS
+                } else {
+                    println!("reconcile: FAIL");
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                println!("reconcile FAILED: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::ConsumerBench {
             messages,
             partitions,
@@ -389,4 +555,19 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("expected KEY=VALUE, got {s:?}")),
     }
+}
+
+/// `TYPE=RATE` with a positive rate.
+fn parse_limit(s: &str) -> Result<(String, f64), String> {
+    let (t, r) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected TYPE=RATE, got {s:?}"))?;
+    let rate: f64 = r
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: the rate must be a number"))?;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(format!("{s:?}: the rate must be > 0"));
+    }
+    Ok((t.trim().to_string(), rate))
 }

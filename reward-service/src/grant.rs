@@ -193,7 +193,7 @@ impl Granter {
     pub async fn grant(&self, g: &Grant) -> Result<Outcome, GrantError> {
         let claim_id = match settled(self.claims.claim(g).await?) {
             Ok(claim_id) => claim_id,
-            Err(outcome) => return Ok(outcome),
+            Err(outcome) => return Ok(self.repeat_settled(g, outcome).await),
         };
         match self.credit(g).await {
             Ok(receipt) => {
@@ -219,7 +219,7 @@ impl Granter {
         {
             match c.map(settled) {
                 Err(e) => out[i] = Some(Err(e.into())),
-                Ok(Err(outcome)) => out[i] = Some(Ok(outcome)),
+                Ok(Err(outcome)) => out[i] = Some(Ok(self.repeat_settled(g, outcome).await)),
                 Ok(Ok(claim_id)) => {
                     let (me, g) = (self.clone(), g.clone());
                     credits.spawn(async move {
@@ -276,6 +276,24 @@ impl Granter {
                 })
             })
             .collect()
+    }
+
+    /// A grant settled without a credit. For a duplicate, the token is moved out of
+    /// the pending hash again: a client that repeats a request after its reward was
+    /// credited makes the SDK store the token once more, and without this move it
+    /// would sit in the pending hash for good (the replay's reconciliation found
+    /// exactly that). The move is idempotent and duplicates are rare.
+    async fn repeat_settled(&self, g: &Grant, outcome: Outcome) -> Outcome {
+        if let (
+            Outcome::Granted {
+                duplicate: true, ..
+            },
+            Some(t),
+        ) = (&outcome, &self.tokens)
+        {
+            t.credited(&g.user_id, &g.activity_id, &g.trade_no).await;
+        }
+        outcome
     }
 
     /// Credits `g` downstream.
