@@ -1,0 +1,242 @@
+//! The replay end to end, as an operator runs it: the `loadtest` binary with the
+//! reward service and two consumers as child processes, a consumer killed with
+//! SIGKILL mid-run, reconciliation, the reports, the HTML opened in headless
+//! Chromium; then a planted double credit that the reconciliation must catch.
+//!
+//! Needs the local stack (`ops/stack up`) and Debian's `chromium` (installed by
+//! `ops/test`); fails, never skips, without them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn stack_env() -> Vec<(String, String)> {
+    let out = Command::new(repo().join("ops/stack"))
+        .arg("env")
+        .output()
+        .expect("ops/stack env");
+    let env: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect();
+    for (what, var) in [
+        ("Redis", "REDIS_URL"),
+        ("Kafka broker (tansu)", "KAFKA_BROKERS"),
+        ("RocketMQ name server", "ROCKETMQ_NAMESRV"),
+    ] {
+        let addr = env
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| {
+                v.trim_start_matches("redis://")
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap_or_else(|| panic!("ops/stack env did not print {var}"));
+        assert!(
+            std::net::TcpStream::connect(&addr).is_ok(),
+            "{what} at {addr} is not answering; start the local stack with `ops/stack up`"
+        );
+    }
+    env
+}
+
+fn loadtest(args: &[&str], env: &[(String, String)]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
+    let env = stack_env();
+    let out = tempdir("replay");
+    let plan = out.join("faults.toml");
+    std::fs::write(
+        &plan,
+        "[[faults]]\nat_secs = 4\naction = \"kill-consumer\"\nfor_secs = 2\n",
+    )
+    .unwrap();
+    let (ok, text) = loadtest(
+        &[
+            "replay",
+            "--profile",
+            "loadtest/profiles/rain.toml",
+            "--scale",
+            "0.0002",
+            "--duration",
+            "15",
+            "--with-services",
+            "--rocketmq-consumers",
+            "1",
+            "--faults",
+            plan.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &env,
+    );
+    assert!(ok, "replay failed:\n{text}");
+    assert!(text.contains("replay: reconciliation PASS"), "{text}");
+    let html = text
+        .lines()
+        .find_map(|l| l.strip_prefix("report: "))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no report path in:\n{text}"));
+    let dir = html.parent().unwrap().to_path_buf();
+
+    // The JSON report: every check passed, counts add up, the fault happened.
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let checks = r["reconciliation"]["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 6);
+    assert!(checks.iter().all(|c| c["pass"] == true), "{checks:?}");
+    let sent = r["sent"].as_u64().unwrap();
+    let repeats = r["repeats"].as_u64().unwrap();
+    assert!(sent > 500, "sent {sent}");
+    assert_eq!(
+        r["credited"].as_u64().unwrap(),
+        sent - repeats,
+        "every distinct reward credited"
+    );
+    assert_eq!(
+        r["reconciliation"]["sent"].as_u64().unwrap(),
+        sent - repeats
+    );
+    let faults = r["faults"].as_array().unwrap();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    let label = faults[0][1].as_str().unwrap();
+    assert!(
+        label.starts_with("kill -9 consumer 0") && !label.contains("FAILED"),
+        "{label}"
+    );
+    // The killed member wrote its own stats file, and so did its restart.
+    assert!(dir.join("consumer-kafka-0-1.stats.json").exists());
+    assert!(dir.join("consumer-kafka-0-2.stats.json").exists());
+    // The timeline covers the schedule and the credits.
+    assert!(r["timeline"].as_array().unwrap().len() >= 15);
+
+    // The secrets stayed out of every log the run wrote.
+    let credential = std::fs::read_to_string(dir.join("credential")).unwrap();
+    let keys = std::fs::read_to_string(dir.join("keys")).unwrap();
+    let key_material: Vec<&str> = keys
+        .split(|c: char| c.is_whitespace() || c == '=' || c == ':' || c == ',')
+        .filter(|s| s.len() >= 20)
+        .collect();
+    assert!(!key_material.is_empty());
+    for log in [
+        "service.log",
+        "consumer-kafka-0.log",
+        "consumer-rocketmq-0.log",
+    ] {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap();
+        assert!(
+            !text.contains(credential.trim()),
+            "{log} holds the credential"
+        );
+        for k in &key_material {
+            assert!(!text.contains(k), "{log} holds key material");
+        }
+    }
+
+    // The HTML page renders its five charts in a real browser.
+    let dom = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("chromium is not installed: `apt-get install -y chromium` (ops/test does it)");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("data-charts-rendered=\"5\""),
+        "charts did not render: {}",
+        dom.chars().take(500).collect::<String>()
+    );
+
+    // Plant a double credit of one sent reward: reconcile must now fail, naming it.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let first = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
+    let f: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
+    let ledger = reward_service::downstream::Ledger::connect(
+        manifest["redis_url"].as_str().unwrap(),
+        manifest["ledger_prefix"].as_str().unwrap(),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap();
+    use reward_service::downstream::Downstream as _;
+    ledger
+        .credit(&reward_service::downstream::Credit {
+            trade_no: f[0].into(),
+            user_id: f[1].into(),
+            reward_type: f[4].into(),
+            amount: f[5].parse().unwrap(),
+        })
+        .await
+        .unwrap();
+    let (ok, text) = loadtest(&["reconcile", dir.to_str().unwrap()], &env);
+    assert!(!ok, "reconcile passed a double credit:\n{text}");
+    for row in [
+        "no double credit   FAIL",
+        "amounts            FAIL",
+        "credited once      PASS",
+    ] {
+        assert!(text.contains(row), "missing {row:?} in:\n{text}");
+    }
+    assert!(text.contains("reconcile: FAIL"));
+}
+
+#[test]
+fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
+    let out = tempdir("bad");
+    let profile = out.join("p.toml");
+    std::fs::write(
+        &profile,
+        std::fs::read_to_string(repo().join("loadtest/profiles/rain.toml"))
+            .unwrap()
+            .replace("zipf_exponent = 1.1", "zipf_exponent = -2"),
+    )
+    .unwrap();
+    let (ok, text) = loadtest(&["replay", "--profile", profile.to_str().unwrap()], &[]);
+    assert!(!ok);
+    assert!(text.contains("zipf_exponent must be >= 0"), "{text}");
+    let (ok, text) = loadtest(&["replay", "--limit", "coupon=-5"], &[]);
+    assert!(!ok);
+    assert!(text.contains("the rate must be > 0"), "{text}");
+    let (ok, text) = loadtest(&["reconcile", out.join("nothing").to_str().unwrap()], &[]);
+    assert!(!ok);
+    assert!(text.contains("manifest.json"), "{text}");
+}
+
+fn tempdir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("loadtest-{what}-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
