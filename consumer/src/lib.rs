@@ -280,6 +280,11 @@ impl Running {
         self.offsets.in_flight()
     }
 
+    /// Partitions (or RocketMQ queues) assigned to this member now.
+    pub fn assigned(&self) -> usize {
+        self.offsets.assigned()
+    }
+
     /// Stops fetching, lets in-flight work finish within the grace period, commits,
     /// stops the mover, drains the SDK and leaves the group.
     pub async fn shutdown(self) -> ShutdownReport {

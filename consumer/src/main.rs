@@ -51,9 +51,15 @@ fn write_stats(
     path: &std::path::Path,
     stats: &reward_consumer::pipeline::StatsSnapshot,
     in_flight: usize,
+    assigned: usize,
     done: bool,
 ) {
-    let body = serde_json::json!({ "stats": stats, "in_flight": in_flight, "stopped": done });
+    let body = serde_json::json!({
+        "stats": stats,
+        "in_flight": in_flight,
+        "assigned": assigned,
+        "stopped": done,
+    });
     let tmp = path.with_extension("tmp");
     let written = std::fs::write(&tmp, body.to_string()).and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
@@ -132,7 +138,13 @@ async fn main() -> ExitCode {
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(args.stats_ms));
         loop {
             tick.tick().await;
-            write_stats(path, &running.stats(), running.in_flight(), false);
+            write_stats(
+                path,
+                &running.stats(),
+                running.in_flight(),
+                running.assigned(),
+                false,
+            );
         }
     };
     tokio::select! {
@@ -147,7 +159,7 @@ async fn main() -> ExitCode {
         serde_json::to_string(&report.stats).unwrap_or_default()
     );
     if let Some(path) = &args.stats_file {
-        write_stats(path, &report.stats, report.unsettled, true);
+        write_stats(path, &report.stats, report.unsettled, 0, true);
     }
     if report.unsettled > 0 || report.sdk_left > 0 || !report.closed {
         eprintln!(

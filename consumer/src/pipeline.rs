@@ -205,6 +205,11 @@ impl Offsets {
         self.lock().values().map(Window::unfinished).sum()
     }
 
+    /// Partitions (queues) this member holds a window for.
+    pub fn assigned(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Reports window occupancy and commit lag per partition as gauges.
     pub fn report(&self) {
         for ((topic, partition), win) in self.lock().iter() {

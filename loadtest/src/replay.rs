@@ -398,6 +398,38 @@ fn consumer_counters(dir: &std::path::Path) -> BTreeMap<String, u64> {
     sum
 }
 
+/// Waits until every Kafka member's stats file says it holds partitions: a member
+/// reports itself started before the group has assigned it anything (with tansu and
+/// static membership that takes about 5 s), and rewards sent meanwhile would wait
+/// in the topic and show up as end-to-end latency that is only start-up.
+async fn wait_assigned(dir: &std::path::Path, members: u32) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut ready = 0;
+        for i in 0..members {
+            let path = dir.join(format!("consumer-kafka-{i}-1.stats.json"));
+            let assigned = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v.get("assigned").and_then(serde_json::Value::as_u64))
+                .unwrap_or(0);
+            if assigned > 0 {
+                ready += 1;
+            }
+        }
+        if ready == members {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "only {ready} of {members} Kafka consumers were assigned partitions within 90 s (see their logs in {})",
+                dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 struct Services {
     service: Option<Child>,
     consumers: Vec<Child>,
@@ -513,6 +545,9 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             None,
         )
     };
+    if opts.with_services {
+        wait_assigned(&dir, opts.kafka_consumers).await?;
+    }
     let services = Arc::new(tokio::sync::Mutex::new(services));
 
     let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;

@@ -225,7 +225,7 @@ pub fn consumer_toml(
     );
     let source = match broker {
         Broker::Kafka => format!(
-            "kind = \"kafka\"\nbrokers = \"{}\"\ngroup = \"g-{}\"\ntopics = {topics}\nsettings = {{ \"session.timeout.ms\" = \"10000\", \"group.instance.id\" = \"ck{index}-{}\" }}",
+            "kind = \"kafka\"\nbrokers = \"{}\"\ngroup = \"g-{}\"\ntopics = {topics}\nsettings = {{ \"session.timeout.ms\" = \"30000\", \"group.instance.id\" = \"ck{index}-{}\" }}",
             env.kafka_brokers, m.tag, m.tag
         ),
         Broker::Rocketmq => format!(
