@@ -265,6 +265,29 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     Ok(BenchReport { rounds, paced })
 }
 
+/// The bare producer's ceiling on this broker: `n` reward events (the SDK's wire
+/// bytes) through a raw rdkafka producer with the SDK's settings, events/s. The
+/// replay's `--ceilings` puts it beside the end-to-end rate.
+pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64, BenchError> {
+    let tag = unique_name("ceiling");
+    let topic = format!("{tag}-raw");
+    create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], partitions)
+        .await
+        .map_err(BenchError::Setup)?;
+    let kafka = BenchOptions {
+        rewards: n,
+        concurrency: 1,
+        partitions,
+        latency_secs: 0,
+        rounds: 1,
+        kafka_settings: BTreeMap::new(),
+    }
+    .kafka_settings();
+    Ok(raw_run(env, &kafka, &topic, &rewards(&tag, n))
+        .await?
+        .rate())
+}
+
 async fn raw_run(
     env: &StackEnv,
     kafka: &BTreeMap<String, String>,

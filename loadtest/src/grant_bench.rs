@@ -231,6 +231,31 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     })
 }
 
+/// The claim script's ceiling on this Redis: `redis-benchmark` running it by EVALSHA
+/// (50 connections, 16 per round trip), calls/s and the command line. The replay's
+/// `--ceilings` puts it beside the end-to-end rate.
+pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, String)> {
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let claims = reward_service::claim::Claims::connect(
+        &env.redis_url,
+        reward_service::claim::ClaimConfig {
+            key_prefix: format!("ceiling-{tag}"),
+            ..reward_service::claim::ClaimConfig::default()
+        },
+    )
+    .await?;
+    let opts = GrantBenchOptions {
+        grants: n,
+        batch: 200,
+        concurrency: 1,
+        redis_clients: 50,
+        pipeline: 16,
+        users: 1,
+    };
+    let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
+    Ok((rps, command))
+}
+
 async fn redis_benchmark(
     env: &StackEnv,
     claims: &reward_service::claim::Claims,

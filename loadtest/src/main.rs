@@ -79,6 +79,11 @@ enum Command {
         /// No progress bars (logs and CI).
         #[arg(long)]
         quiet: bool,
+        /// After the run, measure the parts' ceilings on the same stack (a bare
+        /// rdkafka producer; redis-benchmark of the claim script) and print the
+        /// end-to-end rate as a share of each (release build for figures).
+        #[arg(long)]
+        ceilings: bool,
     },
     /// Reconcile a finished replay from its run directory: every sent trade number
     /// credited exactly once with its amount, nothing extra, no double credit, budgets
@@ -243,7 +248,24 @@ async fn run(cli: Cli) -> ExitCode {
             partitions,
             stack_script,
             quiet,
+            ceilings,
         } => {
+            if !with_services {
+                // Each run has its own topics and key prefixes (so reconciliation reads
+                // only its own data); services started elsewhere would not read them.
+                eprintln!(
+                    "error: replay needs --with-services for now: every run uses its own topics and Redis key prefixes, which a reward service and consumers started elsewhere do not know"
+                );
+                return ExitCode::from(2);
+            }
+            let known = loadtest::setup::TYPES.map(|t| t.0);
+            if let Some((t, _)) = limits.iter().find(|(t, _)| !known.contains(&t.as_str())) {
+                eprintln!(
+                    "error: --limit {t}: unknown reward type (known: {})",
+                    known.join(", ")
+                );
+                return ExitCode::from(2);
+            }
             let plan = match Profile::load(&profile).and_then(|p| p.plan(scale, duration)) {
                 Ok(p) => p,
                 Err(e) => {
@@ -278,6 +300,7 @@ async fn run(cli: Cli) -> ExitCode {
                 progress: !quiet,
                 partitions,
                 stack_script,
+                ceilings,
             };
             match replay::run(&StackEnv::from_env(), &opts).await {
                 Ok((dir, report)) => {
@@ -294,6 +317,16 @@ async fn run(cli: Cli) -> ExitCode {
                         report.end_to_end_ms.p50,
                         report.end_to_end_ms.p99
                     );
+                    if let Some(c) = &report.ceilings {
+                        println!(
+                            "ceilings: raw rdkafka producer {:.0}/s (end-to-end = {:.3} of it); claim script alone {:.0}/s (end-to-end = {:.3} of it)\n  ({})",
+                            c.raw_producer_per_sec,
+                            report.credited_per_sec / c.raw_producer_per_sec,
+                            c.claim_script_per_sec,
+                            report.credited_per_sec / c.claim_script_per_sec,
+                            c.claim_script_command
+                        );
+                    }
                     match loadtest::report::write(&dir, &report) {
                         Ok(html) => println!("report: {}", html.display()),
                         Err(e) => {

@@ -70,6 +70,20 @@ pub struct ReplayOptions {
     pub partitions: i32,
     /// The `ops/stack` script (fault drills).
     pub stack_script: PathBuf,
+    /// After the run, measure the parts' ceilings on the same stack (a bare rdkafka
+    /// producer, `redis-benchmark` of the claim script) for the report.
+    pub ceilings: bool,
+}
+
+/// The parts' ceilings, measured right after the replay on the same stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ceilings {
+    /// A bare rdkafka producer sending the SDK's wire bytes, events/s.
+    pub raw_producer_per_sec: f64,
+    /// The claim script alone by EVALSHA, calls/s.
+    pub claim_script_per_sec: f64,
+    /// The `redis-benchmark` command line.
+    pub claim_script_command: String,
 }
 
 /// One second of the run.
@@ -195,6 +209,8 @@ pub struct ReplayReport {
     pub timeline: Vec<Second>,
     /// The PASS/FAIL table.
     pub reconciliation: crate::reconcile::Reconciliation,
+    /// The parts' ceilings (with `--ceilings`).
+    pub ceilings: Option<Ceilings>,
 }
 
 struct Sample {
@@ -284,6 +300,19 @@ impl SceneGen {
     }
 }
 
+/// The schedule's counters, shared by every scene.
+#[derive(Debug, Default)]
+struct Counters {
+    /// `send_reward` calls not yet returned.
+    in_flight: AtomicU64,
+    /// Arrivals due so far.
+    scheduled: AtomicU64,
+    /// Arrivals shed (too many in flight).
+    shed: AtomicU64,
+    /// Arrivals dropped because every user drawn was at the scene's cap.
+    capped: AtomicU64,
+}
+
 /// Runs the schedule of one scene until its curve ends.
 async fn schedule(
     sdk: Arc<sdk::Sdk>,
@@ -292,11 +321,14 @@ async fn schedule(
     repeat_share: f64,
     start: Instant,
     samples: mpsc::UnboundedSender<Sample>,
-    in_flight: Arc<AtomicU64>,
-    scheduled: Arc<AtomicU64>,
-    shed: Arc<AtomicU64>,
-    capped: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 ) {
+    let Counters {
+        in_flight,
+        scheduled,
+        shed,
+        capped,
+    } = &*counters;
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut n: u64 = 0;
     while let Some(t) = curve.time_of((n + 1) as f64) {
@@ -319,13 +351,13 @@ async fn schedule(
         in_flight.fetch_add(1, Ordering::Relaxed);
         let sdk = sdk.clone();
         let samples = samples.clone();
-        let in_flight = in_flight.clone();
+        let counters = counters.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let sent_unix_ms = unix_ms();
             let r = sdk.send_reward(req.clone()).await;
             let end = Instant::now();
-            in_flight.fetch_sub(1, Ordering::Relaxed);
+            counters.in_flight.fetch_sub(1, Ordering::Relaxed);
             let outcome = match r {
                 Ok(issued) => Ok((
                     SentReward {
@@ -672,10 +704,13 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     };
 
     // The schedule.
-    let in_flight = Arc::new(AtomicU64::new(0));
-    let scheduled = Arc::new(AtomicU64::new(0));
-    let shed = Arc::new(AtomicU64::new(0));
-    let capped = Arc::new(AtomicU64::new(0));
+    let counters = Arc::new(Counters::default());
+    let Counters {
+        in_flight,
+        scheduled,
+        shed,
+        capped,
+    } = &*counters;
     let expected = opts.plan.expected_sends();
     let bar = progress_bar(opts.progress, expected as u64, "sending");
     let mut scenes = Vec::new();
@@ -697,10 +732,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             opts.plan.duplicate_share,
             start,
             tx.clone(),
-            in_flight.clone(),
-            scheduled.clone(),
-            shed.clone(),
-            capped.clone(),
+            counters.clone(),
         )));
     }
     drop(tx);
@@ -816,7 +848,20 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     setup.manifest.save(&dir)?;
 
     let reconciliation = crate::reconcile::run(&dir).await?;
-    let report = build_report(
+    let ceilings = if opts.ceilings {
+        let n = reconciliation.sent.clamp(20_000, 200_000);
+        eprintln!("replay: measuring the parts' ceilings ({n} events each)");
+        let raw = crate::bench::raw_ceiling(env, n, opts.partitions).await?;
+        let (script, command) = crate::grant_bench::script_ceiling(env, n).await?;
+        Some(Ceilings {
+            raw_producer_per_sec: raw,
+            claim_script_per_sec: script,
+            claim_script_command: command,
+        })
+    } else {
+        None
+    };
+    let mut report = build_report(
         &opts.plan,
         &setup,
         &collected,
@@ -828,6 +873,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         fault_log.lock().map(|l| l.clone()).unwrap_or_default(),
         reconciliation,
     );
+    report.ceilings = ceilings;
     Ok((dir, report))
 }
 
@@ -933,9 +979,8 @@ fn build_report(
                 s.send_p99_us = h.value_at_quantile(0.99);
             }
         }
-        if let Some(cr) = credited.get(t) {
+        if let (Some(cr), Some(h)) = (credited.get(t), per_sec_e2e.get(t)) {
             s.credited = cr.clone();
-            let h = &per_sec_e2e[t];
             if !h.is_empty() {
                 s.e2e_p50_ms = h.value_at_quantile(0.5);
                 s.e2e_p99_ms = h.value_at_quantile(0.99);
@@ -1000,5 +1045,6 @@ fn build_report(
         consumers,
         timeline,
         reconciliation,
+        ceilings: None,
     }
 }

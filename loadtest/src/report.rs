@@ -365,6 +365,7 @@ figure {{ margin: 8px 0; }}
 <tr><th>end to end</th><td>{e2e}</td></tr>
 <tr><th>SDK</th><td>{sdk:?}</td></tr>
 <tr><th>consumers</th><td>{consumers:?}</td></tr>
+<tr><th>ceilings</th><td>{ceilings}</td></tr>
 </table>
 <h2>Reconciliation</h2>
 <table><tr><th>check</th><th>result</th><th>detail</th></tr>{table}</table>
@@ -406,5 +407,15 @@ window.addEventListener('load', function () {{
         e2e = lat(&r.end_to_end_ms, "ms"),
         sdk = r.sdk,
         consumers = r.consumers,
+        ceilings = match &r.ceilings {
+            Some(c) => esc(&format!(
+                "raw rdkafka producer {:.0}/s (end-to-end {:.3} of it); claim script alone {:.0}/s (end-to-end {:.3} of it)",
+                c.raw_producer_per_sec,
+                r.credited_per_sec / c.raw_producer_per_sec,
+                c.claim_script_per_sec,
+                r.credited_per_sec / c.claim_script_per_sec
+            )),
+            None => "not measured (--ceilings)".to_string(),
+        },
     )
 }

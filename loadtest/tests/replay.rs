@@ -224,12 +224,29 @@ fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
             .replace("zipf_exponent = 1.1", "zipf_exponent = -2"),
     )
     .unwrap();
-    let (ok, text) = loadtest(&["replay", "--profile", profile.to_str().unwrap()], &[]);
+    let (ok, text) = loadtest(
+        &[
+            "replay",
+            "--with-services",
+            "--profile",
+            profile.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert!(!ok);
     assert!(text.contains("zipf_exponent must be >= 0"), "{text}");
-    let (ok, text) = loadtest(&["replay", "--limit", "coupon=-5"], &[]);
+    let (ok, text) = loadtest(&["replay", "--with-services", "--limit", "coupon=-5"], &[]);
     assert!(!ok);
     assert!(text.contains("the rate must be > 0"), "{text}");
+    let (ok, text) = loadtest(&["replay"], &[]);
+    assert!(!ok);
+    assert!(text.contains("needs --with-services"), "{text}");
+    let (ok, text) = loadtest(&["replay", "--with-services", "--limit", "gold=5"], &[]);
+    assert!(!ok);
+    assert!(
+        text.contains("--limit gold: unknown reward type (known: cash, coin, coupon)"),
+        "{text}"
+    );
     let (ok, text) = loadtest(&["reconcile", out.join("nothing").to_str().unwrap()], &[]);
     assert!(!ok);
     assert!(text.contains("manifest.json"), "{text}");
