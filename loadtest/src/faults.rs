@@ -12,7 +12,23 @@
 //! action = "stop-server"       # `ops/stack stop <server>`, start it after for_secs
 //! server = "kafka"             # kafka, broker (RocketMQ), namesrv or redis
 //! for_secs = 10
+//!
+//! [[faults]]
+//! at_secs = 30
+//! action = "downstream-fail"   # the downstream answers 503 to this share of credits
+//! share = 0.3
+//! for_secs = 10
+//!
+//! [[faults]]
+//! at_secs = 45
+//! action = "downstream-slow"   # every credit waits this long (at most 1 000 ms)
+//! delay_ms = 300
+//! for_secs = 10
 //! ```
+//!
+//! A plan with a downstream fault makes the replay credit through a stand-in wallet
+//! over HTTP ([`crate::wallet`]) instead of the service's built-in ledger directly
+//! (the wallet credits the same ledger), so those faults can be switched on and off.
 //!
 //! Servers are stopped and started through `ops/stack` (the same script that started
 //! them), so a drill exercises the real processes: the Kafka broker really goes away,
@@ -31,6 +47,10 @@ pub enum Action {
     KillConsumer,
     /// Stop one server of the local stack, then start it again.
     StopServer,
+    /// The downstream fails `share` of credits (503, nothing credited).
+    DownstreamFail,
+    /// The downstream holds every credit `delay_ms` before answering.
+    DownstreamSlow,
 }
 
 /// One fault.
@@ -50,6 +70,20 @@ pub struct Fault {
     /// How long the thing stays down.
     #[serde(default = "five")]
     pub for_secs: f64,
+    /// `downstream-fail`: share of credits failed, 0..=1.
+    #[serde(default)]
+    pub share: Option<f64>,
+    /// `downstream-slow`: delay per credit, ms.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+/// Whether any fault of the plan breaks the downstream (the replay then credits
+/// through the stand-in wallet).
+pub fn needs_wallet(faults: &[Fault]) -> bool {
+    faults
+        .iter()
+        .any(|f| matches!(f.action, Action::DownstreamFail | Action::DownstreamSlow))
 }
 
 fn five() -> f64 {
@@ -68,6 +102,16 @@ impl Fault {
             Action::StopServer => format!(
                 "stop {} ({} s down)",
                 self.server.as_deref().unwrap_or("?"),
+                self.for_secs
+            ),
+            Action::DownstreamFail => format!(
+                "downstream fails {:.0}% for {} s",
+                self.share.unwrap_or(0.0) * 100.0,
+                self.for_secs
+            ),
+            Action::DownstreamSlow => format!(
+                "downstream +{} ms for {} s",
+                self.delay_ms.unwrap_or(0),
                 self.for_secs
             ),
         }
@@ -109,6 +153,19 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                     anyhow::bail!("faults[{i}]: kill-consumer takes no server");
                 }
             }
+            Action::DownstreamFail => match f.share {
+                Some(s) if (0.0..=1.0).contains(&s) => {}
+                other => anyhow::bail!(
+                    "faults[{i}]: downstream-fail needs share in 0..=1, got {other:?}"
+                ),
+            },
+            Action::DownstreamSlow => match f.delay_ms {
+                Some(d) if d <= crate::wallet::MAX_DELAY_MS => {}
+                other => anyhow::bail!(
+                    "faults[{i}]: downstream-slow needs delay_ms in 0..={} (below the service's timeout, so a credit is never ambiguous), got {other:?}",
+                    crate::wallet::MAX_DELAY_MS
+                ),
+            },
         }
     }
     Ok(plan.faults)

@@ -1,8 +1,13 @@
 //! The load tester: replays peak traffic through the local stack, measures, reconciles.
 //!
-//! At this stage it holds the stack's address book ([`stack`]) and the smoke probes
-//! ([`smoke`]) that prove each real server works; the replay, reconciliation and
-//! reports come with the later issues.
+//! - [`replay`]: a peak profile ([`profile`]) played through the real SDK with
+//!   open-model arrivals, the services as child processes ([`services`], configs by
+//!   [`setup`]), faults injected ([`faults`], [`wallet`]), then [`reconcile`] and the
+//!   reports ([`report`]);
+//! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
+//!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
+//!   a bare rdkafka consumer);
+//! - the stack's address book ([`stack`]) and the smoke probes ([`smoke`]).
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.
@@ -20,3 +25,4 @@ pub mod services;
 pub mod setup;
 pub mod smoke;
 pub mod stack;
+pub mod wallet;

@@ -53,9 +53,10 @@ enum Command {
         /// Kafka consumer group members (with --with-services).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
         consumers: u32,
-        /// RocketMQ consumer group members (with --with-services; the `special`
-        /// queue's primary is RocketMQ).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=16))]
+        /// RocketMQ consumer group members (with --with-services). At least one: the
+        /// `special` queue (coupons) has RocketMQ as its primary, and the `massive`
+        /// queue fails over to it.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
         rocketmq_consumers: u32,
         /// A consumer rate limit for the run, TYPE=CREDITS_PER_SEC (repeatable), e.g.
         /// `--limit coupon=50` to watch the valve hold.

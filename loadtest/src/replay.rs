@@ -20,8 +20,10 @@
 //! # Draining
 //! After the schedule ends the replay waits for the SDK to hand every event to a
 //! broker (spooled ones included), then for the budgets' spent amounts to reach what
-//! was sent, with no progress for `--drain-secs` ending the wait (reconciliation then
-//! reports what is missing). Consumers and the service are stopped gracefully.
+//! was sent, then for the ledger to hold every distinct trade number sent (a claim
+//! deducts its budget before the downstream credits, so budgets run ahead); no
+//! progress for `--drain-secs` ends a wait (reconciliation then reports what is
+//! missing). Consumers and the service are stopped gracefully.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -512,9 +514,11 @@ async fn start_services(
     env: &StackEnv,
     setup: &Setup,
     opts: &ReplayOptions,
+    wallet: Option<&crate::wallet::Wallet>,
 ) -> anyhow::Result<(Services, String)> {
     let config = setup.dir.join("service.toml");
-    std::fs::write(&config, setup::service_toml(env, setup))?;
+    let url = wallet.map(crate::wallet::Wallet::url);
+    std::fs::write(&config, setup::service_toml(env, setup, url.as_deref()))?;
     let spec = Spec {
         name: "service".into(),
         program: crate::services::bin_dir().join("reward-service"),
@@ -565,8 +569,20 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     let dir = setup.dir.clone();
     eprintln!("replay: run directory {}", dir.display());
 
+    let wallet = if crate::faults::needs_wallet(&opts.faults) {
+        let ledger = reward_service::downstream::Ledger::connect(
+            &env.redis_url,
+            &setup.manifest.ledger_prefix,
+            &std::collections::HashMap::new(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+        Some(crate::wallet::Wallet::start(ledger).await?)
+    } else {
+        None
+    };
     let (services, grpc) = if opts.with_services {
-        let (s, g) = start_services(env, &setup, opts).await?;
+        let (s, g) = start_services(env, &setup, opts, wallet.as_ref()).await?;
         (s, Some(g))
     } else {
         (
@@ -671,6 +687,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         let setup = setup.clone();
         let env = env.clone();
         let grpc = grpc.clone();
+        let wallet = wallet.clone();
         tokio::spawn(async move {
             let mut handles = Vec::new();
             for f in faults {
@@ -680,10 +697,20 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
                 let setup = setup.clone();
                 let env = env.clone();
                 let grpc = grpc.clone();
+                let wallet = wallet.clone();
                 handles.push(tokio::spawn(async move {
                     tokio::time::sleep_until((start + Duration::from_secs_f64(f.at_secs)).into())
                         .await;
-                    let r = inject(&f, &services, &script, &setup, &env, grpc.as_deref()).await;
+                    let r = inject(
+                        &f,
+                        &services,
+                        &script,
+                        &setup,
+                        &env,
+                        grpc.as_deref(),
+                        wallet.as_ref(),
+                    )
+                    .await;
                     let label = match &r {
                         Ok(()) => f.label(),
                         Err(e) => format!("{} FAILED: {e}", f.label()),
@@ -821,9 +848,32 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     bar.finish();
-    // Let the last claims finish their ledger credit and token move (a claim deducts
-    // the budget before the downstream call).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A claim deducts the budget before the downstream call, so budgets can reach
+    // the sent amount while the last credits are still on their way (and a retry
+    // parked in the delay queue can sit behind them): wait until the ledger itself
+    // holds every distinct trade number sent, reading it as reconciliation does.
+    let mut last_credited = u64::MAX;
+    let mut moved = Instant::now();
+    loop {
+        let r = crate::reconcile::run(&dir).await?;
+        if r.credited >= r.sent {
+            break;
+        }
+        if r.credited != last_credited {
+            last_credited = r.credited;
+            moved = Instant::now();
+        }
+        if moved.elapsed() > drain {
+            eprintln!(
+                "replay: the ledger holds {} of {} trade numbers, no progress for {} s; reconciling what is there",
+                r.credited,
+                r.sent,
+                drain.as_secs()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let _ = faults.await;
 
     stop.notify_one();
@@ -870,7 +920,14 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         &samples,
         close.stats,
         consumers_final,
-        fault_log.lock().map(|l| l.clone()).unwrap_or_default(),
+        fault_log
+            .lock()
+            .map(|l| {
+                let mut l = l.clone();
+                l.sort_by(|a, b| a.0.total_cmp(&b.0));
+                l
+            })
+            .unwrap_or_default(),
         reconciliation,
     );
     report.ceilings = ceilings;
@@ -884,9 +941,27 @@ async fn inject(
     setup: &Setup,
     env: &StackEnv,
     grpc: Option<&str>,
+    wallet: Option<&crate::wallet::Wallet>,
 ) -> anyhow::Result<()> {
     let down = Duration::from_secs_f64(f.for_secs);
     match f.action {
+        Action::DownstreamFail | Action::DownstreamSlow => {
+            let Some(w) = wallet else {
+                anyhow::bail!("no stand-in wallet running");
+            };
+            if f.action == Action::DownstreamFail {
+                w.set_fail_share(f.share.unwrap_or(0.0));
+            } else {
+                w.set_delay(Duration::from_millis(f.delay_ms.unwrap_or(0)));
+            }
+            tokio::time::sleep(down).await;
+            if f.action == Action::DownstreamFail {
+                w.set_fail_share(0.0);
+            } else {
+                w.set_delay(Duration::ZERO);
+            }
+            Ok(())
+        }
         Action::StopServer => {
             let server = f.server.as_deref().unwrap_or("kafka");
             crate::faults::stack(script, "stop", server).await?;

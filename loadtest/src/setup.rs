@@ -157,8 +157,9 @@ dir = "{spool}"
     )
 }
 
-/// The reward service's config.
-pub fn service_toml(env: &StackEnv, setup: &Setup) -> String {
+/// The reward service's config; with `wallet`, every type credits through that HTTP
+/// downstream (the fault drills' stand-in wallet) instead of the ledger directly.
+pub fn service_toml(env: &StackEnv, setup: &Setup, wallet: Option<&str>) -> String {
     let m = &setup.manifest;
     let mut budgets = String::new();
     for (scope, b) in &m.budgets {
@@ -166,9 +167,17 @@ pub fn service_toml(env: &StackEnv, setup: &Setup) -> String {
     }
     let mut downstreams = String::new();
     for (t, _, _, cap) in TYPES {
-        downstreams.push_str(&format!("[downstreams.{t}]\nkind = \"ledger\"\n"));
-        if let Some(c) = cap {
-            downstreams.push_str(&format!("capacity = {c}\n"));
+        match wallet {
+            Some(url) => downstreams.push_str(&format!(
+                "[downstreams.{t}]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = {}\n",
+                crate::wallet::TIMEOUT_MS
+            )),
+            None => {
+                downstreams.push_str(&format!("[downstreams.{t}]\nkind = \"ledger\"\n"));
+                if let Some(c) = cap {
+                    downstreams.push_str(&format!("capacity = {c}\n"));
+                }
+            }
         }
     }
     format!(

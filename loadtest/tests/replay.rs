@@ -214,6 +214,70 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
 }
 
 #[test]
+fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
+    let env = stack_env();
+    let out = tempdir("downstream");
+    let plan = out.join("faults.toml");
+    std::fs::write(
+        &plan,
+        "[[faults]]\nat_secs = 2\naction = \"downstream-fail\"\nshare = 0.5\nfor_secs = 3\n\
+         [[faults]]\nat_secs = 6\naction = \"downstream-slow\"\ndelay_ms = 200\nfor_secs = 2\n",
+    )
+    .unwrap();
+    let (ok, text) = loadtest(
+        &[
+            "replay",
+            "--scale",
+            "0.0002",
+            "--duration",
+            "10",
+            "--with-services",
+            "--rocketmq-consumers",
+            "1",
+            "--faults",
+            plan.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        &env,
+    );
+    assert!(ok, "replay failed:\n{text}");
+    let html = text
+        .lines()
+        .find_map(|l| l.strip_prefix("report: "))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no report path in:\n{text}"));
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(html.parent().unwrap().join("report.json")).unwrap())
+            .unwrap();
+    assert!(
+        r["reconciliation"]["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["pass"] == true),
+        "{text}"
+    );
+    // Half the credits failed for 3 s: the consumer parked them and credited later.
+    assert!(
+        r["consumers"]["requeued_failed"].as_u64().unwrap() > 0,
+        "{}",
+        r["consumers"]
+    );
+    let labels: Vec<&str> = r["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[1].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["downstream fails 50% for 3 s", "downstream +200 ms for 2 s"]
+    );
+}
+
+#[test]
 fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
     let out = tempdir("bad");
     let profile = out.join("p.toml");
