@@ -8,6 +8,15 @@
 //! Everything else gets one [`proto::v1::GrantResult`] per event, whose `outcome` and
 //! `error_code` say what happened (see [`crate::service::result_of`]); the call
 //! itself succeeds, so one bad event never fails a batch.
+//!
+//! # A caller that goes away does not stop a grant
+//! tonic drops a handler's future when its client disconnects or gives up. A grant
+//! dropped after the downstream credited but before its record said `GRANTED` would
+//! stay `IN_PROGRESS` until its lease ran out, and the redelivered event would then
+//! be credited a second time (the load tester's fault drill found exactly that: 790
+//! double credits after one consumer was killed mid-batch). So every handler runs the
+//! grant as its own task ([`detached`]) and only waits for it: the work finishes and
+//! marks its records whatever the caller does.
 
 use proto::v1::reward_service_server::{RewardService, RewardServiceServer};
 use proto::v1::{
@@ -33,7 +42,8 @@ impl RewardService for GrpcApi {
             .into_inner()
             .event
             .ok_or_else(|| Status::invalid_argument("GrantRequest.event is missing"))?;
-        let result = self.service.grant(&ev).await;
+        let service = self.service.clone();
+        let result = detached(async move { service.grant(&ev).await }).await?;
         Ok(Response::new(GrantResponse {
             result: Some(result),
         }))
@@ -47,7 +57,8 @@ impl RewardService for GrpcApi {
             .into_inner()
             .event
             .ok_or_else(|| Status::invalid_argument("GrantAsyncRequest.event is missing"))?;
-        let result = self.service.grant_async(&ev).await;
+        let service = self.service.clone();
+        let result = detached(async move { service.grant_async(&ev).await }).await?;
         Ok(Response::new(GrantAsyncResponse {
             result: Some(result),
         }))
@@ -65,9 +76,20 @@ impl RewardService for GrpcApi {
                 self.service.max_batch()
             )));
         }
-        let results = self.service.grant_batch(events).await;
+        let service = self.service.clone();
+        let results = detached(async move { service.grant_batch(events).await }).await?;
         Ok(Response::new(GrantBatchResponse { results }))
     }
+}
+
+/// Runs `work` as its own task and waits for it, so dropping the waiter (the caller
+/// went away) does not cancel the work.
+pub async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Status::internal(format!("the grant task failed: {e}")))
 }
 
 /// The interceptor that checks the bearer credential.

@@ -62,6 +62,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    fn internal(reason: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            reason: reason.into(),
+        }
+    }
+
     fn bad(reason: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
@@ -298,10 +306,14 @@ async fn withdraw(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Json(b) = body?;
     check_ids(&st, &b.user_id, &b.activity_id, b.tokens.len())?;
-    let done = st
-        .service
-        .withdraw(&b.user_id, &b.activity_id, &b.tokens)
-        .await?;
+    // Withdrawal grants: like the gRPC handlers, finish them even if the wallet
+    // frontend goes away (see crate::grpc, "A caller that goes away").
+    let service = st.service.clone();
+    let (user_id, activity_id, tokens) =
+        (b.user_id.clone(), b.activity_id.clone(), b.tokens.clone());
+    let done = tokio::spawn(async move { service.withdraw(&user_id, &activity_id, &tokens).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("the withdrawal task failed: {e}")))??;
     let mut credited = 0i64;
     let items: Vec<serde_json::Value> = done
         .iter()

@@ -576,3 +576,43 @@ async fn shutdown_lets_a_grant_in_flight_finish_then_refuses_new_calls() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmarked() {
+    // Found by the load tester's fault drill (a consumer killed with SIGKILL while its
+    // GrantBatch was in flight): tonic drops the handler when the client goes away. If
+    // the grant work went with it after the downstream had credited, the records stayed
+    // IN_PROGRESS, and when their lease ran out a redelivery credited them again (790
+    // double credits in one drill). The work must finish whatever the caller does.
+    let tag = format!("g{:08x}", rand::random::<u32>());
+    create_topics(&tag).await;
+    let url = slow_downstream(Duration::from_millis(600)).await;
+    let dir = unique_dir(&tag);
+    let extra = format!("[downstreams.gem]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = 5000\n");
+    let cfg = service_config(&tag, &dir, 1_000, &extra);
+    let r = start(&cfg).await.unwrap();
+    let mut c = client(&r).await;
+    let events: Vec<RewardEvent> = (0..5)
+        .map(|i| event(&format!("gone:{i}"), "9", "gem", 2))
+        .collect();
+    let mut req = authed(proto::v1::GrantBatchRequest { events });
+    // The caller gives up (and resets its stream) while the credits are in flight.
+    req.set_timeout(Duration::from_millis(150));
+    assert!(c.grant_batch(req).await.is_err(), "the call timed out");
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let claims = r.service().granter().claims().clone();
+    for i in 0..5 {
+        let rec = claims
+            .record("cny/rain", &format!("gone:{i}"))
+            .await
+            .unwrap()
+            .expect("a record");
+        assert_eq!(
+            rec.state, "GRANTED",
+            "gone:{i} was credited but not marked: {rec:?}"
+        );
+    }
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
