@@ -195,6 +195,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shipped_drill_parses_and_breaks_every_part() {
+        let plan = parse(include_str!("../faults/drill.toml")).unwrap();
+        let actions: Vec<&Action> = plan.iter().map(|f| &f.action).collect();
+        for a in [
+            Action::KillConsumer,
+            Action::DownstreamFail,
+            Action::DownstreamSlow,
+            Action::StopServer,
+        ] {
+            assert!(actions.contains(&&a), "{a:?} missing from the drill");
+        }
+        assert!(needs_wallet(&plan));
+    }
+
+    #[test]
     fn plans_parse_and_bad_ones_name_the_fault() {
         let ok = parse(
             "[[faults]]\nat_secs = 1\naction = \"kill-consumer\"\n[[faults]]\nat_secs = 2\naction = \"stop-server\"\nserver = \"kafka\"\nfor_secs = 3\n",
