@@ -41,6 +41,11 @@ struct Args {
     /// replaced whole (write, then rename), so a reader never sees half of it.
     #[arg(long, value_name = "PATH")]
     stats_file: Option<PathBuf>,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address (e.g.
+    /// 127.0.0.1:9101; no credential, keep it on loopback or an operations network).
+    /// /readyz answers 200 once the group has assigned this member a partition.
+    #[arg(long, env = "REWARD_CONSUMER_METRICS_ADDR", value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// How often to rewrite --stats-file, milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
     stats_ms: u64,
@@ -107,6 +112,34 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let assigned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    if let Some(addr) = args.metrics_addr {
+        let handle = match sdk::admin::install_metrics() {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("reward-consumer: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let seen = assigned.clone();
+        let ready: sdk::admin::ReadyCheck = std::sync::Arc::new(move || {
+            let n = seen.load(std::sync::atomic::Ordering::Relaxed);
+            Box::pin(async move {
+                if n > 0 {
+                    Ok(())
+                } else {
+                    Err("no partitions assigned yet".to_string())
+                }
+            })
+        });
+        match sdk::admin::serve(addr, handle, ready).await {
+            Ok((bound, _)) => println!("reward-consumer: metrics on http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("reward-consumer: cannot serve metrics on {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     println!("reward-consumer: started");
     let progress = async {
         if args.progress_secs == 0 {
@@ -147,10 +180,20 @@ async fn main() -> ExitCode {
             );
         }
     };
+    let track_assigned = async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let n = running.assigned();
+            assigned.store(n, std::sync::atomic::Ordering::Relaxed);
+            metrics::gauge!("reward_consumer_assigned_partitions").set(n as f64);
+        }
+    };
     tokio::select! {
         () = stop_signal() => {}
         () = progress => {}
         () = stats_file => {}
+        () = track_assigned => {}
     }
     tracing::info!("stopping: finishing work in flight");
     let report = running.shutdown().await;

@@ -214,9 +214,9 @@ impl Offsets {
     pub fn report(&self) {
         for ((topic, partition), win) in self.lock().iter() {
             let (t, p) = (topic.to_string(), partition.to_string());
-            metrics::gauge!("reward_consumer_window_occupancy", "topic" => t.clone(), "partition" => p.clone())
+            metrics::gauge!("reward_consumer_window_occupancy_messages", "topic" => t.clone(), "partition" => p.clone())
                 .set(win.len() as f64);
-            metrics::gauge!("reward_consumer_commit_lag", "topic" => t, "partition" => p)
+            metrics::gauge!("reward_consumer_commit_lag_messages", "topic" => t, "partition" => p)
                 .set(win.commit_lag() as f64);
         }
     }

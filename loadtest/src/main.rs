@@ -85,6 +85,12 @@ enum Command {
         /// end-to-end rate as a share of each (release build for figures).
         #[arg(long)]
         ceilings: bool,
+        /// Serve this process's /metrics, /healthz, /readyz here while it runs (the
+        /// SDK's counters: sends, failovers, spool). The children always serve theirs
+        /// on free loopback ports; every process's final scrape is saved in the run
+        /// directory as metrics-<name>.prom.
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Reconcile a finished replay from its run directory: every sent trade number
     /// credited exactly once with its amount, nothing extra, no double credit, budgets
@@ -250,6 +256,7 @@ async fn run(cli: Cli) -> ExitCode {
             stack_script,
             quiet,
             ceilings,
+            metrics_addr,
         } => {
             if !with_services {
                 // Each run has its own topics and key prefixes (so reconciliation reads
@@ -302,7 +309,28 @@ async fn run(cli: Cli) -> ExitCode {
                 partitions,
                 stack_script,
                 ceilings,
+                metrics: None,
             };
+            let mut opts = opts;
+            // The recorder is always installed (the final scrape goes to the run
+            // directory); the endpoint only with --metrics-addr.
+            match sdk::admin::install_metrics() {
+                Ok(handle) => {
+                    if let Some(addr) = metrics_addr {
+                        let ready: sdk::admin::ReadyCheck =
+                            std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
+                        match sdk::admin::serve(addr, handle.clone(), ready).await {
+                            Ok((bound, _)) => println!("metrics on http://{bound}/metrics"),
+                            Err(e) => {
+                                eprintln!("error: cannot serve metrics on {addr}: {e}");
+                                return ExitCode::from(2);
+                            }
+                        }
+                    }
+                    opts.metrics = Some(handle);
+                }
+                Err(e) => eprintln!("replay: no metrics: {e}"),
+            }
             match replay::run(&StackEnv::from_env(), &opts).await {
                 Ok((dir, report)) => {
                     print!("{}", report.reconciliation.table());

@@ -75,6 +75,9 @@ pub struct ReplayOptions {
     /// After the run, measure the parts' ceilings on the same stack (a bare rdkafka
     /// producer, `redis-benchmark` of the claim script) for the report.
     pub ceilings: bool,
+    /// This process's metrics recorder (`--metrics-addr`), scraped at the end into
+    /// the run directory beside the children's.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 /// The parts' ceilings, measured right after the replay on the same stack.
@@ -432,6 +435,45 @@ fn consumer_counters(dir: &std::path::Path) -> BTreeMap<String, u64> {
     sum
 }
 
+/// The `/metrics` URL in a child's ready line (`... metrics on http://A/metrics`, or
+/// the service's `... HTTP on A`).
+fn metrics_url(ready: &str) -> String {
+    if let Some((_, url)) = ready.split_once("metrics on ") {
+        return url.trim().to_string();
+    }
+    match ready.split_once("HTTP on ") {
+        Some((_, addr)) => format!("http://{}/metrics", addr.trim()),
+        None => String::new(),
+    }
+}
+
+/// GET of a loopback `http://host:port/path` URL (HTTP/1.0, body returned on 200).
+pub async fn scrape(url: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("not an http:// URL: {url:?}"))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut conn =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(host))
+            .await
+            .map_err(|_| anyhow::anyhow!("connect to {host} timed out"))??;
+    conn.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut buf))
+        .await
+        .map_err(|_| anyhow::anyhow!("reading {url} timed out"))??;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{url}: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        anyhow::bail!("{url}: {}", head.lines().next().unwrap_or_default());
+    }
+    Ok(body.to_string())
+}
+
 /// Waits until every Kafka member's stats file says it holds partitions: a member
 /// reports itself started before the group has assigned it anything (with tansu and
 /// static membership that takes about 5 s), and rewards sent meanwhile would wait
@@ -500,13 +542,16 @@ fn consumer_spec(
                 .to_string(),
             "--progress-secs".into(),
             "5".into(),
+            "--metrics-addr".into(),
+            "127.0.0.1:0".into(),
         ],
         env: vec![(
             "REWARD_SERVICE_TOKEN_FILE".into(),
             setup.credential_file().display().to_string(),
         )],
         log: setup.dir.join(format!("{name}.log")),
-        ready_line: "reward-consumer: started".into(),
+        // Printed once the consumer has started and serves its metrics.
+        ready_line: "reward-consumer: metrics on ".into(),
     })
 }
 
@@ -880,6 +925,25 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     let samples = sampler.await.unwrap_or_default();
     let consumers_final = {
         let mut s = services.lock().await;
+        // Each process's final metrics, before it stops (operators read them; the
+        // tests check the counters against what was sent).
+        let mut scrapes: Vec<(String, String)> = s
+            .consumers
+            .iter()
+            .map(|c| (c.spec.name.clone(), metrics_url(&c.ready)))
+            .collect();
+        if let Some(svc) = &s.service {
+            scrapes.push(("service".into(), metrics_url(&svc.ready)));
+        }
+        for (name, url) in scrapes {
+            match scrape(&url).await {
+                Ok(text) => std::fs::write(dir.join(format!("metrics-{name}.prom")), text)?,
+                Err(e) => eprintln!("replay: cannot scrape {name} at {url}: {e}"),
+            }
+        }
+        if let Some(h) = &opts.metrics {
+            std::fs::write(dir.join("metrics-loadtest.prom"), h.render())?;
+        }
         for c in s.consumers.drain(..) {
             let name = c.spec.name.clone();
             if c.stop(Duration::from_secs(30)).await != Some(0) {

@@ -275,6 +275,73 @@ fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
         labels,
         ["downstream fails 50% for 3 s", "downstream +200 ms for 2 s"]
     );
+
+    // Every process's final scrape: the counters moved by exactly what was sent and
+    // credited, and the outcome labels add up to what the consumers read.
+    let dir = html.parent().unwrap();
+    let sent = r["sent"].as_u64().unwrap();
+    let credited = r["credited"].as_u64().unwrap();
+    let loadtest = scrape_file(&dir.join("metrics-loadtest.prom"));
+    let service = scrape_file(&dir.join("metrics-service.prom"));
+    let consumers: Vec<_> = ["consumer-kafka-0", "consumer-rocketmq-0"]
+        .iter()
+        .map(|n| scrape_file(&dir.join(format!("metrics-{n}.prom"))))
+        .collect();
+    assert_eq!(sum(&loadtest, "reward_sdk_sent_total", ""), sent);
+    assert_eq!(
+        sum(
+            &service,
+            "reward_service_grants_total",
+            "outcome=\"GRANTED\""
+        ),
+        credited
+    );
+    let consumed: u64 = consumers
+        .iter()
+        .map(|c| sum(c, "reward_consumer_consumed_total", ""))
+        .sum();
+    assert!(consumed >= sent, "consumed {consumed} < sent {sent}");
+    assert_eq!(
+        sum(
+            &service,
+            "reward_service_grants_total",
+            "api=\"grant_batch\""
+        ),
+        consumed,
+        "one grant result per message read"
+    );
+    let granted: u64 = consumers
+        .iter()
+        .map(|c| sum(c, "reward_consumer_granted_total", ""))
+        .sum();
+    assert_eq!(granted, credited);
+    assert!(
+        sum(
+            &service,
+            "reward_service_grants_total",
+            "outcome=\"FAILED_RETRYABLE\""
+        ) > 0
+    );
+}
+
+/// `(series, value)` of a Prometheus text scrape.
+fn scrape_file(path: &Path) -> Vec<(String, f64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(series, v)| (series.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+/// Sum of a metric's series whose labels contain `label` ("" = all).
+fn sum(scrape: &[(String, f64)], name: &str, label: &str) -> u64 {
+    scrape
+        .iter()
+        .filter(|(s, _)| (s == name || s.starts_with(&format!("{name}{{"))) && s.contains(label))
+        .map(|(_, v)| *v as u64)
+        .sum()
 }
 
 #[test]

@@ -43,7 +43,9 @@ impl RewardService for GrpcApi {
             .event
             .ok_or_else(|| Status::invalid_argument("GrantRequest.event is missing"))?;
         let service = self.service.clone();
+        let started = std::time::Instant::now();
         let result = detached(async move { service.grant(&ev).await }).await?;
+        observe("grant", started, std::slice::from_ref(&result));
         Ok(Response::new(GrantResponse {
             result: Some(result),
         }))
@@ -58,7 +60,9 @@ impl RewardService for GrpcApi {
             .event
             .ok_or_else(|| Status::invalid_argument("GrantAsyncRequest.event is missing"))?;
         let service = self.service.clone();
+        let started = std::time::Instant::now();
         let result = detached(async move { service.grant_async(&ev).await }).await?;
+        observe("grant_async", started, std::slice::from_ref(&result));
         Ok(Response::new(GrantAsyncResponse {
             result: Some(result),
         }))
@@ -77,9 +81,19 @@ impl RewardService for GrpcApi {
             )));
         }
         let service = self.service.clone();
+        let started = std::time::Instant::now();
         let results = detached(async move { service.grant_batch(events).await }).await?;
+        observe("grant_batch", started, &results);
         Ok(Response::new(GrantBatchResponse { results }))
     }
+}
+
+/// Records a call: its duration (`reward_service_call_seconds`) and each result's
+/// outcome (`reward_service_grants_total`).
+fn observe(api: &'static str, started: std::time::Instant, results: &[proto::v1::GrantResult]) {
+    metrics::histogram!("reward_service_call_seconds", "api" => api)
+        .record(started.elapsed().as_secs_f64());
+    crate::service::count_outcomes(api, results);
 }
 
 /// Runs `work` as its own task and waits for it, so dropping the waiter (the caller

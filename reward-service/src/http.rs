@@ -8,6 +8,7 @@
 //! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
 //! | `GET /healthz` | - | 200 while the process serves |
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
+//! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`) |
 //!
 //! The page: `{pending[], credited[], unknown[], illegal, unreadable, balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
@@ -314,6 +315,8 @@ async fn withdraw(
     let done = tokio::spawn(async move { service.withdraw(&user_id, &activity_id, &tokens).await })
         .await
         .map_err(|e| ApiError::internal(format!("the withdrawal task failed: {e}")))??;
+    let results: Vec<_> = done.iter().filter_map(|(_, r)| r.clone()).collect();
+    crate::service::count_outcomes("withdraw", &results);
     let mut credited = 0i64;
     let items: Vec<serde_json::Value> = done
         .iter()
@@ -366,8 +369,13 @@ async fn auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Res
     }
 }
 
-/// The router: the wallet routes behind the bearer check, health routes open.
-pub fn router(state: HttpState, max_body_bytes: usize) -> Router {
+/// The router: the wallet routes behind the bearer check, health routes (and
+/// `/metrics` when the process has a recorder) open.
+pub fn router(
+    state: HttpState,
+    max_body_bytes: usize,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> Router {
     let st = Arc::new(state);
     let api = Router::new()
         .route("/v1/tokens/validate", post(validate))
@@ -381,6 +389,7 @@ pub fn router(state: HttpState, max_body_bytes: usize) -> Router {
         .merge(api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(metrics.map_or_else(Router::new, sdk::admin::metrics_router))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(st)
 }

@@ -68,7 +68,21 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let running = match reward_service::server::start(&cfg).await {
+    let metrics = match sdk::admin::install_metrics() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!("reward-service: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let service = match reward_service::server::build(&cfg).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reward-service: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match reward_service::server::serve_with_metrics(service, &cfg, metrics).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("reward-service: {e}");

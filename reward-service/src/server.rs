@@ -126,6 +126,36 @@ pub async fn start(cfg: &ServiceConfig) -> Result<Running, StartError> {
 
 /// Serves an already built service.
 pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, StartError> {
+    serve_with_metrics(service, cfg, None).await
+}
+
+/// Serves an already built service, with `/metrics` on the HTTP port when given the
+/// process's recorder ([`sdk::admin::install_metrics`]), and a task that keeps the
+/// budget gauges (`reward_service_budget_spent`, `reward_service_budget_remaining` per
+/// scene) fresh every 5 s.
+pub async fn serve_with_metrics(
+    service: Service,
+    cfg: &ServiceConfig,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> Result<Running, StartError> {
+    if metrics.is_some() {
+        let claims = service.granter().claims().clone();
+        let budgets = cfg.budgets.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                for (scope, total) in &budgets {
+                    if let Ok(spent) = claims.spent(scope).await {
+                        metrics::gauge!("reward_service_budget_spent", "scene" => scope.clone())
+                            .set(spent as f64);
+                        metrics::gauge!("reward_service_budget_remaining", "scene" => scope.clone())
+                            .set((total - spent) as f64);
+                    }
+                }
+            }
+        });
+    }
     let s = &cfg.server;
     let grpc_listener = tokio::net::TcpListener::bind(s.grpc_addr)
         .await
@@ -165,6 +195,7 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
             max_tokens: s.max_tokens_per_request,
         },
         s.max_body_bytes,
+        metrics,
     );
     let http_stop = signal(stopped);
     let http = tokio::spawn(async move {

@@ -110,6 +110,15 @@ fn failed(trade_no: &str, outcome: GrantOutcome, code: &str, message: String) ->
     }
 }
 
+/// Counts grant results by API and outcome (`reward_service_grants_total`).
+pub fn count_outcomes(api: &'static str, results: &[GrantResult]) {
+    for r in results {
+        let outcome = GrantOutcome::try_from(r.outcome).map_or("UNKNOWN", |o| o.as_str_name());
+        metrics::counter!("reward_service_grants_total", "api" => api, "outcome" => outcome)
+            .increment(1);
+    }
+}
+
 /// The wire result of a grant.
 pub fn result_of(trade_no: &str, r: Result<Outcome, GrantError>) -> GrantResult {
     match r {

@@ -37,6 +37,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod config;
 pub mod dynamic;
 pub mod queue;

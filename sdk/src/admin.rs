@@ -1,0 +1,116 @@
+//! Operations endpoints for the pipeline's binaries (feature `admin`): Prometheus
+//! metrics, liveness and readiness over HTTP.
+//!
+//! | route | answers |
+//! | --- | --- |
+//! | `GET /metrics` | every metric of the process, Prometheus text format |
+//! | `GET /healthz` | 200 while the process serves |
+//! | `GET /readyz` | 200 when the binary's own readiness check passes, else 503 with the reason |
+//!
+//! One process-wide recorder ([`install_metrics`]) collects what the `metrics` macros
+//! record anywhere in the process (SDK, consumer, service). Metric names follow
+//! `<component>_<noun>_<unit>[_total]` and every one is listed in `docs/metrics.md`.
+//! Durations are histograms in seconds with fixed buckets (below), so dashboards can
+//! take quantiles over any set of instances with `histogram_quantile`.
+//!
+//! The endpoints carry no credential: bind them to loopback or an operations network.
+//!
+//! ```
+//! # async fn demo() -> std::io::Result<()> {
+//! let handle = sdk::admin::install_metrics().expect("first recorder in this process");
+//! let ready: sdk::admin::ReadyCheck = std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
+//! let (addr, _server) = sdk::admin::serve("127.0.0.1:0".parse().unwrap(), handle, ready).await?;
+//! println!("metrics on http://{addr}/metrics");
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Bucket bounds of every `*_seconds` histogram: 100 µs to 60 s.
+pub const SECONDS_BUCKETS: [f64; 16] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0, 60.0,
+];
+
+/// A readiness check: `Ok` when ready, else why not.
+pub type ReadyCheck =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// Why the recorder could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the metrics recorder: {0}")]
+pub struct InstallError(String);
+
+/// Installs the process-wide Prometheus recorder (once per process).
+pub fn install_metrics() -> Result<PrometheusHandle, InstallError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
+        .map_err(|e| InstallError(e.to_string()))?
+        .install_recorder()
+        .map_err(|e| InstallError(e.to_string()))
+}
+
+#[derive(Clone)]
+struct AdminState {
+    handle: PrometheusHandle,
+    ready: ReadyCheck,
+}
+
+/// `/metrics` alone, to merge into a binary's existing router.
+pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle) -> Router<S> {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move { handle.render() }
+        }),
+    )
+}
+
+/// The three routes.
+pub fn router(handle: PrometheusHandle, ready: ReadyCheck) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(AdminState { handle, ready })
+}
+
+async fn metrics(State(st): State<AdminState>) -> String {
+    st.handle.render()
+}
+
+async fn readyz(State(st): State<AdminState>) -> Response {
+    match (st.ready)().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+/// Serves the three routes on `addr` (port 0: any free port); returns the bound
+/// address and the server task.
+pub async fn serve(
+    addr: SocketAddr,
+    handle: PrometheusHandle,
+    ready: ReadyCheck,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = router(handle, ready);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the admin endpoint stopped");
+        }
+    });
+    Ok((bound, task))
+}
