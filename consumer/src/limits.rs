@@ -369,6 +369,22 @@ impl Limits {
     }
 }
 
+/// The limits in effect as gauges, so a dashboard can draw each type's delivered
+/// rate against its limit: `reward_consumer_rate_limit_per_second{type}` (0 while
+/// fused), `reward_consumer_fused{type}`, `reward_consumer_global_limit_per_second`.
+fn export(config: &LimitsConfig, global_rate: f64) {
+    metrics::gauge!("reward_consumer_global_limit_per_second").set(global_rate);
+    for (t, l) in &config.types {
+        let rate = if l.fused { 0.0 } else { l.rate };
+        metrics::gauge!("reward_consumer_rate_limit_per_second", "type" => t.clone()).set(rate);
+        metrics::gauge!("reward_consumer_fused", "type" => t.clone()).set(if l.fused {
+            1.0
+        } else {
+            0.0
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,21 +469,5 @@ mod tests {
         // 200/s for 0.5 s: at most 100 plus the boundary credit, however fast the
         // loop ran; the lower bound only catches a limiter that passes nothing.
         assert!((20..=102).contains(&passed), "{passed}");
-    }
-}
-
-/// The limits in effect as gauges, so a dashboard can draw each type's delivered
-/// rate against its limit: `reward_consumer_rate_limit_per_second{type}` (0 while
-/// fused), `reward_consumer_fused{type}`, `reward_consumer_global_limit_per_second`.
-fn export(config: &LimitsConfig, global_rate: f64) {
-    metrics::gauge!("reward_consumer_global_limit_per_second").set(global_rate);
-    for (t, l) in &config.types {
-        let rate = if l.fused { 0.0 } else { l.rate };
-        metrics::gauge!("reward_consumer_rate_limit_per_second", "type" => t.clone()).set(rate);
-        metrics::gauge!("reward_consumer_fused", "type" => t.clone()).set(if l.fused {
-            1.0
-        } else {
-            0.0
-        });
     }
 }
