@@ -243,12 +243,8 @@ fn watch_limits(
     if d.file.is_none() && d.redis_key.is_none() {
         return None;
     }
-    let mut base = toml::Table::new();
-    if let Ok(toml::Value::Table(t)) = toml::Value::try_from(&cfg.limits) {
-        base.insert("limits".into(), toml::Value::Table(t));
-    }
     let sources = sdk::dynamic::Sources {
-        base,
+        base: cfg.limits.as_document(),
         file: d.file.clone(),
         redis: d.redis_key.clone().map(|k| (sdk.store().pool().clone(), k)),
         poll: Duration::from_millis(d.poll_ms.unwrap_or(500)),

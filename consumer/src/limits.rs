@@ -103,6 +103,24 @@ pub struct LimitsError(pub String);
 const MAX_RATE: f64 = 100_000_000.0;
 
 impl LimitsConfig {
+    /// `self` as a dynamic document's `[limits]` section (the base the shared
+    /// document's overrides are laid over).
+    pub fn as_document(&self) -> toml::Table {
+        let mut base = toml::Table::new();
+        if let Ok(toml::Value::Table(t)) = toml::Value::try_from(self) {
+            base.insert("limits".into(), toml::Value::Table(t));
+        }
+        base
+    }
+
+    /// The limits `overrides` (the shared dynamic document) give a consumer started
+    /// with `self`, or why a running consumer would refuse them.
+    pub fn with_overrides(&self, overrides: &toml::Table) -> Result<Self, LimitsError> {
+        let mut doc = self.as_document();
+        sdk::dynamic::merge(&mut doc, overrides);
+        Self::from_document(&doc)
+    }
+
     /// Reads the `[limits]` section of a document (absent: the defaults) and checks it.
     pub fn from_document(doc: &toml::Table) -> Result<Self, LimitsError> {
         let cfg: LimitsConfig = match doc.get("limits") {

@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod consumer_bench;
+pub mod control;
 pub mod faults;
 pub mod grant_bench;
 pub mod profile;

@@ -414,6 +414,21 @@ impl Claims {
         Ok(())
     }
 
+    /// A scene's total budget (the sum of its shards' caps; 0 when never set).
+    pub async fn budget(&self, scene: &str) -> Result<i64, ClaimError> {
+        check_id("scene", scene)?;
+        let mut sum = 0;
+        for shard in 0..self.cfg.shards {
+            let v: Option<i64> = self
+                .pool
+                .next()
+                .hget(self.budget_key(scene, shard), "cap")
+                .await?;
+            sum += v.unwrap_or(0);
+        }
+        Ok(sum)
+    }
+
     /// What a scene has spent, over all shards.
     pub async fn spent(&self, scene: &str) -> Result<i64, ClaimError> {
         let mut sum = 0;

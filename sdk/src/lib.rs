@@ -447,16 +447,8 @@ impl Sdk {
     /// old routing kept, if it is inconsistent or names a queue that had no buffer at
     /// start-up (new queues need a restart).
     pub fn apply_config(&self, doc: &toml::Table) -> Result<(), ConfigError> {
-        let inner = &*self.inner;
-        let routing =
-            Routing::from_table(doc, &inner.config.producers, inner.config.limits.max_amount)?;
-        let known = &inner.config.routing.queues;
-        if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
-            return Err(ConfigError::Invalid(format!(
-                "queue {q} did not exist at start-up; adding a queue needs a restart"
-            )));
-        }
-        inner.routing.store(Arc::new(routing));
+        let routing = routing_of(&self.inner.config, doc)?;
+        self.inner.routing.store(Arc::new(routing));
         Ok(())
     }
 
@@ -504,6 +496,49 @@ impl Sdk {
 }
 
 /// The routing as a TOML document (the dynamic sections only).
+/// The routing a whole dynamic document gives an SDK started with `config`, or why it
+/// is refused (inconsistent, or a queue that had no buffer at start-up).
+fn routing_of(config: &SdkConfig, doc: &toml::Table) -> Result<Routing, ConfigError> {
+    let routing = Routing::from_table(doc, &config.producers, config.limits.max_amount)?;
+    let known = &config.routing.queues;
+    if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
+        return Err(ConfigError::Invalid(format!(
+            "queue {q} did not exist at start-up; adding a queue needs a restart"
+        )));
+    }
+    Ok(routing)
+}
+
+/// Whether an SDK started with `config` would take `overrides` (the shared dynamic
+/// document's changes, as `ops/config` writes them) laid over its start-up routing:
+/// the check every running instance makes, for tools that want to refuse a change
+/// before writing it. Returns the routing that would result.
+///
+/// ```
+/// let cfg = sdk::config::SdkConfig::from_toml_str(r#"
+///     default_queue = "massive"
+///     [store]
+///     redis_url = "redis://127.0.0.1:16379"
+///     [producers.kafka]
+///     kind = "kafka"
+///     brokers = "127.0.0.1:19092"
+///     [queues.massive]
+///     topic = "reward-massive"
+///     primary = "kafka"
+///     backup = "kafka"
+///     [types.cash]
+/// "#).unwrap();
+/// let ok = sdk::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
+/// assert_eq!(sdk::check_dynamic(&cfg, &ok).unwrap().queues["massive"].ratio, 80);
+/// let bad = sdk::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
+/// assert!(sdk::check_dynamic(&cfg, &bad).is_err());
+/// ```
+pub fn check_dynamic(config: &SdkConfig, overrides: &toml::Table) -> Result<Routing, ConfigError> {
+    let mut full = routing_table(&config.routing);
+    dynamic::merge(&mut full, overrides);
+    routing_of(config, &full)
+}
+
 fn routing_table(r: &Routing) -> toml::Table {
     let mut doc = toml::Table::new();
     let mut queues = toml::Table::new();

@@ -1,0 +1,186 @@
+//! `reward-ctl`: change the pipeline's live settings, validated and audited.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use loadtest::control::{Control, ControlError, Known};
+
+/// Changes the settings operators turn during an event, on every running instance at
+/// once (they poll the shared document every 500 ms), after checking the change the
+/// way the instances will. A refused change writes nothing (exit 2). Every change is
+/// recorded (who, when, old, new) in Redis (`reward-ctl audit`) and in --audit-log.
+///
+/// Knobs (`reward-ctl set KEY VALUE`):
+///   limits.types.<type>.rate       credits/s the consumer lets through for the type (> 0)
+///   limits.types.<type>.burst      credits allowed at once above the rate (>= 1)
+///   limits.types.<type>.priority   0..=255; higher types go first when the global limit binds
+///   limits.types.<type>.fused      true: credit none of the type (parked, not lost); false: resume
+///   limits.global                  credits/s over all types; 0 = the sum of the type rates
+///   limits.global_burst            global burst (>= 1)
+///   limits.default_rate / default_burst   for a type the consumer config does not list
+///   queues.<queue>.ratio           0..=100: share of users (uid % 100) sent to the primary first
+///   queues.<queue>.primary|backup  producer names from the SDK config (e.g. kafka, rocketmq)
+///   queues.<queue>.topic           the queue's topic
+///   types.<type>.queue             the virtual queue a reward type goes to
+///   types.<type>.max_amount        the largest amount the SDK accepts for the type
+///   default_queue                  queue of types without their own
+/// Budgets (`reward-ctl budget SCENE TOTAL`): a configured "activity/scene" budget in
+/// the smallest unit; never below what the scene has spent.
+///
+/// Reward types, queues, producers and scenes must exist in the configs the instances
+/// run with (--consumer-config, --service-config).
+#[derive(Debug, Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Args {
+    /// The stack's Redis (where the shared document, budgets and audit list live).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:16379")]
+    redis: String,
+    /// The shared document's Redis hash (the instances' [dynamic] redis_key).
+    #[arg(long, env = "REWARD_CONFIG_KEY", default_value = "reward:config")]
+    key: String,
+    /// The consumer config the consumers run with (limits, types).
+    #[arg(long, default_value = "ops/consumer.toml")]
+    consumer_config: PathBuf,
+    /// The reward service config (its [sdk] queues and producers, budgets, claims).
+    #[arg(long, default_value = "ops/reward-service.toml")]
+    service_config: PathBuf,
+    /// Local copy of the audit trail (JSON lines).
+    #[arg(long, default_value = "/var/tmp/reward-ctl/audit.jsonl")]
+    audit_log: PathBuf,
+    /// Who is changing things [default: $REWARD_CTL_USER, $SUDO_USER or $USER].
+    #[arg(long)]
+    who: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Every override in force.
+    Show,
+    /// One override (empty if the instances use their file's value).
+    Get {
+        /// A knob (see --help).
+        key: String,
+    },
+    /// Check and set a knob on every instance.
+    Set {
+        /// A knob (see --help).
+        key: String,
+        /// Its value (a number, true/false, or a name).
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// Remove an override: back to the instances' config files.
+    Unset {
+        /// A knob.
+        key: String,
+    },
+    /// Set a scene's total budget.
+    Budget {
+        /// "activity/scene", as in the service's [budgets].
+        scene: String,
+        /// The new total, smallest unit.
+        #[arg(allow_hyphen_values = true)]
+        total: i64,
+    },
+    /// The last changes, newest first.
+    Audit {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        last: i64,
+    },
+}
+
+fn who(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("REWARD_CTL_USER").ok())
+        .or_else(|| std::env::var("SUDO_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|w| !w.trim().is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let known = match Known::load(&args.consumer_config, &args.service_config) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("reward-ctl: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let ctl = match Control::connect(
+        &args.redis,
+        &args.key,
+        known,
+        Some(args.audit_log.clone()),
+        who(args.who.clone()),
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reward-ctl: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(file value)".into());
+    let r: Result<(), ControlError> = async {
+        match &args.command {
+            Cmd::Show => {
+                let o = ctl.overrides().await?;
+                if o.is_empty() {
+                    println!("(no overrides)");
+                }
+                for (k, v) in o {
+                    println!("{k} = {v}");
+                }
+            }
+            Cmd::Get { key } => {
+                if let Some(v) = ctl.overrides().await?.get(key) {
+                    println!("{v}");
+                }
+            }
+            Cmd::Set { key, value } => {
+                let old = ctl.set(key, value).await?;
+                println!("{key}: {} -> {value}", shown(&old));
+            }
+            Cmd::Unset { key } => match ctl.unset(key).await? {
+                Some(old) => println!("{key}: {old} -> (file value)"),
+                None => println!("{key} was not set"),
+            },
+            Cmd::Budget { scene, total } => {
+                let (old, spent) = ctl.budget(scene, *total).await?;
+                println!("budget {scene}: {old} -> {total} (spent {spent})");
+            }
+            Cmd::Audit { last } => {
+                for e in ctl.audit_log(*last).await? {
+                    println!(
+                        "{} {} {}: {} -> {}",
+                        e.at_unix_ms,
+                        e.who,
+                        e.key,
+                        shown(&e.old),
+                        e.new.clone().unwrap_or_else(|| "(unset)".into())
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ ControlError::Refused(_)) => {
+            eprintln!("reward-ctl: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("reward-ctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
