@@ -167,60 +167,30 @@ pub async fn run(
     let raw_rate = raw(env, &topic, opts.messages).await?;
     eprintln!("consumer-bench: raw {raw_rate:.0} msg/s");
 
-    let vars = [
-        ("REWARD_SERVICE_TOKEN", credential),
-        (
-            "REWARD_CONSUMER__SOURCE__BROKERS",
-            env.kafka_brokers.clone(),
-        ),
-        ("REWARD_CONSUMER__SOURCE__GROUP", format!("cb-{tag}")),
-        (
-            "REWARD_CONSUMER__SERVICE__GRPC",
-            format!("http://{}", service.grpc_addr),
-        ),
-        ("REWARD_CONSUMER__DELAY__KEY_PREFIX", format!("cbd-{tag}")),
-        (
-            "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE",
-            "100000000".into(),
-        ),
-        ("REWARD_CONSUMER__LIMITS__GLOBAL_BURST", "100000".into()),
-        (
-            "REWARD_CONSUMER__PIPELINE__CONCURRENCY",
-            opts.concurrency.to_string(),
-        ),
-        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
-        (
-            "REWARD_SDK__TOKEN__KEYS_FILE",
-            dir.join("keys").display().to_string(),
-        ),
-        (
-            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
-            env.kafka_brokers.clone(),
-        ),
-        (
-            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
-            env.rocketmq_namesrv.clone(),
-        ),
-        (
-            "REWARD_SDK__SPOOL__DIR",
-            dir.join("consumer-spool").display().to_string(),
-        ),
-    ];
-    let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
-    // The topic list is an array; set it in the text rather than through a variable.
-    let text = include_str!("../../ops/consumer.toml")
-        .replace(
-            "topics = [\"reward-massive\"]",
-            &format!("topics = [\"{topic}\"]"),
-        )
-        .replace(
-            "redis_key = \"reward:config\"",
-            &format!("redis_key = \"cbcfg-{tag}\""),
-        );
-    vars.push(("REWARD_CONSUMER__DYNAMIC__POLL_MS".into(), "500".into()));
-    let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
     let start = Instant::now();
-    let consumer = reward_consumer::start(&cfg).await?;
+    let consumer = start_consumer(
+        env,
+        &tag,
+        &dir,
+        &topic,
+        &service.grpc_addr.to_string(),
+        credential,
+        &[
+            (
+                "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
+                "100000000".into(),
+            ),
+            (
+                "REWARD_CONSUMER__LIMITS__GLOBAL_BURST".into(),
+                "100000".into(),
+            ),
+            (
+                "REWARD_CONSUMER__PIPELINE__CONCURRENCY".into(),
+                opts.concurrency.to_string(),
+            ),
+        ],
+    )
+    .await?;
     let deadline = start + Duration::from_secs(600);
     let mut last = 0;
     let mut last_move = Instant::now();
@@ -265,4 +235,78 @@ pub async fn run(
         consumer_rate,
         stats,
     })
+}
+
+/// A consumer in this process reading `topic` (config `ops/consumer.toml`, group and
+/// key prefixes named by `tag`, the dynamic document in Redis hash `cbcfg-<tag>`,
+/// polled every 500 ms), crediting through the reward service at `grpc_addr`; `extra`
+/// are more `REWARD_CONSUMER__…` overrides.
+pub async fn start_consumer(
+    env: &StackEnv,
+    tag: &str,
+    dir: &std::path::Path,
+    topic: &str,
+    grpc_addr: &str,
+    credential: String,
+    extra: &[(String, String)],
+) -> anyhow::Result<reward_consumer::Running> {
+    let vars = [
+        ("REWARD_SERVICE_TOKEN", credential),
+        (
+            "REWARD_CONSUMER__SOURCE__BROKERS",
+            env.kafka_brokers.clone(),
+        ),
+        ("REWARD_CONSUMER__SOURCE__GROUP", format!("cb-{tag}")),
+        (
+            "REWARD_CONSUMER__SERVICE__GRPC",
+            format!("http://{grpc_addr}"),
+        ),
+        ("REWARD_CONSUMER__DELAY__KEY_PREFIX", format!("cbd-{tag}")),
+        ("REWARD_CONSUMER__DYNAMIC__POLL_MS", "500".into()),
+        // Requeued (parked, then moved) events go back to the topic read here.
+        ("REWARD_SDK__QUEUES__MASSIVE__TOPIC", topic.to_string()),
+        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
+        (
+            "REWARD_SDK__TOKEN__KEYS_FILE",
+            dir.join("keys").display().to_string(),
+        ),
+        (
+            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
+            env.kafka_brokers.clone(),
+        ),
+        (
+            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
+            env.rocketmq_namesrv.clone(),
+        ),
+        (
+            "REWARD_SDK__SPOOL__DIR",
+            dir.join("consumer-spool").display().to_string(),
+        ),
+    ];
+    let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    vars.extend(extra.iter().cloned());
+    // The topic list is an array; set it in the text rather than through a variable.
+    let text = include_str!("../../ops/consumer.toml")
+        .replace(
+            "topics = [\"reward-massive\"]",
+            &format!("topics = [\"{topic}\"]"),
+        )
+        .replace(
+            "redis_key = \"reward:config\"",
+            &format!("redis_key = \"cbcfg-{tag}\""),
+        );
+    let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
+    Ok(reward_consumer::start(&cfg).await?)
+}
+
+/// Puts `n` cash events for `users` users (`cb:<i>`, activity `bench`, scene `rain`,
+/// amount 1) on `topic`.
+pub async fn produce_events(env: &StackEnv, topic: &str, n: u64, users: u64) -> anyhow::Result<()> {
+    let opts = ConsumerBenchOptions {
+        messages: n,
+        partitions: 1,
+        users,
+        concurrency: 1,
+    };
+    produce(env, topic, &opts).await
 }

@@ -111,7 +111,7 @@ impl Known {
         let num = |min: f64, max: f64, what: &str| -> Result<(), String> {
             match value.parse::<f64>() {
                 Ok(v) if v.is_finite() && v >= min && v <= max => Ok(()),
-                _ => Err(format!("{key} = {value}: {what}")),
+                _ => Err(format!("{key} = {value}: must be {what}")),
             }
         };
         let int = |min: i64, max: i64| -> Result<(), String> {
@@ -151,17 +151,19 @@ impl Known {
             ["limits", "global"] => num(
                 0.0,
                 max_rate,
-                "credits/s, >= 0 (0 = the sum of the type rates)",
+                "a rate in credits/s, 0 or above (0 = the sum of the type rates)",
             ),
             ["limits", "global_burst" | "default_burst"] => int(1, 10_000_000),
-            ["limits", "default_rate"] => num(f64::MIN_POSITIVE, max_rate, "credits/s, > 0"),
+            ["limits", "default_rate"] => {
+                num(f64::MIN_POSITIVE, max_rate, "a rate in credits/s above 0")
+            }
             ["limits", "types", t, knob] => {
                 ty(t)?;
                 match *knob {
                     "rate" => num(
                         f64::MIN_POSITIVE,
                         max_rate,
-                        "credits/s, > 0 (fuse the type to stop it)",
+                        "a rate in credits/s above 0 (fuse the type to stop it)",
                     ),
                     "burst" => int(1, 10_000_000),
                     "priority" => int(0, 255),

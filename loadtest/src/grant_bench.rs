@@ -76,7 +76,9 @@ fn hex_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-pub(crate) async fn start_service(
+/// A reward service in this process (config `ops/reward-service.toml`, key prefixes
+/// named by `tag`, files in `dir`); returns it and its bearer credential.
+pub async fn start_service(
     env: &StackEnv,
     tag: &str,
     dir: &std::path::Path,

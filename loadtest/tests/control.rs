@@ -1,0 +1,171 @@
+//! `reward-ctl` against a consumer crediting while traffic flows: a rate change is
+//! followed within about a second; an invalid change is refused and nothing changes;
+//! the audit trail says who changed what. Needs the local stack (`ops/stack up`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use loadtest::stack::StackEnv;
+
+fn ctl(key: &str, args: &[&str]) -> (i32, String) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reward-ctl"))
+        .args(["--key", key, "--who", "control-test", "--audit-log"])
+        .arg(std::env::temp_dir().join(format!("{key}.audit.jsonl")))
+        .args(args)
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing() {
+    let env = StackEnv::from_env();
+    assert!(
+        std::net::TcpStream::connect(env.redis_host_port().unwrap()).is_ok(),
+        "Redis is not answering; start the local stack with `ops/stack up`"
+    );
+    let tag = format!("ctl{:08x}", rand::random::<u32>());
+    let dir = std::env::temp_dir().join(format!("control-{tag}"));
+    let (service, credential) = loadtest::grant_bench::start_service(&env, &tag, &dir)
+        .await
+        .unwrap();
+    service
+        .service()
+        .granter()
+        .claims()
+        .set_budget("bench/rain", 1_000_000)
+        .await
+        .unwrap();
+    let topic = format!("cb-{tag}");
+    sdk::readback::create_kafka_topics(&env.kafka_brokers, &[&topic], 2)
+        .await
+        .unwrap();
+    // A backlog the consumer drains at its cash rate: traffic flows all through.
+    let users = 20u64;
+    loadtest::consumer_bench::produce_events(&env, &topic, 4_000, users)
+        .await
+        .unwrap();
+    let consumer = loadtest::consumer_bench::start_consumer(
+        &env,
+        &tag,
+        &dir,
+        &topic,
+        &service.grpc_addr.to_string(),
+        credential,
+        &[
+            (
+                "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
+                "200".into(),
+            ),
+            (
+                "REWARD_CONSUMER__LIMITS__TYPES__CASH__BURST".into(),
+                "10".into(),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    let key = format!("cbcfg-{tag}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let changed_at = now_ms();
+    let (code, out) = ctl(&key, &["set", "limits.types.cash.rate", "50"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("limits.types.cash.rate: (file value) -> 50"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // Refused, with the reason, and nothing written: the consumer keeps 50/s.
+    for (args, why) in [
+        (
+            vec!["set", "limits.types.cash.rate", "-5"],
+            "must be a rate in credits/s above 0",
+        ),
+        (
+            vec!["set", "limits.types.gold.rate", "10"],
+            "unknown reward type \"gold\"",
+        ),
+        (vec!["set", "queues.massive.ratio", "101"], "0..=100"),
+    ] {
+        let (code, out) = ctl(&key, &args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(
+            out.contains("refused") && out.contains(why),
+            "{args:?}: {out}"
+        );
+    }
+    let (_, shown) = ctl(&key, &["show"]);
+    assert_eq!(shown.trim(), "limits.types.cash.rate = 50");
+    assert_eq!(consumer.limits().limit_of("cash").rate, 50.0);
+    let (_, audit) = ctl(&key, &["audit"]);
+    let lines: Vec<&str> = audit.lines().collect();
+    assert_eq!(lines.len(), 1, "{audit}");
+    assert!(
+        lines[0].contains("control-test limits.types.cash.rate: (file value) -> 50"),
+        "{audit}"
+    );
+
+    let report = consumer.shutdown().await;
+    service.shutdown().await;
+    assert_eq!(report.unsettled, 0);
+
+    // Credit times from the ledger: ~200/s before the change, ~50/s from one second
+    // after it.
+    let ledger = reward_service::downstream::Ledger::connect(
+        &env.redis_url,
+        &format!("gbl-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap();
+    let mut times = Vec::new();
+    for u in 0..users {
+        times.extend(
+            ledger
+                .account(&u.to_string())
+                .await
+                .unwrap()
+                .credited
+                .into_values(),
+        );
+    }
+    let rate = |from: i64, to: i64| {
+        times.iter().filter(|t| (from..to).contains(*t)).count() as f64 * 1000.0
+            / (to - from) as f64
+    };
+    let before = rate(changed_at - 2_000, changed_at);
+    let after = rate(changed_at + 1_000, changed_at + 5_000);
+    assert!(
+        before > 120.0,
+        "before the change: {before:.0}/s (limit 200); {} credits in all, change at {changed_at}, first {:?} last {:?}; {:?}",
+        times.len(),
+        times.iter().min(),
+        times.iter().max(),
+        report.stats
+    );
+    assert!(
+        after < 75.0 && after > 25.0,
+        "from 1 s after the change: {after:.0}/s (limit 50); before {before:.0}/s"
+    );
+}
