@@ -145,6 +145,34 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
         .filter(|s| s.len() >= 20)
         .collect();
     assert!(!key_material.is_empty());
+    // Sealed tokens of the first users sent to, from the token store.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let store = sdk::store::TokenStore::connect(sdk::config::StoreConfig {
+        redis_url: manifest["redis_url"].as_str().unwrap().into(),
+        key_prefix: manifest["token_prefix"].as_str().unwrap().into(),
+        ..sdk::config::StoreConfig::default()
+    })
+    .await
+    .unwrap();
+    let tokens = reward_service::tokens::Tokens::new(store, 3600)
+        .await
+        .unwrap();
+    let mut sealed = Vec::new();
+    for line in std::fs::read_to_string(dir.join("sent.tsv"))
+        .unwrap()
+        .lines()
+        .take(20)
+    {
+        let f: Vec<&str> = line.split('\t').collect();
+        let held = tokens.held(f[1], f[2]).await.unwrap();
+        sealed.extend(
+            held.pending
+                .into_values()
+                .chain(held.credited.into_values()),
+        );
+    }
+    assert!(sealed.len() >= 20, "{} sealed tokens read", sealed.len());
     for log in [
         "service.log",
         "consumer-kafka-0.log",
@@ -157,6 +185,9 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
         );
         for k in &key_material {
             assert!(!text.contains(k), "{log} holds key material");
+        }
+        for t in &sealed {
+            assert!(!text.contains(t.as_str()), "{log} holds a sealed token");
         }
     }
 
@@ -180,8 +211,6 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
     );
 
     // Plant a double credit of one sent reward: reconcile must now fail, naming it.
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     let first = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
     let f: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
     let ledger = reward_service::downstream::Ledger::connect(
