@@ -67,16 +67,19 @@ fn loadtest(args: &[&str], env: &[(String, String)]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
-    let env = stack_env();
-    let out = tempdir("replay");
+/// A small rain replay (scale 0.0002, services as children, one RocketMQ consumer)
+/// of `secs` seconds with the fault plan `faults`; asserts it passed and returns its
+/// run directory, its JSON report and its output.
+fn small_replay(
+    env: &[(String, String)],
+    what: &str,
+    secs: u32,
+    faults: &str,
+) -> (PathBuf, serde_json::Value, String) {
+    let out = tempdir(what);
     let plan = out.join("faults.toml");
-    std::fs::write(
-        &plan,
-        "[[faults]]\nat_secs = 4\naction = \"kill-consumer\"\nfor_secs = 2\n",
-    )
-    .unwrap();
+    std::fs::write(&plan, faults).unwrap();
+    let secs = secs.to_string();
     let (ok, text) = loadtest(
         &[
             "replay",
@@ -85,7 +88,7 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
             "--scale",
             "0.0002",
             "--duration",
-            "15",
+            &secs,
             "--with-services",
             "--rocketmq-consumers",
             "1",
@@ -95,7 +98,7 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
             out.to_str().unwrap(),
             "--quiet",
         ],
-        &env,
+        env,
     );
     assert!(ok, "replay failed:\n{text}");
     assert!(text.contains("replay: reconciliation PASS"), "{text}");
@@ -105,10 +108,22 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
         .map(PathBuf::from)
         .unwrap_or_else(|| panic!("no report path in:\n{text}"));
     let dir = html.parent().unwrap().to_path_buf();
+    let r = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    (dir, r, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
+    let env = stack_env();
+    let (dir, r, _) = small_replay(
+        &env,
+        "replay",
+        15,
+        "[[faults]]\nat_secs = 4\naction = \"kill-consumer\"\nfor_secs = 2\n",
+    );
+    let html = dir.join("report.html");
 
     // The JSON report: every check passed, counts add up, the fault happened.
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     let checks = r["reconciliation"]["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 6);
     assert!(checks.iter().all(|c| c["pass"] == true), "{checks:?}");
@@ -245,41 +260,13 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
 #[test]
 fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
     let env = stack_env();
-    let out = tempdir("downstream");
-    let plan = out.join("faults.toml");
-    std::fs::write(
-        &plan,
+    let (dir, r, text) = small_replay(
+        &env,
+        "downstream",
+        10,
         "[[faults]]\nat_secs = 2\naction = \"downstream-fail\"\nshare = 0.5\nfor_secs = 3\n\
          [[faults]]\nat_secs = 6\naction = \"downstream-slow\"\ndelay_ms = 200\nfor_secs = 2\n",
-    )
-    .unwrap();
-    let (ok, text) = loadtest(
-        &[
-            "replay",
-            "--scale",
-            "0.0002",
-            "--duration",
-            "10",
-            "--with-services",
-            "--rocketmq-consumers",
-            "1",
-            "--faults",
-            plan.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ],
-        &env,
     );
-    assert!(ok, "replay failed:\n{text}");
-    let html = text
-        .lines()
-        .find_map(|l| l.strip_prefix("report: "))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("no report path in:\n{text}"));
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(html.parent().unwrap().join("report.json")).unwrap())
-            .unwrap();
     assert!(
         r["reconciliation"]["checks"]
             .as_array()
@@ -307,7 +294,6 @@ fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
 
     // Every process's final scrape: the counters moved by exactly what was sent and
     // credited, and the outcome labels add up to what the consumers read.
-    let dir = html.parent().unwrap();
     let sent = r["sent"].as_u64().unwrap();
     let credited = r["credited"].as_u64().unwrap();
     let loadtest = scrape_file(&dir.join("metrics-loadtest.prom"));
