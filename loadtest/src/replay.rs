@@ -316,6 +316,8 @@ struct Counters {
     shed: AtomicU64,
     /// Arrivals dropped because every user drawn was at the scene's cap.
     capped: AtomicU64,
+    /// Sends the SDK refused (the progress bar's live error count).
+    refused: AtomicU64,
 }
 
 /// Runs the schedule of one scene until its curve ends.
@@ -333,6 +335,7 @@ async fn schedule(
         scheduled,
         shed,
         capped,
+        ..
     } = &*counters;
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut n: u64 = 0;
@@ -377,7 +380,10 @@ async fn schedule(
                     },
                     repeat,
                 )),
-                Err(e) => Err(refusal(&e)),
+                Err(e) => {
+                    counters.refused.fetch_add(1, Ordering::Relaxed);
+                    Err(refusal(&e))
+                }
             };
             let _ = samples.send(Sample {
                 second: intended_us / 1_000_000,
@@ -782,6 +788,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         scheduled,
         shed,
         capped,
+        ..
     } = &*counters;
     let expected = opts.plan.expected_sends();
     let bar = progress_bar(opts.progress, expected as u64, "sending");
@@ -814,7 +821,12 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             r = &mut all => { for x in r { x?; } break; }
             () = tokio::time::sleep(Duration::from_millis(250)) => {
                 bar.set_position(scheduled.load(Ordering::Relaxed));
-                bar.set_message(format!("{} in flight, {} shed", in_flight.load(Ordering::Relaxed), shed.load(Ordering::Relaxed)));
+                bar.set_message(format!(
+                    "{} in flight, {} refused, {} shed",
+                    in_flight.load(Ordering::Relaxed),
+                    counters.refused.load(Ordering::Relaxed),
+                    shed.load(Ordering::Relaxed)
+                ));
             }
         }
     }
