@@ -13,10 +13,11 @@
 //!   default (500 ms) lets the broker hold a fetch that long when little is waiting,
 //!   and at event traffic below saturation that wait was most of a reward's time from
 //!   send to credit. Measured by the load tester (rain, 135 rewards/s, 2 runs each):
-//!   end-to-end p50 407-447 ms -> 95-96 ms, p99 551-689 ms -> 132 ms. Under load a
-//!   fetch returns as soon as data is there, so throughput should not change (not
-//!   re-measured with consumer-bench); idle, a member sends up to 20 fetches/s per
-//!   broker.
+//!   end-to-end p50 407-447 ms -> 95-96 ms, p99 551-689 ms -> 132 ms. The price, at
+//!   saturation: more, smaller fetches cost tansu CPU, and `loadtest consumer-bench`
+//!   credits 5-10% fewer rewards/s (ratio 0.55-0.56 vs 0.59-0.62 with 500; two runs
+//!   each, BENCHMARKS.md). A consumer meant only to drain a backlog fast can set
+//!   `settings = { "fetch.wait.max.ms" = "500" }`.
 //! - Every `TopicPartitionList` this module builds is dropped before the consumer
 //!   (docs/stack.md: a list kept past the consumer pins librdkafka's broker threads
 //!   and hangs its close).

@@ -45,6 +45,8 @@ pub struct ConsumerBenchOptions {
     pub users: u64,
     /// GrantBatch calls the consumer keeps in flight (`pipeline.concurrency`).
     pub concurrency: usize,
+    /// librdkafka settings for the consumer under test (over its defaults).
+    pub consumer_settings: Vec<(String, String)>,
 }
 
 /// The figures.
@@ -168,13 +170,14 @@ pub async fn run(
     eprintln!("consumer-bench: raw {raw_rate:.0} msg/s");
 
     let start = Instant::now();
-    let consumer = start_consumer(
+    let consumer = start_consumer_with(
         env,
         &tag,
         &dir,
         &topic,
         &service.grpc_addr.to_string(),
         credential,
+        &opts.consumer_settings,
         &[
             (
                 "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
@@ -250,6 +253,21 @@ pub async fn start_consumer(
     credential: String,
     extra: &[(String, String)],
 ) -> anyhow::Result<reward_consumer::Running> {
+    start_consumer_with(env, tag, dir, topic, grpc_addr, credential, &[], extra).await
+}
+
+/// [`start_consumer`] with librdkafka `settings` for the consumer's source.
+#[allow(clippy::too_many_arguments)]
+pub async fn start_consumer_with(
+    env: &StackEnv,
+    tag: &str,
+    dir: &std::path::Path,
+    topic: &str,
+    grpc_addr: &str,
+    credential: String,
+    settings: &[(String, String)],
+    extra: &[(String, String)],
+) -> anyhow::Result<reward_consumer::Running> {
     let vars = [
         ("REWARD_SERVICE_TOKEN", credential),
         (
@@ -294,6 +312,16 @@ pub async fn start_consumer(
         .replace(
             "redis_key = \"reward:config\"",
             &format!("redis_key = \"cbcfg-{tag}\""),
+        )
+        .replace(
+            "settings = { \"session.timeout.ms\" = \"30000\" }",
+            &format!(
+                "settings = {{ \"session.timeout.ms\" = \"30000\"{} }}",
+                settings
+                    .iter()
+                    .map(|(k, v)| format!(", {k:?} = {v:?}"))
+                    .collect::<String>()
+            ),
         );
     let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
     Ok(reward_consumer::start(&cfg).await?)
@@ -307,6 +335,7 @@ pub async fn produce_events(env: &StackEnv, topic: &str, n: u64, users: u64) -> 
         partitions: 1,
         users,
         concurrency: 1,
+        consumer_settings: Vec::new(),
     };
     produce(env, topic, &opts).await
 }

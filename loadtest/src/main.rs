@@ -204,6 +204,10 @@ enum Command {
         /// GrantBatch calls the consumer keeps in flight (its pipeline.concurrency).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
         concurrency: u64,
+        /// A librdkafka setting for the consumer under test, KEY=VALUE (repeatable),
+        /// over its defaults (e.g. `--consumer-setting fetch.wait.max.ms=500`).
+        #[arg(long = "consumer-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
+        consumer_settings: Vec<(String, String)>,
     },
 }
 
@@ -398,12 +402,14 @@ async fn run(cli: Cli) -> ExitCode {
             partitions,
             users,
             concurrency,
+            consumer_settings,
         } => {
             let opts = ConsumerBenchOptions {
                 messages,
                 partitions,
                 users,
                 concurrency: usize::try_from(concurrency).unwrap_or(1024),
+                consumer_settings,
             };
             println!("consumer-bench: {messages} events, {partitions} partitions");
             match consumer_bench::run(&StackEnv::from_env(), &opts).await {
