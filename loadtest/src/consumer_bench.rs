@@ -170,7 +170,7 @@ pub async fn run(
     eprintln!("consumer-bench: raw {raw_rate:.0} msg/s");
 
     let start = Instant::now();
-    let consumer = start_consumer_with(
+    let consumer = start_consumer(
         env,
         &tag,
         &dir,
@@ -242,23 +242,11 @@ pub async fn run(
 
 /// A consumer in this process reading `topic` (config `ops/consumer.toml`, group and
 /// key prefixes named by `tag`, the dynamic document in Redis hash `cbcfg-<tag>`,
-/// polled every 500 ms), crediting through the reward service at `grpc_addr`; `extra`
-/// are more `REWARD_CONSUMER__…` overrides.
-pub async fn start_consumer(
-    env: &StackEnv,
-    tag: &str,
-    dir: &std::path::Path,
-    topic: &str,
-    grpc_addr: &str,
-    credential: String,
-    extra: &[(String, String)],
-) -> anyhow::Result<reward_consumer::Running> {
-    start_consumer_with(env, tag, dir, topic, grpc_addr, credential, &[], extra).await
-}
-
-/// [`start_consumer`] with librdkafka `settings` for the consumer's source.
+/// polled every 500 ms), crediting through the reward service at `grpc_addr`;
+/// `settings` are librdkafka settings for its source, `extra` more
+/// `REWARD_CONSUMER__…` overrides.
 #[allow(clippy::too_many_arguments)]
-pub async fn start_consumer_with(
+pub async fn start_consumer(
     env: &StackEnv,
     tag: &str,
     dir: &std::path::Path,

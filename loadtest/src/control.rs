@@ -266,12 +266,6 @@ fn failed(e: impl std::fmt::Display) -> ControlError {
     ControlError::Failed(e.to_string())
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Control {
     /// Connects to Redis.
     pub async fn connect(
@@ -390,7 +384,7 @@ impl Control {
         new: Option<String>,
     ) -> Result<(), ControlError> {
         let e = AuditEntry {
-            at_unix_ms: now_ms(),
+            at_unix_ms: crate::unix_ms(),
             who: self.who.clone(),
             key: key.to_string(),
             old,

@@ -241,7 +241,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
             }
         });
         let results = futures_util::future::join_all(reads).await;
-        for ((user, rs), result) in chunk.iter().zip(results) {
+        for ((_, rs), result) in chunk.iter().zip(results) {
             let (account, held) = result?;
             doubles += account.double_credits;
             let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
@@ -298,7 +298,6 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
             {
                 wrong_balance += 1;
             }
-            let _ = user;
         }
     }
     let mut checks = Vec::new();

@@ -43,6 +43,7 @@ use crate::reconcile::SentReward;
 use crate::services::{Child, Spec};
 use crate::setup::{self, Broker, Setup};
 use crate::stack::{Server, StackEnv, check_reachable};
+use crate::unix_ms;
 
 /// Requests in flight above which new arrivals are shed (counted).
 pub const MAX_IN_FLIGHT: u64 = 100_000;
@@ -235,12 +236,6 @@ fn refusal(e: &sdk::SendError) -> &'static str {
         sdk::SendError::Store(_) => "store",
         sdk::SendError::Seal(_) => "seal",
     }
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Builds one scene's requests: user draw (respecting the per-user cap), type and
@@ -783,13 +778,6 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
 
     // The schedule.
     let counters = Arc::new(Counters::default());
-    let Counters {
-        in_flight,
-        scheduled,
-        shed,
-        capped,
-        ..
-    } = &*counters;
     let expected = opts.plan.expected_sends();
     let bar = progress_bar(opts.progress, expected as u64, "sending");
     let mut scenes = Vec::new();
@@ -820,12 +808,12 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         tokio::select! {
             r = &mut all => { for x in r { x?; } break; }
             () = tokio::time::sleep(Duration::from_millis(250)) => {
-                bar.set_position(scheduled.load(Ordering::Relaxed));
+                bar.set_position(counters.scheduled.load(Ordering::Relaxed));
                 bar.set_message(format!(
                     "{} in flight, {} refused, {} shed",
-                    in_flight.load(Ordering::Relaxed),
+                    counters.in_flight.load(Ordering::Relaxed),
                     counters.refused.load(Ordering::Relaxed),
-                    shed.load(Ordering::Relaxed)
+                    counters.shed.load(Ordering::Relaxed)
                 ));
             }
         }
@@ -838,8 +826,8 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         send_end.as_secs_f64(),
         collected.sent,
         collected.refused.values().sum::<u64>(),
-        shed.load(Ordering::Relaxed),
-        capped.load(Ordering::Relaxed)
+        counters.shed.load(Ordering::Relaxed),
+        counters.capped.load(Ordering::Relaxed)
     );
 
     // Drain: events onto a broker, then credits.
@@ -991,8 +979,8 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         &opts.plan,
         &setup,
         &collected,
-        scheduled.load(Ordering::Relaxed),
-        shed.load(Ordering::Relaxed),
+        counters.scheduled.load(Ordering::Relaxed),
+        counters.shed.load(Ordering::Relaxed),
         &samples,
         close.stats,
         consumers_final,

@@ -4,14 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use loadtest::stack::StackEnv;
 
+mod common;
+
 fn ctl(key: &str, args: &[&str]) -> (i32, String) {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let repo = common::repo();
     let out = Command::new(env!("CARGO_BIN_EXE_reward-ctl"))
         .args(["--key", key, "--who", "control-test", "--audit-log"])
         .arg(std::env::temp_dir().join(format!("{key}.audit.jsonl")))
@@ -27,13 +28,6 @@ fn ctl(key: &str, args: &[&str]) -> (i32, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,6 +65,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
         &topic,
         &service.grpc_addr.to_string(),
         credential,
+        &[],
         &[
             (
                 "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
@@ -87,7 +82,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     let key = format!("cbcfg-{tag}");
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    let changed_at = now_ms();
+    let changed_at = loadtest::unix_ms();
     let (code, out) = ctl(&key, &["set", "limits.types.cash.rate", "50"]);
     assert_eq!(code, 0, "{out}");
     assert!(

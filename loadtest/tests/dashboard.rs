@@ -6,12 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::repo;
 
 /// Every `reward_…` identifier in `text` (letters, digits, underscores).
 fn names(text: &str) -> BTreeSet<String> {

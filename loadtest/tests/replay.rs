@@ -11,12 +11,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::repo;
 
 fn stack_env() -> Vec<(String, String)> {
     let out = Command::new(repo().join("ops/stack"))

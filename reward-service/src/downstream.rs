@@ -251,7 +251,7 @@ impl Ledger {
                         Value::from(c.reward_type.as_str()),
                         Value::from(c.amount),
                         Value::from(c.trade_no.as_str()),
-                        Value::from(now_ms()),
+                        Value::from(crate::grant::now_ms()),
                     ],
                 )
             })
@@ -277,12 +277,6 @@ impl Ledger {
             }),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Downstream for Ledger {
