@@ -206,11 +206,16 @@ impl Granter {
 
     /// Grants many: each exactly as [`Granter::grant`] would, but the claims and the
     /// final `GRANTED` marks go to Redis as one script call per budget shard
-    /// ([`Claims::claim_many`], [`Claims::grant_many`]) instead of one per grant.
-    /// Downstream credits run concurrently. Answers in the order of `grants`.
+    /// ([`Claims::claim_many`], [`Claims::grant_many`]) instead of one per grant, and
+    /// the tokens of the credited (and duplicate) grants move together
+    /// ([`Tokens::credited_many`]). Downstream credits run concurrently. Answers in
+    /// the order of `grants`.
     pub async fn grant_many(&self, grants: &[Grant]) -> Vec<Result<Outcome, GrantError>> {
         let mut out: Vec<Option<Result<Outcome, GrantError>>> =
             (0..grants.len()).map(|_| None).collect();
+        // Grants whose token leaves the pending hash: credited now, or duplicates
+        // (see `repeat_settled`).
+        let mut moves: Vec<usize> = Vec::new();
         let mut credits = tokio::task::JoinSet::new();
         for (i, (g, c)) in grants
             .iter()
@@ -219,12 +224,23 @@ impl Granter {
         {
             match c.map(settled) {
                 Err(e) => out[i] = Some(Err(e.into())),
-                Ok(Err(outcome)) => out[i] = Some(Ok(self.repeat_settled(g, outcome).await)),
+                Ok(Err(outcome)) => {
+                    if matches!(
+                        outcome,
+                        Outcome::Granted {
+                            duplicate: true,
+                            ..
+                        }
+                    ) {
+                        moves.push(i);
+                    }
+                    out[i] = Some(Ok(outcome));
+                }
                 Ok(Ok(claim_id)) => {
                     let (me, g) = (self.clone(), g.clone());
                     credits.spawn(async move {
                         let r = me.credit(&g).await;
-                        (i, g, claim_id, r)
+                        (i, claim_id, r)
                     });
                 }
             }
@@ -232,39 +248,54 @@ impl Granter {
         let mut credited = Vec::new();
         let mut failed = tokio::task::JoinSet::new();
         while let Some(joined) = credits.join_next().await {
-            let Ok((i, g, claim_id, r)) = joined else {
+            let Ok((i, claim_id, r)) = joined else {
                 continue;
             };
             match r {
-                Ok(receipt) => credited.push((i, g, claim_id, receipt)),
+                Ok(receipt) => credited.push((i, claim_id, receipt)),
                 Err(e) => {
-                    let me = self.clone();
+                    let (me, g) = (self.clone(), grants[i].clone());
                     failed.spawn(async move { (i, me.not_credited(&g, &claim_id, e).await) });
                 }
             }
         }
         let items: Vec<(Grant, String, String)> = credited
             .iter()
-            .map(|(_, g, id, receipt)| (g.clone(), id.clone(), receipt.clone()))
+            .map(|(i, id, receipt)| (grants[*i].clone(), id.clone(), receipt.clone()))
             .collect();
         let finished = self.claims.grant_many(&items).await;
-        let mut marks = tokio::task::JoinSet::new();
-        for ((i, g, _, receipt), f) in credited.into_iter().zip(finished) {
-            match f {
-                Err(e) => out[i] = Some(Err(e.into())),
-                Ok(finish) => {
-                    let me = self.clone();
-                    marks.spawn(async move { (i, Ok(me.granted(&g, finish, receipt).await)) });
+        for ((i, _, receipt), f) in credited.into_iter().zip(finished) {
+            out[i] = Some(match f {
+                Err(e) => Err(e.into()),
+                Ok(Finish::Done) => {
+                    moves.push(i);
+                    Ok(Outcome::Granted {
+                        receipt,
+                        duplicate: false,
+                    })
                 }
-            }
+                Ok(Finish::LostLease) => Ok(Outcome::LeaseLost { receipt }),
+            });
         }
-        for set in [&mut failed, &mut marks] {
-            while let Some(joined) = set.join_next().await {
-                if let Ok((i, r)) = joined
-                    && let Some(slot) = out.get_mut(i)
-                {
-                    *slot = Some(r);
-                }
+        if let Some(t) = &self.tokens {
+            let list: Vec<crate::tokens::Move<'_>> = moves
+                .iter()
+                .map(|&i| {
+                    let g = &grants[i];
+                    (
+                        g.user_id.as_str(),
+                        g.activity_id.as_str(),
+                        g.trade_no.as_str(),
+                    )
+                })
+                .collect();
+            t.credited_many(&list).await;
+        }
+        while let Some(joined) = failed.join_next().await {
+            if let Ok((i, r)) = joined
+                && let Some(slot) = out.get_mut(i)
+            {
+                *slot = Some(r);
             }
         }
         out.into_iter()

@@ -17,6 +17,16 @@
 //!
 //! The per-user cap of the SDK counts the pending hash only: a credited token frees
 //! its place.
+//!
+//! # Moves of a batch go together
+//! A `GrantBatch` moves its tokens with [`Tokens::credited_many`]: one script call for
+//! up to [`MOVE_CHUNK`] tokens whose keys share a Redis node's slot group, instead of
+//! one call per token. On a single Redis every key qualifies, so a batch of 200 is
+//! one call; in a cluster the tokens are grouped by hash slot (a user's keys share
+//! one), so a batch of many users' tokens still makes one call per slot. The
+//! per-call cost inside Redis (parsing, the script's set-up, the reply) is what this
+//! saves: the end-to-end replay measured ~16 µs of Redis's thread per `EVALSHA`,
+//! and the move was one of about three calls per reward.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,12 +46,44 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 1
 ";
 
+/// KEYS: pending and credited hash of each token, in pairs. ARGV: TTL seconds, then
+/// the trade number of each pair. Returns 1 or 0 per pair, as [`MOVE_LUA`] would; each
+/// credited hash gets its TTL once per call.
+const MOVE_MANY_LUA: &str = r"
+local expired = {}
+local out = {}
+for i = 2, #ARGV do
+  local pending, credited = KEYS[2 * i - 3], KEYS[2 * i - 2]
+  local v = redis.call('HGET', pending, ARGV[i])
+  if v then
+    redis.call('HSET', credited, ARGV[i], v)
+    redis.call('HDEL', pending, ARGV[i])
+    if not expired[credited] then
+      redis.call('EXPIRE', credited, ARGV[1])
+      expired[credited] = true
+    end
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+";
+
+/// Most tokens one [`MOVE_MANY_LUA`] call moves (Redis runs a script to its end
+/// before anything else, so a call stays well under a millisecond).
+pub const MOVE_CHUNK: usize = 256;
+
+/// One token to move: user, activity, trade number.
+pub type Move<'a> = (&'a str, &'a str, &'a str);
+
 /// A user's stored tokens, pending and credited.
 #[derive(Clone)]
 pub struct Tokens {
     store: TokenStore,
     ttl_secs: i64,
     sha: Arc<String>,
+    many_sha: Arc<String>,
     move_failures: Arc<AtomicU64>,
 }
 
@@ -68,10 +110,12 @@ impl Tokens {
     /// token TTL.
     pub async fn new(store: TokenStore, ttl_secs: u64) -> Result<Self, fred::error::Error> {
         let sha: String = store.pool().next().script_load(MOVE_LUA).await?;
+        let many_sha: String = store.pool().next().script_load(MOVE_MANY_LUA).await?;
         Ok(Self {
             store,
             ttl_secs: i64::try_from(ttl_secs).unwrap_or(i64::MAX),
             sha: Arc::new(sha),
+            many_sha: Arc::new(many_sha),
             move_failures: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -102,6 +146,73 @@ impl Tokens {
                 false
             }
         }
+    }
+
+    /// Moves many credited rewards' tokens (see the module doc): one script call per
+    /// slot group of at most [`MOVE_CHUNK`] tokens, all calls at once. Answers, in the
+    /// order of `moves`, whether each token moved. Never fails the caller: a failed
+    /// call counts each of its tokens in [`Tokens::move_failures`] and is logged.
+    pub async fn credited_many(&self, moves: &[Move<'_>]) -> Vec<bool> {
+        let mut out = vec![false; moves.len()];
+        let client = self.store.pool().next();
+        let clustered = client.is_clustered();
+        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, (user, activity, _)) in moves.iter().enumerate() {
+            let slot = if clustered {
+                fred::types::Key::from(self.store.key(user, activity)).cluster_hash()
+            } else {
+                0
+            };
+            groups.entry(slot).or_default().push(i);
+        }
+        let calls = groups
+            .values()
+            .flat_map(|idx| idx.chunks(MOVE_CHUNK))
+            .map(|idx| async move { (idx, self.move_chunk(moves, idx).await) });
+        for (idx, r) in futures_util::future::join_all(calls).await {
+            match r {
+                Ok(moved) if moved.len() == idx.len() => {
+                    for (&i, m) in idx.iter().zip(moved) {
+                        out[i] = m == 1;
+                    }
+                }
+                other => {
+                    let error = match other {
+                        Err(e) => e.to_string(),
+                        Ok(moved) => format!("{} answers for {} tokens", moved.len(), idx.len()),
+                    };
+                    self.move_failures
+                        .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                    tracing::warn!(tokens = idx.len(), %error, "credited tokens not moved out of the pending hash");
+                }
+            }
+        }
+        out
+    }
+
+    async fn move_chunk(
+        &self,
+        moves: &[Move<'_>],
+        idx: &[usize],
+    ) -> Result<Vec<i64>, fred::error::Error> {
+        crate::eval_loaded(
+            self.store.pool().next(),
+            &self.many_sha,
+            MOVE_MANY_LUA,
+            || {
+                let mut keys = Vec::with_capacity(idx.len() * 2);
+                let mut args = Vec::with_capacity(idx.len() + 1);
+                args.push(Value::from(self.ttl_secs));
+                for &i in idx {
+                    let (user, activity, trade) = moves[i];
+                    keys.push(self.store.key(user, activity));
+                    keys.push(self.credited_key(user, activity));
+                    args.push(Value::from(trade));
+                }
+                (keys, args)
+            },
+        )
+        .await
     }
 
     /// Moves that failed since start.

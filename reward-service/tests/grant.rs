@@ -179,3 +179,121 @@ async fn racing_grants_reach_the_ledger_once() {
     );
     assert_eq!(ledger.double_credits(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_moves_its_credited_and_duplicate_tokens_together() {
+    use reward_service::tokens::{MOVE_CHUNK, Tokens};
+    let store_cfg = sdk::config::StoreConfig {
+        redis_url: redis_url(),
+        key_prefix: format!("tok-test-{:08x}", rand::random::<u32>()),
+        ttl_secs: 3600,
+        ..sdk::config::StoreConfig::default()
+    };
+    let store = sdk::store::TokenStore::connect(store_cfg).await.unwrap();
+    let tokens = Tokens::new(store.clone(), 3600).await.unwrap();
+    // More grants than one move call takes, over 40 users; one trade has no stored
+    // token, one fails for good (its token must stay pending).
+    let n = MOVE_CHUNK + 44;
+    let grants: Vec<_> = (0..n)
+        .map(|i| {
+            let mut g = grant(&format!("rain:mv:{i}"), 1);
+            g.user_id = format!("mv{}", i % 40);
+            if i == 7 {
+                g.reward_type = "gem".into();
+            }
+            g
+        })
+        .collect();
+    for g in grants.iter().filter(|g| g.trade_no != "rain:mv:3") {
+        store
+            .put(
+                &g.user_id,
+                &g.activity_id,
+                &g.trade_no,
+                &format!("sealed-{}", g.trade_no),
+            )
+            .await
+            .unwrap();
+    }
+    let g = granter(Arc::new(Scripted::default()), &archive())
+        .await
+        .with_tokens(tokens.clone());
+    let outcomes: Vec<_> = g
+        .grant_many(&grants)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let granted = outcomes
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Outcome::Granted {
+                    duplicate: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(granted, n - 1);
+    assert!(matches!(outcomes[7], Outcome::FailedPermanent { .. }));
+    let (mut pending, mut credited) = (0, 0);
+    for u in 0..40 {
+        let held = tokens.held(&format!("mv{u}"), "cny").await.unwrap();
+        pending += held.pending.len();
+        credited += held.credited.len();
+        for (trade, sealed) in &held.credited {
+            assert_eq!(sealed, &format!("sealed-{trade}"));
+        }
+    }
+    assert_eq!((pending, credited), (1, n - 2), "only the failed one stays");
+    assert_eq!(tokens.move_failures(), 0);
+
+    // The client repeats some requests after their credit: the SDK stores those
+    // tokens again, and the duplicate outcome moves them out again.
+    for g in &grants[10..20] {
+        store
+            .put(
+                &g.user_id,
+                &g.activity_id,
+                &g.trade_no,
+                &format!("sealed-{}", g.trade_no),
+            )
+            .await
+            .unwrap();
+    }
+    let again = g.grant_many(&grants[10..20]).await;
+    assert!(again.iter().all(|o| matches!(
+        o,
+        Ok(Outcome::Granted {
+            duplicate: true,
+            ..
+        })
+    )));
+    let pending: usize = futures_util::future::join_all((0..40).map(|u| {
+        let tokens = tokens.clone();
+        async move {
+            tokens
+                .held(&format!("mv{u}"), "cny")
+                .await
+                .unwrap()
+                .pending
+                .len()
+        }
+    }))
+    .await
+    .into_iter()
+    .sum();
+    assert_eq!(pending, 1);
+
+    // Direct: one answer per token, in order; a token not held answers false.
+    let moved = tokens
+        .credited_many(&[
+            ("mv7", "cny", "rain:mv:7"),
+            ("mv3", "cny", "rain:mv:3"),
+            ("mv7", "cny", "rain:mv:7"),
+        ])
+        .await;
+    assert_eq!(moved, vec![true, false, false]);
+}
