@@ -14,6 +14,7 @@
 #![recursion_limit = "256"]
 
 pub mod bench;
+pub mod clean;
 pub mod consumer_bench;
 pub mod control;
 pub mod faults;

@@ -100,6 +100,31 @@ enum Command {
         /// The run directory (printed by `replay`).
         dir: PathBuf,
     },
+    /// Remove what replays and benches left in Redis (see loadtest::clean). Replays
+    /// keep their keys so that `reconcile DIR` can run again; the ledger's keys never
+    /// expire, so old runs pile up and slow the stack (AOF rewrites, memory).
+    ///
+    /// `clean DIR...` removes those replays' keys and marks their manifests cleaned.
+    /// `clean --leftovers` counts the keys of every replay and bench run ever made on
+    /// this Redis; add --yes to remove them. Topics are left to the brokers' retention.
+    #[command(verbatim_doc_comment)]
+    Clean {
+        /// Replay run directories (each holds manifest.json).
+        #[arg(required_unless_present = "leftovers", conflicts_with = "leftovers")]
+        dirs: Vec<PathBuf>,
+        /// Every run's keys of every load-tester key family, not only some runs'.
+        #[arg(long)]
+        leftovers: bool,
+        /// With --leftovers: remove them (without it, only count).
+        #[arg(long)]
+        yes: bool,
+        /// Only count what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Redis for --leftovers [default: the stack's, REDIS_URL].
+        #[arg(long)]
+        redis_url: Option<String>,
+    },
     /// Prove every server works: write N items through each real client library,
     /// read every one back, check exact counts, print rates. Exits non-zero on any
     /// failure, naming the server and the command that starts it.
@@ -381,6 +406,19 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        Command::Clean {
+            dirs,
+            leftovers,
+            yes,
+            dry_run,
+            redis_url,
+        } => match clean(&dirs, leftovers, dry_run || (leftovers && !yes), redis_url).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("clean FAILED: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Reconcile { dir } => match loadtest::reconcile::run(&dir).await {
             Ok(r) => {
                 print!("{}", r.table());
@@ -638,4 +676,51 @@ fn parse_limit(s: &str) -> Result<(String, f64), String> {
         return Err(format!("{s:?}: the rate must be > 0"));
     }
     Ok((t.trim().to_string(), rate))
+}
+
+/// `loadtest clean` (see the subcommand's help).
+async fn clean(
+    dirs: &[PathBuf],
+    leftovers: bool,
+    dry_run: bool,
+    redis_url: Option<String>,
+) -> anyhow::Result<()> {
+    use loadtest::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
+    let (url, sel) = if leftovers {
+        let url = match redis_url {
+            Some(u) => u,
+            None => loadtest::stack::StackEnv::from_env().redis_url,
+        };
+        let families = REPLAY_FAMILIES
+            .iter()
+            .chain(BENCH_FAMILIES.iter())
+            .map(|f| f.to_string())
+            .collect();
+        (url, Selection::AnyRun { families })
+    } else {
+        let dirs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
+        loadtest::clean::replay_runs(&dirs)?
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    let done = loadtest::clean::clean(&url, &sel, dry_run, |scanned, matched| {
+        bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
+        bar.tick();
+    })
+    .await?;
+    bar.finish_and_clear();
+    if dry_run {
+        println!(
+            "clean: {} keys would be removed (nothing removed{})",
+            done.matched,
+            if leftovers { "; add --yes" } else { "" }
+        );
+        return Ok(());
+    }
+    println!("clean: {} keys removed", done.removed);
+    for dir in dirs {
+        let mut m = loadtest::setup::Manifest::load(dir)?;
+        m.cleaned_unix_ms = Some(loadtest::unix_ms());
+        m.save(dir)?;
+    }
+    Ok(())
 }

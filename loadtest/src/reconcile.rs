@@ -172,6 +172,12 @@ pub fn read_sent(dir: &Path) -> anyhow::Result<(BTreeMap<String, SentReward>, u6
 /// Runs every check against Redis.
 pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let m = Manifest::load(dir)?;
+    if let Some(at) = m.cleaned_unix_ms {
+        anyhow::bail!(
+            "nothing to reconcile: `loadtest clean` removed this run's keys (at Unix ms {at}); \
+             its report.json keeps the result of the reconciliation made after the run"
+        );
+    }
     let (sent, repeats, conflicts) = read_sent(dir)?;
     let ledger = Ledger::connect(&m.redis_url, &m.ledger_prefix, &HashMap::new())
         .await

@@ -52,6 +52,9 @@ pub struct Manifest {
     pub started_unix_ms: i64,
     /// Rewards whose token the SDK could not store (counted, not failed).
     pub token_write_failures: u64,
+    /// When `loadtest clean` removed the run's keys (Unix ms); `None` while they stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaned_unix_ms: Option<i64>,
 }
 
 impl Manifest {
@@ -362,6 +365,7 @@ pub async fn prepare(
         topics,
         started_unix_ms: 0,
         token_write_failures: 0,
+        cleaned_unix_ms: None,
     };
     manifest.save(&dir)?;
     let mut setup = Setup {
