@@ -1,0 +1,119 @@
+//! `loadtest clean DIR` against the stack's Redis: it removes exactly the run's keys
+//! (every replay family, that tag), leaves another run's and the benches' alone, marks
+//! the manifest, and a later reconcile says why it has nothing to check. Needs the
+//! local stack (`ops/stack up`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use fred::prelude::*;
+use loadtest::stack::StackEnv;
+
+mod common;
+
+fn loadtest(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(args)
+        .current_dir(common::repo())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_removes_exactly_the_runs_keys_and_marks_its_manifest() {
+    let env = StackEnv::from_env();
+    assert!(
+        std::net::TcpStream::connect(env.redis_host_port().unwrap()).is_ok(),
+        "Redis is not answering; start the local stack with `ops/stack up`"
+    );
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let other = format!("{:08x}", rand::random::<u32>());
+    assert_ne!(tag, other);
+    let client = Builder::from_config(Config::from_url(&env.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+
+    let mine: Vec<String> = vec![
+        format!("ltt-{tag}:{{u1}}:cny"),
+        format!("ltt-{tag}:{{u1}}:cny:credited"),
+        format!("ltc-{tag}:{{rain:3}}:budget"),
+        format!("ltl-{tag}:{{u1}}:balance"),
+        format!("ltd-{tag}:delayed"),
+        format!("ltcfg-{tag}"),
+        format!("ltcfg-{tag}:audit"),
+    ];
+    let kept: Vec<String> = vec![
+        format!("ltt-{other}:{{u1}}:cny"),   // another run
+        format!("gbl-{tag}:{{u1}}:balance"), // a bench family, same tag
+        format!("ltt-{tag}0:{{u1}}:cny"),    // not this tag
+        format!("test-{tag}"),               // not the load tester's
+    ];
+    for k in mine.iter().chain(&kept) {
+        let _: () = client.hset(k, ("f", "v")).await.unwrap();
+    }
+
+    let dir = std::env::temp_dir().join(format!("clean-test-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = serde_json::json!({
+        "tag": tag,
+        "profile": "rain",
+        "redis_url": env.redis_url,
+        "token_prefix": format!("ltt-{tag}"),
+        "claims_prefix": format!("ltc-{tag}"),
+        "claims_shards": 16,
+        "ledger_prefix": format!("ltl-{tag}"),
+        "budgets": {},
+        "limits": {},
+        "topics": {},
+        "started_unix_ms": 1,
+        "token_write_failures": 0,
+    });
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let d = dir.to_str().unwrap();
+
+    let (code, out) = loadtest(&["clean", d, "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("7 keys would be removed"), "{out}");
+    let (code, out) = loadtest(&["clean", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean: 7 keys removed"), "{out}");
+
+    let mut left = BTreeSet::new();
+    for k in mine.iter().chain(&kept) {
+        let n: i64 = client.exists(k).await.unwrap();
+        if n == 1 {
+            left.insert(k.clone());
+        }
+    }
+    assert_eq!(left, kept.iter().cloned().collect::<BTreeSet<_>>());
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(m["cleaned_unix_ms"].as_i64().unwrap() > 0, "{m}");
+
+    let (code, out) = loadtest(&["reconcile", d]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("nothing to reconcile"), "{out}");
+
+    // No run directory, or one without a manifest: a clear refusal.
+    let (code, out) = loadtest(&["clean"]);
+    assert_eq!(code, 2, "{out}");
+    let empty = std::env::temp_dir().join(format!("clean-test-empty-{tag}"));
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, out) = loadtest(&["clean", empty.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("manifest.json"), "{out}");
+
+    let _: i64 = client.del(kept.clone()).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&empty);
+}
