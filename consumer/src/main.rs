@@ -6,6 +6,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and free took
+/// about a third of this process's CPU (docs/allocator.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The valve between the queue and the reward service: reads reward events from a
 /// Kafka consumer group, holds each reward type to its rate (global and per type,
 /// changed live through the shared dynamic config, e.g.

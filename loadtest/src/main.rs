@@ -14,6 +14,11 @@ use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
 use loadtest::stack::StackEnv;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and free took
+/// about a third of this process's CPU (docs/allocator.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Replays reward traffic through the local stack (`ops/stack up`) and reports.
 ///
 /// Server addresses come from REDIS_URL, KAFKA_BROKERS and ROCKETMQ_NAMESRV

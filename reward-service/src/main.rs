@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: under load glibc's malloc and free took
+/// about a third of this process's CPU (docs/allocator.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Credits each trade number exactly once, within budget: gRPC `Grant`, `GrantAsync`,
 /// `GrantBatch` for activity services and consumers; HTTP/JSON token validation,
 /// reward listing and withdrawal for wallet frontends.
