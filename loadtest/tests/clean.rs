@@ -13,18 +13,10 @@ use loadtest::stack::StackEnv;
 mod common;
 
 fn loadtest(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(args)
-        .current_dir(common::repo())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    common::output(
+        Command::new(env!("CARGO_BIN_EXE_loadtest"))
+            .args(args)
+            .current_dir(common::repo()),
     )
 }
 

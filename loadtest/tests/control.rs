@@ -13,20 +13,12 @@ mod common;
 
 fn ctl(key: &str, args: &[&str]) -> (i32, String) {
     let repo = common::repo();
-    let out = Command::new(env!("CARGO_BIN_EXE_reward-ctl"))
-        .args(["--key", key, "--who", "control-test", "--audit-log"])
-        .arg(std::env::temp_dir().join(format!("{key}.audit.jsonl")))
-        .args(args)
-        .current_dir(repo)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    common::output(
+        Command::new(env!("CARGO_BIN_EXE_reward-ctl"))
+            .args(["--key", key, "--who", "control-test", "--audit-log"])
+            .arg(std::env::temp_dir().join(format!("{key}.audit.jsonl")))
+            .args(args)
+            .current_dir(repo),
     )
 }
 

@@ -204,17 +204,27 @@ async fn a_batch_moves_its_credited_and_duplicate_tokens_together() {
             g
         })
         .collect();
-    for g in grants.iter().filter(|g| g.trade_no != "rain:mv:3") {
-        store
-            .put(
-                &g.user_id,
-                &g.activity_id,
-                &g.trade_no,
-                &format!("sealed-{}", g.trade_no),
-            )
-            .await
-            .unwrap();
-    }
+    // What the SDK does for each reward: its token into the user's pending hash.
+    let store_tokens = |some: Vec<reward_service::claim::Grant>| {
+        let store = store.clone();
+        async move {
+            for g in some {
+                let sealed = format!("sealed-{}", g.trade_no);
+                store
+                    .put(&g.user_id, &g.activity_id, &g.trade_no, &sealed)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    store_tokens(
+        grants
+            .iter()
+            .filter(|g| g.trade_no != "rain:mv:3")
+            .cloned()
+            .collect(),
+    )
+    .await;
     let g = granter(Arc::new(Scripted::default()), &archive())
         .await
         .with_tokens(tokens.clone());
@@ -252,17 +262,7 @@ async fn a_batch_moves_its_credited_and_duplicate_tokens_together() {
 
     // The client repeats some requests after their credit: the SDK stores those
     // tokens again, and the duplicate outcome moves them out again.
-    for g in &grants[10..20] {
-        store
-            .put(
-                &g.user_id,
-                &g.activity_id,
-                &g.trade_no,
-                &format!("sealed-{}", g.trade_no),
-            )
-            .await
-            .unwrap();
-    }
+    store_tokens(grants[10..20].to_vec()).await;
     let again = g.grant_many(&grants[10..20]).await;
     assert!(again.iter().all(|o| matches!(
         o,
