@@ -233,7 +233,7 @@ pub async fn run(
     {
         anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
     }
-    crate::clean::bench_run(&env.redis_url, &tag).await?;
+    crate::clean::bench_run(&env.redis_url, &tag).await;
     Ok(ConsumerBenchReport {
         raw_rate,
         consumer_rate,

@@ -224,7 +224,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
 
     let (script_rate, script_p99_ms, script_command) =
         redis_benchmark(env, &claims, &tag, opts).await?;
-    crate::clean::bench_run(&env.redis_url, &tag).await?;
+    crate::clean::bench_run(&env.redis_url, &tag).await;
     Ok(GrantBenchReport {
         service_rate,
         batch_latency: Percentiles::of(&mut latencies),
@@ -256,7 +256,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         users: 1,
     };
     let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
-    crate::clean::bench_run(&env.redis_url, &tag).await?;
+    crate::clean::bench_run(&env.redis_url, &tag).await;
     Ok((rps, command))
 }
 
