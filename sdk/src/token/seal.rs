@@ -219,6 +219,9 @@ fn with_aad<R>(
         for part in [user_id, activity_id] {
             if v1 {
                 put(&(part.len() as u32).to_be_bytes());
+            } else if part.len() < 0x80 {
+                // The usual case: a one-byte varint, without the general encoder.
+                put(&[part.len() as u8]);
             } else {
                 let mut varint = [0u8; 10];
                 let mut rest = &mut varint[..];
