@@ -158,6 +158,19 @@ fn bindings_too_long_for_the_stack_aad_still_seal_and_bind() {
     );
     let other = format!("{long_user}x");
     assert_eq!(codec.open(&sealed, &other, "cny"), Err(Illegal::Forged));
+    // Ids of 128 bytes and more take a two-byte length in the AAD (the general
+    // varint path beside the one-byte shortcut); each length binds its own token.
+    for n in [127, 128, 200, 300] {
+        let user = "v".repeat(n);
+        let sealed = codec.seal_at(&token(&user), T0).unwrap();
+        assert_eq!(
+            codec.open(&sealed, &user, "cny").unwrap(),
+            token(&user),
+            "{n}"
+        );
+        let shorter = "v".repeat(n - 1);
+        assert_eq!(codec.open(&sealed, &shorter, "cny"), Err(Illegal::Forged));
+    }
 }
 
 #[test]
