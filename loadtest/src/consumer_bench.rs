@@ -119,9 +119,8 @@ async fn raw(env: &StackEnv, topic: &str, n: u64) -> anyhow::Result<f64> {
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest");
-    for (k, v) in sdk::readback::stack_kafka_settings() {
-        cfg.set(k, v);
-    }
+    // (No `stack_kafka_settings` here: they are producer settings, and librdkafka warns
+    // about each one a consumer is given.)
     let consumer: StreamConsumer = cfg.create()?;
     consumer.subscribe(&[topic])?;
     let start = Instant::now();
