@@ -22,8 +22,9 @@
 //!   `manifest.json` names the tag) and marks the manifest as cleaned, so a later
 //!   `reconcile DIR` says why it has nothing to check instead of failing on empty data.
 //! - `loadtest clean --leftovers` removes the keys of *every* run of every family,
-//!   for a stack used only for load tests; it lists what it would remove unless
-//!   `--yes` is given.
+//!   for a stack used only for load tests; it only counts them unless `--yes` is
+//!   given, and then marks the manifests of the run directories under `--out` that
+//!   used that Redis.
 //! - The benches (`grant-bench`, `consumer-bench`, the replay's `--ceilings`) remove
 //!   their own keys once their checks passed; a failed bench keeps them to be looked
 //!   into (`clean --leftovers` removes them later).
@@ -190,6 +191,36 @@ pub async fn clean(
     Ok(done)
 }
 
+/// Marks as cleaned (at `at_ms`) every replay run directory directly under `out` whose
+/// manifest names `redis_url` and is not marked yet: after `clean --leftovers --yes` their
+/// keys are gone too, and `reconcile` must say so rather than fail on empty data.
+/// Returns the directories marked; a directory without a readable manifest is skipped.
+pub fn mark_runs_cleaned(
+    out: &Path,
+    redis_url: &str,
+    at_ms: i64,
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let mut marked = Vec::new();
+    let entries = match std::fs::read_dir(out) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(marked),
+        Err(e) => anyhow::bail!("{}: {e}", out.display()),
+    };
+    for entry in entries {
+        let dir = entry?.path();
+        let Ok(mut m) = crate::setup::Manifest::load(&dir) else {
+            continue;
+        };
+        if m.redis_url == redis_url && m.cleaned_unix_ms.is_none() {
+            m.cleaned_unix_ms = Some(at_ms);
+            m.save(&dir)?;
+            marked.push(dir);
+        }
+    }
+    marked.sort();
+    Ok(marked)
+}
+
 /// The selection of the replays in `dirs` (their `manifest.json`).
 pub fn replay_runs(dirs: &[&Path]) -> anyhow::Result<(String, Selection)> {
     let mut tags = BTreeSet::new();
@@ -250,6 +281,42 @@ mod tests {
             assert!(!sel.takes(key), "{key}");
         }
         assert_eq!(sel.patterns(), vec!["*0a1b2c3d*".to_string()]);
+    }
+
+    #[test]
+    fn leftovers_mark_the_manifests_of_that_redis_only() {
+        let out = std::env::temp_dir().join(format!("clean-mark-{:08x}", rand::random::<u32>()));
+        let manifest = |url: &str, cleaned: Option<i64>| {
+            serde_json::json!({
+                "tag": "0a1b2c3d", "profile": "rain", "redis_url": url,
+                "token_prefix": "ltt-0a1b2c3d", "claims_prefix": "ltc-0a1b2c3d",
+                "claims_shards": 16, "ledger_prefix": "ltl-0a1b2c3d", "budgets": {},
+                "limits": {}, "topics": {}, "started_unix_ms": 1,
+                "token_write_failures": 0, "cleaned_unix_ms": cleaned,
+            })
+        };
+        for (name, m) in [
+            ("a", manifest("redis://r1", None)),
+            ("b", manifest("redis://r2", None)),
+            ("c", manifest("redis://r1", Some(5))),
+        ] {
+            std::fs::create_dir_all(out.join(name)).unwrap();
+            std::fs::write(out.join(name).join("manifest.json"), m.to_string()).unwrap();
+        }
+        std::fs::create_dir_all(out.join("no-manifest")).unwrap();
+        let marked = mark_runs_cleaned(&out, "redis://r1", 42).unwrap();
+        assert_eq!(marked, vec![out.join("a")]);
+        let load = |n: &str| crate::setup::Manifest::load(&out.join(n)).unwrap();
+        assert_eq!(load("a").cleaned_unix_ms, Some(42));
+        assert_eq!(load("b").cleaned_unix_ms, None);
+        assert_eq!(load("c").cleaned_unix_ms, Some(5));
+        // Nothing under a directory that does not exist.
+        assert!(
+            mark_runs_cleaned(&out.join("none"), "redis://r1", 1)
+                .unwrap()
+                .is_empty()
+        );
+        std::fs::remove_dir_all(&out).unwrap();
     }
 
     #[test]

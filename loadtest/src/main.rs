@@ -111,7 +111,8 @@ enum Command {
     ///
     /// `clean DIR...` removes those replays' keys and marks their manifests cleaned.
     /// `clean --leftovers` counts the keys of every replay and bench run ever made on
-    /// this Redis; add --yes to remove them. Topics are left to the brokers' retention.
+    /// this Redis; add --yes to remove them (and mark the run directories under --out
+    /// as cleaned). Topics are left to the brokers' retention.
     #[command(verbatim_doc_comment)]
     Clean {
         /// Replay run directories (each holds manifest.json).
@@ -129,6 +130,9 @@ enum Command {
         /// Redis for --leftovers [default: the stack's, REDIS_URL].
         #[arg(long)]
         redis_url: Option<String>,
+        /// With --leftovers --yes: the run directories whose manifests to mark cleaned.
+        #[arg(long, default_value = "/var/tmp/reward-loadtest")]
+        out: PathBuf,
     },
     /// Prove every server works: write N items through each real client library,
     /// read every one back, check exact counts, print rates. Exits non-zero on any
@@ -417,7 +421,15 @@ async fn run(cli: Cli) -> ExitCode {
             yes,
             dry_run,
             redis_url,
-        } => match clean(&dirs, leftovers, dry_run || (leftovers && !yes), redis_url).await {
+            out,
+        } => match clean(
+            &dirs,
+            leftovers.then_some(out.as_path()),
+            dry_run || (leftovers && !yes),
+            redis_url,
+        )
+        .await
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 println!("clean FAILED: {e:#}");
@@ -684,14 +696,15 @@ fn parse_limit(s: &str) -> Result<(String, f64), String> {
 }
 
 /// `loadtest clean` (see the subcommand's help).
+/// `leftovers`: every run's keys, and the run directories under this path to mark.
 async fn clean(
     dirs: &[PathBuf],
-    leftovers: bool,
+    leftovers: Option<&std::path::Path>,
     dry_run: bool,
     redis_url: Option<String>,
 ) -> anyhow::Result<()> {
     use loadtest::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
-    let (url, sel) = if leftovers {
+    let (url, sel) = if leftovers.is_some() {
         let url = match redis_url {
             Some(u) => u,
             None => loadtest::stack::StackEnv::from_env().redis_url,
@@ -717,11 +730,23 @@ async fn clean(
         println!(
             "clean: {} keys would be removed (nothing removed{})",
             done.matched,
-            if leftovers { "; add --yes" } else { "" }
+            if leftovers.is_some() {
+                "; add --yes"
+            } else {
+                ""
+            }
         );
         return Ok(());
     }
     println!("clean: {} keys removed", done.removed);
+    if let Some(out) = leftovers {
+        let marked = loadtest::clean::mark_runs_cleaned(out, &url, loadtest::unix_ms())?;
+        println!(
+            "clean: {} run directories under {} marked cleaned",
+            marked.len(),
+            out.display()
+        );
+    }
     for dir in dirs {
         let mut m = loadtest::setup::Manifest::load(dir)?;
         m.cleaned_unix_ms = Some(loadtest::unix_ms());
