@@ -142,6 +142,18 @@ pub fn settled(claim: Claim) -> Result<String, Outcome> {
     })
 }
 
+/// Whether a grant settled without a credit moves its token again: a duplicate of a
+/// granted reward (see `Granter::repeat_settled`).
+fn moves_token_again(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Granted {
+            duplicate: true,
+            ..
+        }
+    )
+}
+
 /// How long a retryable downstream failure asks the caller to wait.
 const RETRY_AFTER_MS: u64 = 1_000;
 
@@ -225,13 +237,7 @@ impl Granter {
             match c.map(settled) {
                 Err(e) => out[i] = Some(Err(e.into())),
                 Ok(Err(outcome)) => {
-                    if matches!(
-                        outcome,
-                        Outcome::Granted {
-                            duplicate: true,
-                            ..
-                        }
-                    ) {
+                    if moves_token_again(&outcome) {
                         moves.push(i);
                     }
                     out[i] = Some(Ok(outcome));
@@ -315,12 +321,8 @@ impl Granter {
     /// would sit in the pending hash for good (the replay's reconciliation found
     /// exactly that). The move is idempotent and duplicates are rare.
     async fn repeat_settled(&self, g: &Grant, outcome: Outcome) -> Outcome {
-        if let (
-            Outcome::Granted {
-                duplicate: true, ..
-            },
-            Some(t),
-        ) = (&outcome, &self.tokens)
+        if let Some(t) = &self.tokens
+            && moves_token_again(&outcome)
         {
             t.credited(&g.user_id, &g.activity_id, &g.trade_no).await;
         }

@@ -35,20 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fred::prelude::*;
 use sdk::store::TokenStore;
 
-/// KEYS: pending hash, credited hash. ARGV: trade number, TTL seconds.
-/// Returns 1 when the token moved, 0 when the pending hash did not hold it.
-const MOVE_LUA: &str = r"
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], v)
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return 1
-";
-
 /// KEYS: pending and credited hash of each token, in pairs. ARGV: TTL seconds, then
-/// the trade number of each pair. Returns 1 or 0 per pair, as [`MOVE_LUA`] would; each
-/// credited hash gets its TTL once per call.
+/// the trade number of each pair. Returns per pair 1 when the token moved, 0 when the
+/// pending hash did not hold it; each credited hash gets its TTL once per call.
 const MOVE_MANY_LUA: &str = r"
 local expired = {}
 local out = {}
@@ -83,7 +72,6 @@ pub struct Tokens {
     store: TokenStore,
     ttl_secs: i64,
     sha: Arc<String>,
-    many_sha: Arc<String>,
     move_failures: Arc<AtomicU64>,
 }
 
@@ -109,13 +97,11 @@ impl Tokens {
     /// Wraps the SDK's store (same Redis, same key prefix); `ttl_secs` is the store's
     /// token TTL.
     pub async fn new(store: TokenStore, ttl_secs: u64) -> Result<Self, fred::error::Error> {
-        let sha: String = store.pool().next().script_load(MOVE_LUA).await?;
-        let many_sha: String = store.pool().next().script_load(MOVE_MANY_LUA).await?;
+        let sha: String = store.pool().next().script_load(MOVE_MANY_LUA).await?;
         Ok(Self {
             store,
             ttl_secs: i64::try_from(ttl_secs).unwrap_or(i64::MAX),
             sha: Arc::new(sha),
-            many_sha: Arc::new(many_sha),
             move_failures: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -127,25 +113,11 @@ impl Tokens {
     /// Moves a credited reward's token out of the pending hash. Never fails the
     /// caller: a Redis error is counted ([`Tokens::move_failures`]) and logged.
     pub async fn credited(&self, user_id: &str, activity_id: &str, trade_no: &str) -> bool {
-        let r: Result<i64, _> =
-            crate::eval_loaded(self.store.pool().next(), &self.sha, MOVE_LUA, || {
-                (
-                    vec![
-                        self.store.key(user_id, activity_id),
-                        self.credited_key(user_id, activity_id),
-                    ],
-                    vec![Value::from(trade_no), Value::from(self.ttl_secs)],
-                )
-            })
-            .await;
-        match r {
-            Ok(n) => n == 1,
-            Err(e) => {
-                self.move_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%trade_no, error = %e, "credited token not moved out of the pending hash");
-                false
-            }
-        }
+        self.credited_many(&[(user_id, activity_id, trade_no)])
+            .await
+            .first()
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Moves many credited rewards' tokens (see the module doc): one script call per
@@ -183,7 +155,9 @@ impl Tokens {
                     };
                     self.move_failures
                         .fetch_add(idx.len() as u64, Ordering::Relaxed);
-                    tracing::warn!(tokens = idx.len(), %error, "credited tokens not moved out of the pending hash");
+                    // The first trade number, to find the call in the logs.
+                    let trade_no = idx.first().map_or("", |&i| moves[i].2);
+                    tracing::warn!(tokens = idx.len(), %trade_no, %error, "credited tokens not moved out of the pending hash");
                 }
             }
         }
@@ -195,23 +169,18 @@ impl Tokens {
         moves: &[Move<'_>],
         idx: &[usize],
     ) -> Result<Vec<i64>, fred::error::Error> {
-        crate::eval_loaded(
-            self.store.pool().next(),
-            &self.many_sha,
-            MOVE_MANY_LUA,
-            || {
-                let mut keys = Vec::with_capacity(idx.len() * 2);
-                let mut args = Vec::with_capacity(idx.len() + 1);
-                args.push(Value::from(self.ttl_secs));
-                for &i in idx {
-                    let (user, activity, trade) = moves[i];
-                    keys.push(self.store.key(user, activity));
-                    keys.push(self.credited_key(user, activity));
-                    args.push(Value::from(trade));
-                }
-                (keys, args)
-            },
-        )
+        crate::eval_loaded(self.store.pool().next(), &self.sha, MOVE_MANY_LUA, || {
+            let mut keys = Vec::with_capacity(idx.len() * 2);
+            let mut args = Vec::with_capacity(idx.len() + 1);
+            args.push(Value::from(self.ttl_secs));
+            for &i in idx {
+                let (user, activity, trade) = moves[i];
+                keys.push(self.store.key(user, activity));
+                keys.push(self.credited_key(user, activity));
+                args.push(Value::from(trade));
+            }
+            (keys, args)
+        })
         .await
     }
 
