@@ -70,6 +70,8 @@ pub struct BenchOptions {
     /// librdkafka settings laid over the stack's, for both sides alike (e.g.
     /// `linger.ms`), so a tuning is compared, never given to one side only.
     pub kafka_settings: BTreeMap<String, String>,
+    /// The SDK's `store.write_mode` (`direct`, `batched` or `deferred`).
+    pub write_mode: String,
 }
 
 impl BenchOptions {
@@ -222,6 +224,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();
+    eprintln!("[bench] SDK token store write mode: {}", opts.write_mode);
     for round in 1..=opts.rounds.max(1) {
         let tag = unique_name("bench");
         let raw_topic = format!("{tag}-raw");
@@ -243,7 +246,11 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] round {round}: send_reward, {} rewards, {} callers",
             opts.rewards, opts.concurrency
         );
-        let sdk = sdk_run(env, &kafka, &tag, &sdk_topic, reqs, opts.concurrency).await?;
+        let side = SdkSide {
+            kafka: &kafka,
+            write_mode: &opts.write_mode,
+        };
+        let sdk = sdk_run(env, &side, &tag, &sdk_topic, reqs, opts.concurrency).await?;
         last_sdk_rate = sdk.rate();
         rounds.push(Round { raw, sdk });
     }
@@ -258,7 +265,11 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] paced send_reward at {target:.0}/s for {} s",
             opts.latency_secs
         );
-        Some(paced_run(env, &kafka, &tag, &topic, target, opts.latency_secs).await?)
+        let side = SdkSide {
+            kafka: &kafka,
+            write_mode: &opts.write_mode,
+        };
+        Some(paced_run(env, &side, &tag, &topic, target, opts.latency_secs).await?)
     } else {
         None
     };
@@ -281,6 +292,7 @@ pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64,
         latency_secs: 0,
         rounds: 1,
         kafka_settings: BTreeMap::new(),
+        write_mode: "direct".into(),
     }
     .kafka_settings();
     Ok(raw_run(env, &kafka, &topic, &rewards(&tag, n))
@@ -367,13 +379,19 @@ fn micros(d: Duration) -> u64 {
 
 /// An SDK with one Kafka-only queue on `topic` (backup = primary: the bench measures the
 /// happy path), fresh keys, its own Redis prefix and spool directory.
+/// How the SDK under test is set up.
+struct SdkSide<'a> {
+    kafka: &'a BTreeMap<String, String>,
+    write_mode: &'a str,
+}
+
 async fn start_sdk(
     env: &StackEnv,
-    kafka: &BTreeMap<String, String>,
+    side: &SdkSide<'_>,
     tag: &str,
     topic: &str,
 ) -> Result<Sdk, BenchError> {
-    let settings = sdk::readback::kafka_settings_toml(kafka);
+    let settings = sdk::readback::kafka_settings_toml(side.kafka);
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
     let text = format!(
         r#"
@@ -382,6 +400,7 @@ async fn start_sdk(
         redis_url = "{redis}"
         key_prefix = "{tag}"
         ttl_secs = 600
+        write_mode = "{write_mode}"
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
@@ -398,6 +417,7 @@ async fn start_sdk(
         redis = env.redis_url,
         kafka = env.kafka_brokers,
         spool = spool.display(),
+        write_mode = side.write_mode,
     );
     let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
     Sdk::builder(config)
@@ -444,12 +464,16 @@ async fn wait_delivered(
 }
 
 async fn finish(sdk: &Sdk, run: &'static str) -> Result<(), BenchError> {
-    let failures = sdk.token_write_failures();
     let report = sdk.close(Duration::from_secs(30)).await;
-    if report.left > 0 {
+    // Read after close: deferred writes are answered by then.
+    let failures = sdk.token_write_failures();
+    if report.left > 0 || report.tokens_left > 0 {
         return Err(BenchError::Incomplete {
             run,
-            what: format!("{} events unsettled at close", report.left),
+            what: format!(
+                "{} events and {} token writes unsettled at close",
+                report.left, report.tokens_left
+            ),
         });
     }
     if failures > 0 {
@@ -463,13 +487,13 @@ async fn finish(sdk: &Sdk, run: &'static str) -> Result<(), BenchError> {
 
 async fn sdk_run(
     env: &StackEnv,
-    kafka: &BTreeMap<String, String>,
+    side: &SdkSide<'_>,
     tag: &str,
     topic: &str,
     reqs: Vec<RewardRequest>,
     concurrency: usize,
 ) -> Result<Throughput, BenchError> {
-    let sdk = start_sdk(env, kafka, tag, topic).await?;
+    let sdk = start_sdk(env, side, tag, topic).await?;
     let n = reqs.len() as u64;
     let concurrency = concurrency.max(1);
     // Deal the requests out before the clock starts.
@@ -529,13 +553,13 @@ async fn sdk_run(
 
 async fn paced_run(
     env: &StackEnv,
-    kafka: &BTreeMap<String, String>,
+    side: &SdkSide<'_>,
     tag: &str,
     topic: &str,
     rate: f64,
     secs: u64,
 ) -> Result<Paced, BenchError> {
-    let sdk = start_sdk(env, kafka, tag, topic).await?;
+    let sdk = start_sdk(env, side, tag, topic).await?;
     let sdk_for_pacer = sdk.clone();
     let total = ((rate * secs as f64) as u64).max(1);
     let reqs = rewards(tag, total);

@@ -194,6 +194,11 @@ enum Command {
         /// SDK's defaults and the stack's (e.g. `--kafka-setting linger.ms=50`).
         #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
         kafka_settings: Vec<(String, String)>,
+        /// The SDK's token store write mode: `direct` (the default: each call awaits
+        /// its script call), `batched` (through a writer task) or `deferred` (the call
+        /// does not wait for Redis at all; see the sdk::store docs).
+        #[arg(long, default_value = "direct", value_parser = ["direct", "batched", "deferred"])]
+        write_mode: String,
     },
     /// Measure the reward service's `GrantBatch` (served in this process over gRPC on
     /// loopback, config ops/reward-service.toml with fresh keys) against
@@ -533,6 +538,7 @@ async fn run(cli: Cli) -> ExitCode {
             latency_secs,
             rounds,
             kafka_settings,
+            write_mode,
         } => {
             let opts = BenchOptions {
                 rewards,
@@ -541,6 +547,7 @@ async fn run(cli: Cli) -> ExitCode {
                 latency_secs,
                 rounds,
                 kafka_settings: kafka_settings.into_iter().collect(),
+                write_mode,
             };
             match bench::run(&StackEnv::from_env(), &opts).await {
                 Ok(report) => {

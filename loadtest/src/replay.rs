@@ -371,7 +371,9 @@ async fn schedule(
                         reward_type: req.reward_type,
                         amount: req.amount,
                         sent_unix_ms,
-                        stored: issued.stored,
+                        // A deferred write counts as stored: reconcile then expects
+                        // the token unless a write failure was counted.
+                        stored: issued.stored != sdk::Stored::Failed,
                     },
                     repeat,
                 )),

@@ -106,7 +106,11 @@ async fn wallet_validates_lists_and_withdraws_only_legal_uncredited_tokens() {
     let a2 = sdk.send_reward(rain.grab(&alice, 2, 200)).await.unwrap();
     let a3 = sdk.send_reward(coins.grab(&alice, 3, 5)).await.unwrap();
     let b1 = sdk.send_reward(rain.grab(&bob, 1, 300)).await.unwrap();
-    assert!(a1.stored && a2.stored && a3.stored && b1.stored);
+    assert!(
+        [&a1, &a2, &a3, &b1]
+            .iter()
+            .all(|t| t.stored == sdk::Stored::Yes)
+    );
     // Opens (sealed with the service's own keys) but was never stored or granted.
     let stray = sdk
         .codec()

@@ -90,7 +90,7 @@ pub struct StoreConfig {
     pub strict: bool,
     /// How token writes reach Redis (see [`WriteMode`]).
     pub write_mode: WriteMode,
-    /// Most writes in one pipeline round trip ([`WriteMode::Batched`] only).
+    /// Most writes in one pipeline round trip (batched and deferred modes).
     pub pipeline_max: usize,
     /// Redis connections in the pool.
     pub pool_size: usize,
@@ -98,8 +98,9 @@ pub struct StoreConfig {
     pub timeout_ms: u64,
 }
 
-/// How the token store sends its writes. Both run the same cap-checking script and
-/// report the same outcomes; they differ in how many task hops a write takes.
+/// How the token store sends its writes. All run the same cap-checking script; direct
+/// and batched differ in how many task hops a write takes, deferred in whether
+/// `send_reward` waits for the answer at all (see [`crate::store`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WriteMode {
@@ -111,6 +112,10 @@ pub enum WriteMode {
     /// One writer task gathers every caller's write and sends explicit pipelines of up
     /// to `pipeline_max`, at most `pool_size` at once.
     Batched,
+    /// As batched, but `send_reward` returns without waiting for Redis: no round trip
+    /// in the call. A failed or capped write is counted and the reward goes on; not
+    /// allowed with `strict`.
+    Deferred,
 }
 
 impl Default for StoreConfig {
@@ -585,6 +590,11 @@ impl SdkConfig {
                 "store: max_tokens_per_user, pipeline_max and pool_size must be positive",
             ));
         }
+        if raw.store.strict && raw.store.write_mode == WriteMode::Deferred {
+            return Err(invalid(
+                "store: strict = true needs each write's answer, which write_mode = \"deferred\" does not wait for",
+            ));
+        }
         if raw.store.ttl_secs == 0 || raw.token.ttl_secs == 0 {
             return Err(invalid(
                 "store.ttl_secs and token.ttl_secs must be positive",
@@ -757,6 +767,10 @@ mod tests {
             ("[batch]\nin_flight_batches = 70000", "in_flight_batches"),
             ("[store]\nmax_tokens_per_user = 0", "store"),
             ("[store]\nwrite_mode = \"fast\"", "write_mode"),
+            (
+                "[store]\nwrite_mode = \"deferred\"\nstrict = true",
+                "strict = true needs",
+            ),
             ("[types.coin]\nmax_amount = 0", "max_amount"),
         ];
         for (extra, want) in bad {

@@ -23,6 +23,13 @@
 //! event is sent, and a refused write stores no token. Once the slot is reserved,
 //! step 4 cannot fail, so a stored token always has its event.
 //!
+//! With `store.write_mode = "deferred"` step 3 hands the write over without waiting
+//! for Redis ([`Stored::Deferred`]), so the call holds no round trip at all: a
+//! microseconds-long call whatever Redis is doing. The cap and Redis failures then
+//! cannot refuse the reward (it has been answered already); they are counted in
+//! [`Sdk::token_write_failures`] and the token goes unlisted, as a failed write does
+//! in the default mode. The trade is written up in [`store`].
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use sdk::{Sdk, config::SdkConfig, request::{RedEnvelopeRain, User}};
@@ -72,8 +79,20 @@ pub struct IssuedToken {
     pub trade_no: String,
     /// The virtual queue the event went to.
     pub queue: String,
-    /// Whether the token reached the store (false only outside strict mode).
-    pub stored: bool,
+    /// What became of the token's write to the store by the time the call returned.
+    pub stored: Stored,
+}
+
+/// What became of a token's write to the store when `send_reward` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Redis confirmed it.
+    Yes,
+    /// Redis failed; counted, and the reward goes on (never in strict mode).
+    Failed,
+    /// Handed to the store's writer without waiting (`store.write_mode =
+    /// "deferred"`); a failure is counted when Redis answers.
+    Deferred,
 }
 
 /// Why `send_reward` refused a reward. Nothing was sent for it.
@@ -285,19 +304,33 @@ impl Sdk {
             i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let token = req.token(now, now.saturating_add(ttl_ms));
         let sealed = inner.codec.seal_at(&token, now)?;
-        let stored = match inner
-            .store
-            .put(&req.user.user_id, &req.activity_id, &req.trade_no, &sealed)
-            .await
-        {
-            Ok(()) => true,
+        let deferred = inner.config.store.write_mode == config::WriteMode::Deferred;
+        let write = if deferred {
+            inner
+                .store
+                .put_deferred(
+                    &req.user.user_id,
+                    &req.activity_id,
+                    &req.trade_no,
+                    sealed.clone(),
+                )
+                .await
+        } else {
+            inner
+                .store
+                .put(&req.user.user_id, &req.activity_id, &req.trade_no, &sealed)
+                .await
+        };
+        let stored = match write {
+            Ok(()) if deferred => Stored::Deferred,
+            Ok(()) => Stored::Yes,
             Err(StoreError::CapReached { cap }) => return Err(SendError::TooManyTokens { cap }),
             Err(e) if inner.config.store.strict => return Err(SendError::Store(e)),
             Err(e) => {
                 inner.token_write_failures.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
                 tracing::warn!(trade_no = %req.trade_no, error = %e, "token not stored; the reward goes on");
-                false
+                Stored::Failed
             }
         };
         let payload = Bytes::from(req.event(now).encode_to_vec());
@@ -428,9 +461,16 @@ impl Sdk {
         self.inner.engine.stats()
     }
 
-    /// Token writes that failed (outside strict mode) since start.
+    /// Token writes that failed (outside strict mode) since start, deferred writes that
+    /// failed or that the cap refused included.
     pub fn token_write_failures(&self) -> u64 {
         self.inner.token_write_failures.load(Ordering::Relaxed)
+            + self
+                .inner
+                .store
+                .stats()
+                .deferred_failed
+                .load(Ordering::Relaxed)
     }
 
     /// Bytes waiting in the spool.
@@ -484,14 +524,28 @@ impl Sdk {
     }
 
     /// Stops accepting rewards and returns once every accepted one is on a broker or
-    /// in the spool, or when `deadline` passes; the report says what is left.
+    /// in the spool, and every deferred token write is answered, or when `deadline`
+    /// passes; the report says what is left.
     pub async fn close(&self, deadline: Duration) -> CloseReport {
+        let until = tokio::time::Instant::now() + deadline;
         if let Ok(mut w) = self.inner.watcher.lock()
             && let Some(h) = w.take()
         {
             h.abort();
         }
-        self.inner.engine.close(deadline).await
+        // Events and token writes drain side by side; a call that reserved its slot
+        // before close began may hand over its write after the first flush looked, so
+        // look again once the engine is closed (every reserved slot committed).
+        let (mut report, _) = tokio::join!(
+            self.inner.engine.close(deadline),
+            self.inner.store.flush(deadline)
+        );
+        report.tokens_left = self
+            .inner
+            .store
+            .flush(until.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
+        report
     }
 }
 

@@ -19,7 +19,21 @@
 //!   ≈0.9 ms for batched, same throughput;
 //! - **batched**: one writer task gathers every caller's write and sends explicit
 //!   pipelines of up to `pipeline_max` scripts, at most `pool_size` at once; each
-//!   write then passes through two more tasks (writer, pipeline) before its reply.
+//!   write then passes through two more tasks (writer, pipeline) before its reply;
+//! - **deferred**: the write goes to the same writer task, and the caller does not
+//!   wait for its reply ([`TokenStore::put_deferred`]). `send_reward` then costs no
+//!   Redis round trip at all: its latency is the SDK's own CPU work (validation, the
+//!   mint, two channel sends), a few microseconds, whatever Redis and the machine are
+//!   doing. The price, chosen knowingly by whoever sets the mode: the answer comes
+//!   after the call has returned, so a failed write or one refused by the cap cannot
+//!   fail the reward; both are counted ([`StoreStats::deferred_failed`], the SDK's
+//!   `token_write_failures`) and the reward goes on without a listed token, exactly
+//!   as a failed write does outside strict mode (the brief's own behaviour: the
+//!   source design never retried token writes either). The cap then bounds the
+//!   hash's size rather than refusing rewards. A deferred write is in memory until
+//!   Redis answers (usually well under a millisecond); `close` waits for them, but a
+//!   crash loses the unanswered ones, which is the same as a failed write. Strict
+//!   mode and deferred writes contradict each other, so the config refuses the pair.
 //!
 //! Either way a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads
 //! the script again and sends once more; the script is idempotent per field.
@@ -34,7 +48,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use crate::config::{StoreConfig, WriteMode};
 
@@ -76,7 +90,15 @@ struct Write {
     key: String,
     field: String,
     value: String,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    done: Reply,
+}
+
+/// Who hears a write's outcome.
+enum Reply {
+    /// A caller waiting for it.
+    Wait(oneshot::Sender<Result<(), StoreError>>),
+    /// Nobody: the writer counts it ([`TokenStore::put_deferred`]).
+    Deferred,
 }
 
 /// Counts since start.
@@ -90,6 +112,10 @@ pub struct StoreStats {
     pub failed: AtomicU64,
     /// Pipelines sent.
     pub pipelines: AtomicU64,
+    /// Deferred writes handed over and not yet answered by Redis.
+    pub deferred_pending: AtomicU64,
+    /// Deferred writes that failed or that the cap refused (their rewards went on).
+    pub deferred_failed: AtomicU64,
 }
 
 /// A handle to the token store; cheap to clone.
@@ -98,9 +124,11 @@ pub struct TokenStore {
     sha: Arc<String>,
     pool: Pool,
     cfg: Arc<StoreConfig>,
-    /// The batched writer's queue; `None` in [`WriteMode::Direct`].
-    tx: Option<mpsc::Sender<Write>>,
+    /// The writer task's queue (batched and deferred writes).
+    tx: mpsc::Sender<Write>,
     stats: Arc<StoreStats>,
+    /// Told when the last pending deferred write is answered.
+    drained: Arc<Notify>,
 }
 
 impl std::fmt::Debug for TokenStore {
@@ -132,26 +160,27 @@ impl TokenStore {
         let cfg = Arc::new(cfg);
         let stats = Arc::new(StoreStats::default());
         let sha = Arc::new(sha);
-        let tx = match cfg.write_mode {
-            WriteMode::Direct => None,
-            WriteMode::Batched => {
-                let (tx, rx) = mpsc::channel(cfg.pipeline_max * cfg.pool_size * 4);
-                tokio::spawn(writer(
-                    pool.clone(),
-                    cfg.clone(),
-                    sha.clone(),
-                    rx,
-                    stats.clone(),
-                ));
-                Some(tx)
-            }
-        };
+        // The writer runs in every mode: direct mode's `put` does not use it, but
+        // `put_deferred` does.
+        let drained = Arc::new(Notify::new());
+        let (tx, rx) = mpsc::channel(cfg.pipeline_max * cfg.pool_size * 4);
+        tokio::spawn(writer(
+            pool.clone(),
+            cfg.clone(),
+            sha.clone(),
+            rx,
+            Counts {
+                stats: stats.clone(),
+                drained: drained.clone(),
+            },
+        ));
         Ok(Self {
             sha,
             pool,
             cfg,
             tx,
             stats,
+            drained,
         })
     }
 
@@ -165,7 +194,7 @@ impl TokenStore {
         &self.stats
     }
 
-    /// Stores a sealed token (pipelined with other callers' writes).
+    /// Stores a sealed token and waits for Redis's answer (in deferred mode too).
     pub async fn put(
         &self,
         user_id: &str,
@@ -174,19 +203,63 @@ impl TokenStore {
         sealed: &str,
     ) -> Result<(), StoreError> {
         let key = self.key(user_id, activity_id);
-        let Some(tx) = &self.tx else {
+        if self.cfg.write_mode == WriteMode::Direct {
             // Direct: no channel, no owned copies of the field and the token.
             return self.put_direct(&key, trade_no, sealed).await;
-        };
+        }
         let (done, rx) = oneshot::channel();
         let w = Write {
             key,
             field: trade_no.to_string(),
             value: sealed.to_string(),
-            done,
+            done: Reply::Wait(done),
         };
-        tx.send(w).await.map_err(|_| StoreError::Closed)?;
+        self.tx.send(w).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Hands a sealed token to the writer task and returns without waiting for Redis
+    /// (see "deferred" in the module doc). Waits only while the writer's queue is full,
+    /// which Redis's own timeout bounds. The outcome is counted in [`StoreStats`]: a
+    /// failure or a cap refusal in `deferred_failed`, and is logged.
+    pub async fn put_deferred(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+        sealed: String,
+    ) -> Result<(), StoreError> {
+        let w = Write {
+            key: self.key(user_id, activity_id),
+            field: trade_no.to_string(),
+            value: sealed,
+            done: Reply::Deferred,
+        };
+        self.stats.deferred_pending.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(w).await.is_err() {
+            self.stats.deferred_pending.fetch_sub(1, Ordering::AcqRel);
+            return Err(StoreError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Waits until Redis has answered every deferred write, or `deadline` passes;
+    /// returns how many are still unanswered (0 on a clean flush).
+    pub async fn flush(&self, deadline: Duration) -> u64 {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so an answer in between is not missed.
+            notified.as_mut().enable();
+            let left = self.stats.deferred_pending.load(Ordering::Acquire);
+            if left == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                return self.stats.deferred_pending.load(Ordering::Acquire);
+            }
+        }
     }
 
     async fn put_direct(&self, key: &str, field: &str, value: &str) -> Result<(), StoreError> {
@@ -260,12 +333,19 @@ impl TokenStore {
     }
 }
 
+/// The writer task's counters and the flush signal.
+#[derive(Clone)]
+struct Counts {
+    stats: Arc<StoreStats>,
+    drained: Arc<Notify>,
+}
+
 async fn writer(
     pool: Pool,
     cfg: Arc<StoreConfig>,
     sha: Arc<String>,
     mut rx: mpsc::Receiver<Write>,
-    stats: Arc<StoreStats>,
+    counts: Counts,
 ) {
     let lanes = Arc::new(Semaphore::new(cfg.pool_size));
     let ttl = i64::try_from(cfg.ttl_secs).unwrap_or(i64::MAX);
@@ -285,9 +365,9 @@ async fn writer(
             break;
         };
         let client = pool.next().clone();
-        let (sha, stats, cap) = (sha.clone(), stats.clone(), cfg.max_tokens_per_user);
+        let (sha, counts, cap) = (sha.clone(), counts.clone(), cfg.max_tokens_per_user);
         tokio::spawn(async move {
-            send_pipeline(&client, &sha, batch, cap, ttl, &stats).await;
+            send_pipeline(&client, &sha, batch, cap, ttl, &counts).await;
             drop(permit);
         });
     }
@@ -299,8 +379,9 @@ async fn send_pipeline(
     batch: Vec<Write>,
     cap: u32,
     ttl: i64,
-    stats: &StoreStats,
+    counts: &Counts,
 ) {
+    let stats = &*counts.stats;
     stats.pipelines.fetch_add(1, Ordering::Relaxed);
     let mut results = run_pipeline(client, sha, &batch, cap, ttl).await;
     let noscript = results
@@ -314,9 +395,33 @@ async fn send_pipeline(
             Err(e) => results = batch.iter().map(|_| Err(e.clone())).collect(),
         }
     }
+    let (mut answered, mut failed, mut first_error) = (0_u64, 0_u64, None);
     for (w, r) in batch.into_iter().zip(results) {
-        // The caller may have given up waiting; nothing to do then.
-        let _ = w.done.send(outcome(r, cap, stats));
+        let result = outcome(r, cap, stats);
+        match w.done {
+            // The caller may have given up waiting; nothing to do then.
+            Reply::Wait(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Deferred => {
+                answered += 1;
+                if let Err(e) = result {
+                    failed += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    if failed > 0 {
+        stats.deferred_failed.fetch_add(failed, Ordering::Relaxed);
+        metrics::counter!("reward_sdk_token_write_failures_total").increment(failed);
+        if let Some(e) = first_error {
+            // One line per pipeline, not per token: a Redis outage must not flood the log.
+            tracing::warn!(failed, error = %e, "deferred token writes not stored; their rewards go on");
+        }
+    }
+    if answered > 0 && stats.deferred_pending.fetch_sub(answered, Ordering::AcqRel) == answered {
+        counts.drained.notify_waiters();
     }
 }
 

@@ -428,3 +428,70 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     assert_eq!(report.left, 0);
     std::fs::remove_dir_all(&spool).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_writes_return_at_once_and_close_waits_for_them() {
+    let s = stack();
+    let tag = unique("deferred");
+    create_topics(&s, &tag).await;
+    let spool = temp_dir("spool-deferred");
+    let cfg = config(
+        &s,
+        &s.kafka,
+        &s.namesrv,
+        &tag,
+        &spool,
+        "write_mode = \"deferred\"\nmax_tokens_per_user = 100",
+        "",
+    );
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
+    let activity = unique("act");
+    let issued = send_all(&sdk, rewards(&activity, 2_000), 8).await;
+    assert!(
+        issued
+            .iter()
+            .all(|(_, t)| t.stored == sdk::Stored::Deferred)
+    );
+    // Over the cap: the reward is not refused (it was answered before Redis was),
+    // its event goes, and the refusal is counted.
+    let rain = RedEnvelopeRain::new(&activity, "cash");
+    let over = sdk
+        .send_reward(rain.grab(&User::new("1000"), 9_999, 5))
+        .await
+        .unwrap();
+    assert_eq!(over.stored, sdk::Stored::Deferred);
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!((report.left, report.tokens_left), (0, 0), "{report:?}");
+    assert_eq!(report.stats.accepted, 2_001, "{report:?}");
+    assert_eq!(sdk.token_write_failures(), 1);
+    // Every accepted token is in Redis, and opens to its request.
+    let mut by_user: HashMap<String, HashMap<String, String>> = HashMap::new();
+    for (req, t) in &issued {
+        let held = match by_user.get(&req.user.user_id) {
+            Some(h) => h,
+            None => {
+                let h = sdk
+                    .store()
+                    .list(&req.user.user_id, &activity)
+                    .await
+                    .unwrap();
+                by_user.entry(req.user.user_id.clone()).or_insert(h)
+            }
+        };
+        assert_eq!(held.get(&req.trade_no), Some(&t.token), "{}", req.trade_no);
+    }
+    assert_eq!(by_user["1000"].len(), 100, "the cap bounds the hash");
+    assert!(!by_user["1000"].contains_key(&over.trade_no));
+    // Every event, the over-cap reward's included, was settled on a broker or the spool
+    // (reading them all back is the 100 k test's job).
+    assert_eq!(
+        report.stats.delivered + report.stats.spooled,
+        2_001,
+        "{report:?}"
+    );
+    std::fs::remove_dir_all(&spool).ok();
+}

@@ -80,3 +80,69 @@ async fn both_write_modes_keep_every_concurrent_write() {
         assert_eq!(total, 2_000, "{mode:?}: every write is in Redis once");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_writes_land_and_their_refusals_are_counted() {
+    let st = std::sync::Arc::new(store(WriteMode::Deferred, 40).await);
+    // A key of another type makes the script fail (WRONGTYPE): a failed write.
+    let wrong = st.key("u-wrong", "act");
+    let _: () = fred::interfaces::KeysInterface::set(
+        st.pool().next(),
+        &wrong,
+        "not a hash",
+        None,
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    let mut calls = Vec::new();
+    // 20 users x 50 trade numbers against a cap of 40: 200 refused by the cap.
+    for i in 0..1_000u32 {
+        let st = st.clone();
+        calls.push(tokio::spawn(async move {
+            let user = format!("u{}", i % 20);
+            st.put_deferred(&user, "act", &format!("t{i}"), format!("s{i}"))
+                .await
+        }));
+    }
+    for c in calls {
+        c.await.unwrap().unwrap();
+    }
+    for i in 0..3 {
+        st.put_deferred("u-wrong", "act", &format!("w{i}"), "x".into())
+            .await
+            .unwrap();
+    }
+    assert_eq!(st.flush(std::time::Duration::from_secs(30)).await, 0);
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let stats = st.stats();
+    assert_eq!(
+        (
+            n(&stats.written),
+            n(&stats.capped),
+            n(&stats.failed),
+            n(&stats.deferred_failed),
+            n(&stats.deferred_pending)
+        ),
+        (800, 200, 3, 203, 0)
+    );
+    let mut total = 0;
+    for u in 0..20 {
+        let held = st.list(&format!("u{u}"), "act").await.unwrap();
+        assert_eq!(held.len(), 40, "u{u}: the cap bounds the hash");
+        for (trade, sealed) in &held {
+            assert_eq!(sealed, &format!("s{}", &trade[1..]));
+        }
+        total += held.len();
+    }
+    assert_eq!(total, 800);
+    // A waiting write in the same store still hears the cap at once.
+    let over = st.put("u0", "act", "t-new", "x").await;
+    assert!(
+        matches!(over, Err(StoreError::CapReached { cap: 40 })),
+        "{over:?}"
+    );
+    // Nothing pending: flush returns at once.
+    assert_eq!(st.flush(std::time::Duration::ZERO).await, 0);
+}

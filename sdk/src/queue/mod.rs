@@ -220,6 +220,10 @@ pub struct CloseReport {
     pub left: u64,
     /// Bytes in the spool, waiting for the next start.
     pub spool_bytes: u64,
+    /// Deferred token writes Redis had not answered when the deadline passed (0 unless
+    /// `store.write_mode = "deferred"`). Their rewards are unaffected; the tokens may
+    /// be missing from the store, as after a failed write.
+    pub tokens_left: u64,
 }
 
 /// Why an event was not accepted.
@@ -583,6 +587,7 @@ impl Engine {
             left: stats.unsettled,
             stats,
             spool_bytes: self.spool_bytes(),
+            tokens_left: 0,
         }
     }
 }
