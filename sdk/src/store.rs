@@ -360,6 +360,9 @@ async fn writer(
                 Err(_) => break,
             }
         }
+        // Once a batch, not once a write: the backlog Redis has not answered yet.
+        metrics::gauge!("reward_sdk_token_writes_pending")
+            .set(counts.stats.deferred_pending.load(Ordering::Relaxed) as f64);
         // At most pool_size pipelines in flight; the next batch gathers meanwhile.
         let Ok(permit) = lanes.clone().acquire_owned().await else {
             break;
