@@ -18,6 +18,17 @@
 //!   credits 5-10% fewer rewards/s (ratio 0.55-0.56 vs 0.59-0.62 with 500; two runs
 //!   each, BENCHMARKS.md). A consumer meant only to drain a backlog fast can set
 //!   `settings = { "fetch.wait.max.ms" = "500" }`.
+//! - `fetch.max.bytes=1048576` (librdkafka's default is 50 MB) unless `settings`
+//!   say otherwise: librdkafka keeps one fetch in flight per broker, and tansu ignores
+//!   the per-partition cap (`max.partition.fetch.bytes`) and answers with everything
+//!   a partition holds: on a backlog of 50 000 events a partition, one answer took
+//!   tansu 2.4 s (5 s for two partitions), and the consumer, done with the previous
+//!   answer in half that, sat idle in between (seen with `debug=fetch`). tansu does
+//!   honour the total cap: with 1 MB answers (~22 000 events of the bench) arrive
+//!   every ~1.1 s and the consumer credits one while tansu reads the next.
+//!   `loadtest consumer-bench` (both sides with these settings, BENCHMARKS.md):
+//!   see the figures there. Against a Kafka that honours the partition cap it costs
+//!   little: 1 MB is still ~20 000 events a fetch.
 //! - Every `TopicPartitionList` this module builds is dropped before the consumer
 //!   (docs/stack.md: a list kept past the consumer pins librdkafka's broker threads
 //!   and hangs its close).
@@ -103,6 +114,12 @@ impl std::fmt::Debug for KafkaSource {
     }
 }
 
+/// The fetch settings the source starts from (its config's `settings` override them),
+/// public so a benchmark's bare consumer can run with the same ones. Why each: the
+/// module doc.
+pub const FETCH_DEFAULTS: &[(&str, &str)] =
+    &[("fetch.wait.max.ms", "50"), ("fetch.max.bytes", "1048576")];
+
 impl KafkaSource {
     /// Joins `group` on `brokers` and subscribes to `topics`.
     pub fn subscribe(
@@ -118,8 +135,10 @@ impl KafkaSource {
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", "50");
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in FETCH_DEFAULTS {
+            cfg.set(*k, *v);
+        }
         for (k, v) in settings {
             cfg.set(k, v);
         }

@@ -243,8 +243,9 @@ enum Command {
         /// GrantBatch calls the consumer keeps in flight (its pipeline.concurrency).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
         concurrency: u64,
-        /// A librdkafka setting for the consumer under test, KEY=VALUE (repeatable),
-        /// over its defaults (e.g. `--consumer-setting fetch.wait.max.ms=500`).
+        /// A librdkafka setting for both consumers, KEY=VALUE (repeatable), over the
+        /// consumer's fetch defaults, which the bare consumer gets too (e.g.
+        /// `--consumer-setting fetch.wait.max.ms=500`).
         #[arg(long = "consumer-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
         consumer_settings: Vec<(String, String)>,
     },
@@ -474,12 +475,23 @@ async fn run(cli: Cli) -> ExitCode {
             println!("consumer-bench: {messages} events, {partitions} partitions");
             match consumer_bench::run(&StackEnv::from_env(), &opts).await {
                 Ok(r) => {
-                    println!("raw rdkafka (read + store) {:>10.0} msg/s", r.raw_rate);
+                    println!("                           from start     steady   to first message");
+                    for (name, t) in [
+                        ("raw rdkafka (read + store)", r.raw),
+                        ("consumer (credited)       ", r.consumer),
+                    ] {
+                        println!(
+                            "{name} {:>8.0}/s {:>8.0}/s {:>10.0} ms",
+                            t.from_start,
+                            t.steady,
+                            t.to_first.as_secs_f64() * 1000.0
+                        );
+                    }
                     println!(
-                        "consumer (credited)        {:>10.0} rewards/s",
-                        r.consumer_rate
+                        "ratio consumer/raw         {:>10.2} {:>10.2}   (target: steady >= 0.8)",
+                        r.ratio(),
+                        r.steady_ratio()
                     );
-                    println!("ratio consumer/raw         {:>10.2}", r.ratio());
                     println!("  {:?}", r.stats);
                     ExitCode::SUCCESS
                 }
