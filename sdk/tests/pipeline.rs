@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, stack, temp_dir, topics, unique};
+use common::{config, stack, started, temp_dir, topics, unique};
 use rdkafka::mocking::MockCluster;
 use sdk::readback::{
     ReadBack, create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq,
@@ -304,20 +304,14 @@ async fn close_drains_everything_accepted() {
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-close");
     // A long linger: without a draining close, events would still sit in the buffers.
-    let cfg = config(
+    let sdk = started(
         &s,
-        &s.kafka,
-        &s.namesrv,
         &tag,
         &spool,
         "",
         "[batch]\nlinger_ms = 2000\nmax_events = 1000",
-    );
-    let sdk = Sdk::builder(cfg)
-        .key_ring(KeyRing::random(1))
-        .start()
-        .await
-        .unwrap();
+    )
+    .await;
     let issued = send_all(&sdk, rewards(&unique("act"), 3_000), 8).await;
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.left, 0, "{report:?}");
@@ -349,20 +343,7 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     let tag = unique("bad");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-bad");
-    let cfg = config(
-        &s,
-        &s.kafka,
-        &s.namesrv,
-        &tag,
-        &spool,
-        "max_tokens_per_user = 2",
-        "",
-    );
-    let sdk = Sdk::builder(cfg)
-        .key_ring(KeyRing::random(1))
-        .start()
-        .await
-        .unwrap();
+    let sdk = started(&s, &tag, &spool, "max_tokens_per_user = 2", "").await;
     let activity = unique("act");
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let u = User::new("77");
@@ -435,20 +416,14 @@ async fn deferred_writes_return_at_once_and_close_waits_for_them() {
     let tag = unique("deferred");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-deferred");
-    let cfg = config(
+    let sdk = started(
         &s,
-        &s.kafka,
-        &s.namesrv,
         &tag,
         &spool,
         "write_mode = \"deferred\"\nmax_tokens_per_user = 100",
         "",
-    );
-    let sdk = Sdk::builder(cfg)
-        .key_ring(KeyRing::random(1))
-        .start()
-        .await
-        .unwrap();
+    )
+    .await;
     let activity = unique("act");
     let issued = send_all(&sdk, rewards(&activity, 2_000), 8).await;
     assert!(

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{config, stack, temp_dir, topics, unique};
+use common::{stack, started, temp_dir, topics, unique};
 use sdk::Sdk;
 use sdk::config::SdkConfig;
 use sdk::readback::{create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
@@ -122,20 +122,7 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     );
 
     // Restart with brokers up: the spool is replayed.
-    let cfg = config(
-        &s,
-        &s.kafka,
-        &s.namesrv,
-        &tag,
-        &spool,
-        "",
-        "replay_every_ms = 200",
-    );
-    let sdk = Sdk::builder(cfg)
-        .key_ring(KeyRing::random(1))
-        .start()
-        .await
-        .unwrap();
+    let sdk = started(&s, &tag, &spool, "", "replay_every_ms = 200").await;
     assert!(sdk.spool_bytes() > 0);
     let deadline = Instant::now() + Duration::from_secs(60);
     while sdk.stats().replayed < N {

@@ -5,7 +5,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdk::Sdk;
 use sdk::config::SdkConfig;
+use sdk::token::KeyRing;
 
 pub struct Stack {
     pub redis_url: String,
@@ -120,4 +122,15 @@ pub fn topics(tag: &str) -> Vec<String> {
         .iter()
         .map(|q| format!("{q}-{tag}"))
         .collect()
+}
+
+/// An SDK on the stack's Kafka and RocketMQ with [`config`]'s queues, started with a
+/// fresh random key.
+pub async fn started(s: &Stack, tag: &str, spool: &Path, store_extra: &str, extra: &str) -> Sdk {
+    let cfg = config(s, &s.kafka, &s.namesrv, tag, spool, store_extra, extra);
+    Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("sdk start: {e}"))
 }
