@@ -26,9 +26,12 @@
 //!   answer in half that, sat idle in between (seen with `debug=fetch`). tansu does
 //!   honour the total cap: with 1 MB answers (~22 000 events of the bench) arrive
 //!   every ~1.1 s and the consumer credits one while tansu reads the next.
-//!   `loadtest consumer-bench` (both sides with these settings, BENCHMARKS.md):
-//!   see the figures there. Against a Kafka that honours the partition cap it costs
-//!   little: 1 MB is still ~20 000 events a fetch.
+//!   `loadtest consumer-bench --messages 200000`, interleaved, both sides fetching
+//!   alike: consumer/bare 0.73-0.74 with 50 MB, 0.82-0.89 with 1 MB (BENCHMARKS.md).
+//!   Smaller answers (256 KB, 64 KB; `message.max.bytes` must come down with them)
+//!   slowed the bare consumer more than they helped ours: tansu pays per request.
+//!   Against a Kafka that honours the partition cap 1 MB costs little: it is still
+//!   ~20 000 of these events a fetch.
 //! - Every `TopicPartitionList` this module builds is dropped before the consumer
 //!   (docs/stack.md: a list kept past the consumer pins librdkafka's broker threads
 //!   and hangs its close).

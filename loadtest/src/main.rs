@@ -488,7 +488,7 @@ async fn run(cli: Cli) -> ExitCode {
                         );
                     }
                     println!(
-                        "ratio consumer/raw         {:>10.2} {:>10.2}   (target: steady >= 0.8)",
+                        "ratio consumer/raw         {:>10.2} {:>10.2}   (target >= 0.8)",
                         r.ratio(),
                         r.steady_ratio()
                     );
