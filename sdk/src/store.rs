@@ -35,7 +35,7 @@
 //!   crash loses the unanswered ones, which is the same as a failed write. Strict
 //!   mode and deferred writes contradict each other, so the config refuses the pair.
 //!
-//! Either way a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads
+//! In every mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads
 //! the script again and sends once more; the script is idempotent per field.
 //!
 //! Whether a failed write fails the reward is the caller's choice
@@ -229,17 +229,17 @@ impl TokenStore {
         trade_no: &str,
         sealed: String,
     ) -> Result<(), StoreError> {
-        let w = Write {
+        // Room first, then count, then hand over with no await in between: a caller
+        // that gives up (its future dropped) while waiting for room leaves neither a
+        // write nor a count behind.
+        let permit = self.tx.reserve().await.map_err(|_| StoreError::Closed)?;
+        self.stats.deferred_pending.fetch_add(1, Ordering::AcqRel);
+        permit.send(Write {
             key: self.key(user_id, activity_id),
             field: trade_no.to_string(),
             value: sealed,
             done: Reply::Deferred,
-        };
-        self.stats.deferred_pending.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(w).await.is_err() {
-            self.stats.deferred_pending.fetch_sub(1, Ordering::AcqRel);
-            return Err(StoreError::Closed);
-        }
+        });
         Ok(())
     }
 
