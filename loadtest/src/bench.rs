@@ -225,6 +225,10 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();
     eprintln!("[bench] SDK token store write mode: {}", opts.write_mode);
+    let side = SdkSide {
+        kafka: &kafka,
+        write_mode: &opts.write_mode,
+    };
     for round in 1..=opts.rounds.max(1) {
         let tag = unique_name("bench");
         let raw_topic = format!("{tag}-raw");
@@ -246,10 +250,6 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] round {round}: send_reward, {} rewards, {} callers",
             opts.rewards, opts.concurrency
         );
-        let side = SdkSide {
-            kafka: &kafka,
-            write_mode: &opts.write_mode,
-        };
         let sdk = sdk_run(env, &side, &tag, &sdk_topic, reqs, opts.concurrency).await?;
         last_sdk_rate = sdk.rate();
         rounds.push(Round { raw, sdk });
@@ -265,10 +265,6 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] paced send_reward at {target:.0}/s for {} s",
             opts.latency_secs
         );
-        let side = SdkSide {
-            kafka: &kafka,
-            write_mode: &opts.write_mode,
-        };
         Some(paced_run(env, &side, &tag, &topic, target, opts.latency_secs).await?)
     } else {
         None
