@@ -103,6 +103,9 @@ pub enum SealError {
     /// The AEAD refused (message too long).
     #[error("AES-GCM refused to seal")]
     Cipher,
+    /// The encoding did not fit the size computed for it (a bug in the encoder).
+    #[error("token encoding outgrew its computed size")]
+    Encoding,
 }
 
 struct SubKey {
@@ -145,48 +148,113 @@ fn nonce_of(header: &[u8]) -> Nonce<aes_gcm::aead::consts::U12> {
     nonce
 }
 
-/// Appends `t`'s protobuf encoding to `buf`: the same bytes as prost's
-/// `encode_to_vec` (fields in number order, default values left out; a property test
-/// holds the two equal), written straight into the buffer. It exists for speed: prost's
-/// `encode` walks every field twice (once for `encoded_len`) and goes through the
-/// generic `BufMut` per piece; this is a third of the mint's encoding cost
-/// (BENCHMARKS.md). A field added to `RewardToken` must be added here too: the
-/// property test builds the token with every field named, so it stops compiling until
-/// it is updated, and then fails until this is.
-pub(super) fn encode_token(t: &RewardToken, buf: &mut Vec<u8>) {
-    fn varint(buf: &mut Vec<u8>, mut v: u64) {
+/// A writer over a fixed slice, for the mint's encoder. A write past the end is not
+/// made but remembered (`overflow`), so a wrong size bound is a typed error, never a
+/// panic or a short token.
+pub(super) struct SliceWriter<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+    overflow: bool,
+}
+
+impl<'a> SliceWriter<'a> {
+    pub(super) fn new(buf: &'a mut [u8]) -> Self {
+        SliceWriter {
+            buf,
+            at: 0,
+            overflow: false,
+        }
+    }
+
+    /// Bytes written, or `None` if a write did not fit.
+    pub(super) fn written(&self) -> Option<usize> {
+        (!self.overflow).then_some(self.at)
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        match self.buf.get_mut(self.at) {
+            Some(slot) => {
+                *slot = b;
+                self.at += 1;
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        match self.buf.get_mut(self.at..self.at + bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.at += bytes.len();
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    #[inline]
+    fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
-            buf.push((v as u8) | 0x80);
+            self.byte((v as u8) | 0x80);
             v >>= 7;
         }
-        buf.push(v as u8);
+        self.byte(v as u8);
     }
-    // Field numbers 1..=15 fit the key in one byte: (number << 3) | wire type.
-    let string = |buf: &mut Vec<u8>, field: u8, s: &str| {
-        if !s.is_empty() {
-            buf.push(field << 3 | 2);
-            varint(buf, s.len() as u64);
-            buf.extend_from_slice(s.as_bytes());
-        }
-    };
-    let int64 = |buf: &mut Vec<u8>, field: u8, v: i64| {
-        if v != 0 {
-            buf.push(field << 3);
-            // int64 is encoded as the two's-complement u64 (ten bytes when negative).
-            varint(buf, v as u64);
-        }
-    };
-    string(buf, 1, &t.trade_no);
-    string(buf, 2, &t.user_id);
-    string(buf, 3, &t.activity_id);
-    string(buf, 4, &t.scene_id);
-    string(buf, 5, &t.reward_type);
-    int64(buf, 6, t.amount);
-    int64(buf, 7, t.grant_time_ms);
-    string(buf, 8, &t.description);
-    int64(buf, 9, t.expires_at_ms);
-    string(buf, 10, &t.app_id);
 }
+
+/// The most bytes [`encode_token`] can write for `t` (exact for the strings, the
+/// integers counted at their widest).
+pub(super) fn encoded_bound(t: &RewardToken) -> usize {
+    let string = |s: &str| 1 + prost::encoding::encoded_len_varint(s.len() as u64) + s.len();
+    string(&t.trade_no)
+        + string(&t.user_id)
+        + string(&t.activity_id)
+        + string(&t.scene_id)
+        + string(&t.reward_type)
+        + string(&t.description)
+        + string(&t.app_id)
+        + 3 * (1 + 10)
+}
+
+/// Writes `t`'s protobuf encoding: the same bytes as prost's `encode_to_vec` (fields
+/// in number order, default values left out; a property test holds the two equal).
+/// It exists for speed: prost's `encode` walks every field twice (once for
+/// `encoded_len`) and goes through the generic `BufMut` per piece; this is a third of
+/// the mint's encoding cost (BENCHMARKS.md). A field added to `RewardToken` must be
+/// added here too: the property test builds the token with every field named, so it
+/// stops compiling until it is updated, and then fails until this is.
+pub(super) fn encode_token(t: &RewardToken, w: &mut SliceWriter<'_>) {
+    // Field numbers 1..=15 fit the key in one byte: (number << 3) | wire type.
+    let string = |w: &mut SliceWriter<'_>, field: u8, s: &str| {
+        if !s.is_empty() {
+            w.byte(field << 3 | 2);
+            w.varint(s.len() as u64);
+            w.put(s.as_bytes());
+        }
+    };
+    let int64 = |w: &mut SliceWriter<'_>, field: u8, v: i64| {
+        if v != 0 {
+            w.byte(field << 3);
+            // int64 is encoded as the two's-complement u64 (ten bytes when negative).
+            w.varint(v as u64);
+        }
+    };
+    string(w, 1, &t.trade_no);
+    string(w, 2, &t.user_id);
+    string(w, 3, &t.activity_id);
+    string(w, 4, &t.scene_id);
+    string(w, 5, &t.reward_type);
+    int64(w, 6, t.amount);
+    int64(w, 7, t.grant_time_ms);
+    string(w, 8, &t.description);
+    int64(w, 9, t.expires_at_ms);
+    string(w, 10, &t.app_id);
+}
+
+/// Sealed tokens up to this size are built on the stack (the usual token is ~110
+/// bytes); larger ones in a heap buffer.
+const SEAL_STACK: usize = 256;
 
 /// AADs up to this size are built on the stack (the usual ids are far shorter; a
 /// larger array cost more to zero on every call).
@@ -302,36 +370,15 @@ impl TokenCodec {
             }
         };
 
-        // Room for the encoding without measuring it first (prost's `encoded_len` walks
-        // every field once more): each string's bytes plus its tag and length, and
-        // the integers at their widest. Too small only grows the Vec.
-        let strings = token.trade_no.len()
-            + token.user_id.len()
-            + token.activity_id.len()
-            + token.scene_id.len()
-            + token.reward_type.len()
-            + token.description.len()
-            + token.app_id.len();
-        // (A scratch buffer reused per thread instead of this allocation was no
-        // faster: BENCHMARKS.md.)
-        let mut buf = Vec::with_capacity(HEADER_LEN + strings + 7 * 3 + 3 * 11 + TAG_LEN);
-        buf.push(version);
-        buf.extend_from_slice(&key_id.to_be_bytes());
-        buf.extend_from_slice(&period.to_be_bytes());
-        buf.extend_from_slice(&rand::random::<[u8; 12]>());
-        encode_token(token, &mut buf);
-        let (header, body) = buf.split_at_mut(HEADER_LEN);
-        let nonce = nonce_of(header);
-        let tag = with_aad(version, header, &token.user_id, &token.activity_id, |aad| {
-            sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
-        })
-        .map_err(|_| SealError::Cipher)?;
-        buf.extend_from_slice(tag.as_slice());
-        // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
-        // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
-        // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
-        // trailing bits.
-        Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&buf))
+        let bound = HEADER_LEN + encoded_bound(token) + TAG_LEN;
+        if bound <= SEAL_STACK {
+            // The usual case: no heap buffer besides the returned text (measured
+            // against a `Vec` here: BENCHMARKS.md, token mint).
+            let mut stack = [0u8; SEAL_STACK];
+            seal_into(sub, version, key_id, period, token, &mut stack)
+        } else {
+            seal_into(sub, version, key_id, period, token, &mut vec![0u8; bound])
+        }
     }
 
     /// Opens a sealed token presented for `user_id` and `activity_id`.
@@ -384,6 +431,42 @@ impl TokenCodec {
         cache.insert((key_id, period), c.clone());
         Ok(c)
     }
+}
+
+/// Seals `token` into `out` (at least `HEADER_LEN + encoded_bound + TAG_LEN` long)
+/// and answers its base64 text.
+fn seal_into(
+    sub: &SubKey,
+    version: u8,
+    key_id: KeyId,
+    period: u32,
+    token: &RewardToken,
+    out: &mut [u8],
+) -> Result<String, SealError> {
+    // The nonce is kept in its own variable for the cipher rather than read back
+    // from the buffer: the read-back stalled on store forwarding (perf annotate).
+    let nonce = Nonce::from(rand::random::<[u8; 12]>());
+    let mut w = SliceWriter::new(out);
+    w.byte(version);
+    w.put(&key_id.to_be_bytes());
+    w.put(&period.to_be_bytes());
+    w.put(&nonce);
+    encode_token(token, &mut w);
+    let body_end = w.written().ok_or(SealError::Encoding)?;
+    let sealed_len = body_end + TAG_LEN;
+    let sealed = out.get_mut(..sealed_len).ok_or(SealError::Encoding)?;
+    let (head_body, tag_room) = sealed.split_at_mut(body_end);
+    let (header, body) = head_body.split_at_mut(HEADER_LEN);
+    let tag = with_aad(version, header, &token.user_id, &token.activity_id, |aad| {
+        sub.cipher.encrypt_inout_detached(&nonce, aad, body.into())
+    })
+    .map_err(|_| SealError::Cipher)?;
+    tag_room.copy_from_slice(tag.as_slice());
+    // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
+    // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
+    // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
+    // trailing bits.
+    Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&*sealed))
 }
 
 fn now_ms() -> i64 {

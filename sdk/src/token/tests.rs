@@ -174,6 +174,24 @@ fn bindings_too_long_for_the_stack_aad_still_seal_and_bind() {
 }
 
 #[test]
+fn tokens_on_both_sides_of_the_stack_buffer_seal_and_open() {
+    // The mint builds a token of up to SEAL_STACK sealed bytes on the stack and a
+    // larger one on the heap; every size across the edge, and a very large one, must
+    // seal to exactly header + encoding + tag and open to the same token.
+    let codec = TokenCodec::new(KeyRing::random(1));
+    let base = token("u1");
+    for extra in (0..=300).chain([20_000]) {
+        let t = RewardToken {
+            description: "d".repeat(extra),
+            ..base.clone()
+        };
+        let sealed = codec.seal_at(&t, T0).unwrap();
+        assert_eq!(raw(&sealed).len(), 19 + t.encoded_len() + 16, "{extra}");
+        assert_eq!(codec.open(&sealed, "u1", "cny").unwrap(), t, "{extra}");
+    }
+}
+
+#[test]
 fn simd_encoder_writes_what_the_strict_decoder_reads() {
     // Seal encodes with base64-simd, open decodes with the scalar engine: they must
     // agree on every length (each tail: 0, 1 or 2 leftover bytes).
@@ -205,10 +223,18 @@ proptest! {
             reward_type: s(4, 4), amount: n(0, 5), grant_time_ms: n(1, 6),
             description: s(5, 7), expires_at_ms: n(2, 8), app_id: s(6, 9),
         };
-        let mut mine = vec![0xAA];
-        super::seal::encode_token(&t, &mut mine);
+        // The bound holds exactly what the encoder writes, at most.
+        let mut mine = vec![0xAA; super::seal::encoded_bound(&t)];
+        let mut w = super::seal::SliceWriter::new(&mut mine);
+        super::seal::encode_token(&t, &mut w);
+        let n = w.written().unwrap();
         let prost_bytes = t.encode_to_vec();
-        prop_assert_eq!(&mine[1..], prost_bytes.as_slice());
+        prop_assert_eq!(&mine[..n], prost_bytes.as_slice());
+        // Too small a buffer is told, not written past.
+        let mut short = vec![0u8; n.saturating_sub(1)];
+        let mut w = super::seal::SliceWriter::new(&mut short);
+        super::seal::encode_token(&t, &mut w);
+        prop_assert_eq!(w.written().is_none(), n > 0);
     }
 
     #[test]
