@@ -60,6 +60,8 @@ pub struct ConsumerBenchOptions {
     pub users: u64,
     /// GrantBatch calls the consumer keeps in flight (`pipeline.concurrency`).
     pub concurrency: usize,
+    /// Events per GrantBatch call at most (`pipeline.batch`); `None`: the config's.
+    pub batch: Option<usize>,
     /// librdkafka settings for both consumers (over the consumer's fetch defaults).
     pub consumer_settings: Vec<(String, String)>,
 }
@@ -252,7 +254,15 @@ pub async fn run(
                 "REWARD_CONSUMER__PIPELINE__CONCURRENCY".into(),
                 opts.concurrency.to_string(),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(opts.batch.map(|b| {
+            (
+                "REWARD_CONSUMER__PIPELINE__BATCH".to_string(),
+                b.to_string(),
+            )
+        }))
+        .collect::<Vec<_>>(),
     )
     .await?;
     let deadline = start + Duration::from_secs(600);
@@ -402,6 +412,7 @@ pub async fn produce_events(env: &StackEnv, topic: &str, n: u64, users: u64) -> 
         partitions: 1,
         users,
         concurrency: 1,
+        batch: None,
         consumer_settings: Vec::new(),
     };
     produce(env, topic, &opts).await

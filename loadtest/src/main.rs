@@ -243,6 +243,11 @@ enum Command {
         /// GrantBatch calls the consumer keeps in flight (its pipeline.concurrency).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
         concurrency: u64,
+        /// Events per GrantBatch call at most (its pipeline.batch; the service takes up
+        /// to its server.max_batch, 1 000 in ops/reward-service.toml). Default: the
+        /// value in ops/consumer.toml.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        batch: Option<u64>,
         /// A librdkafka setting for both consumers, KEY=VALUE (repeatable), over the
         /// consumer's fetch defaults, which the bare consumer gets too (e.g.
         /// `--consumer-setting fetch.wait.max.ms=500`).
@@ -463,6 +468,7 @@ async fn run(cli: Cli) -> ExitCode {
             partitions,
             users,
             concurrency,
+            batch,
             consumer_settings,
         } => {
             let opts = ConsumerBenchOptions {
@@ -470,6 +476,7 @@ async fn run(cli: Cli) -> ExitCode {
                 partitions,
                 users,
                 concurrency: usize::try_from(concurrency).unwrap_or(1024),
+                batch: batch.and_then(|b| usize::try_from(b).ok()),
                 consumer_settings,
             };
             println!("consumer-bench: {messages} events, {partitions} partitions");
