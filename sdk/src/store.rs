@@ -32,8 +32,11 @@
 //!   source design never retried token writes either). The cap then bounds the
 //!   hash's size rather than refusing rewards. A deferred write is in memory until
 //!   Redis answers (usually well under a millisecond); `close` waits for them, but a
-//!   crash loses the unanswered ones, which is the same as a failed write. Strict
-//!   mode and deferred writes contradict each other, so the config refuses the pair.
+//!   crash loses the unanswered ones, which is the same as a failed write. A wallet
+//!   that checks the token in the moment before its write lands is told `UNKNOWN`
+//!   (the reward service never credits an unknown token from the wallet: its event
+//!   is still on the way), and `LEGAL` once it has. Strict mode and deferred writes
+//!   contradict each other, so the config refuses the pair.
 //!
 //! In every mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads
 //! the script again and sends once more; the script is idempotent per field.
