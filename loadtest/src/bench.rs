@@ -200,6 +200,9 @@ pub struct BenchReport {
     pub rounds: Vec<Round>,
     /// The paced latency run, if asked for.
     pub paced: Option<Paced>,
+    /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
+    /// Redis could not tell ([`crate::stack::ForkWatch`]).
+    pub redis_forks: Option<u64>,
 }
 
 /// The rewards of one run: one red-envelope grab per user, in activity `activity`.
@@ -224,6 +227,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();
+    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
     eprintln!("[bench] SDK token store write mode: {}", opts.write_mode);
     let side = SdkSide {
         kafka: &kafka,
@@ -269,7 +273,11 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     } else {
         None
     };
-    Ok(BenchReport { rounds, paced })
+    Ok(BenchReport {
+        rounds,
+        paced,
+        redis_forks: forks.since_start().await,
+    })
 }
 
 /// The bare producer's ceiling on this broker: `n` reward events (the SDK's wire

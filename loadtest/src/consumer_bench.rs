@@ -98,6 +98,9 @@ pub struct ConsumerBenchReport {
     pub consumer: Timing,
     /// The consumer's counters at the end.
     pub stats: reward_consumer::pipeline::StatsSnapshot,
+    /// Times Redis forked (AOF rewrite, RDB save) during the two timed runs; `None`
+    /// when Redis could not tell ([`crate::stack::ForkWatch`]).
+    pub redis_forks: Option<u64>,
 }
 
 impl ConsumerBenchReport {
@@ -226,6 +229,7 @@ pub async fn run(
     produce(env, &topic, opts).await?;
     eprintln!("consumer-bench: {} events on {topic}", opts.messages);
 
+    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
     let raw_timing = raw(env, &topic, opts.messages, &opts.consumer_settings).await?;
     eprintln!(
         "consumer-bench: raw {:.0} msg/s from start, {:.0} steady",
@@ -300,6 +304,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let end = Instant::now();
+    let redis_forks = forks.since_start().await;
     let consumer_timing = Timing::new(opts.messages, start, first.unwrap_or(end), end);
     let report = consumer.shutdown().await;
     let stats = report.stats.clone();
@@ -326,6 +331,7 @@ pub async fn run(
         raw: raw_timing,
         consumer: consumer_timing,
         stats,
+        redis_forks,
     })
 }
 

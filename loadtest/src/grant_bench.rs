@@ -63,6 +63,9 @@ pub struct GrantBenchReport {
     pub script_p99_ms: f64,
     /// The command that ran.
     pub script_command: String,
+    /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
+    /// Redis could not tell ([`crate::stack::ForkWatch`]).
+    pub redis_forks: Option<u64>,
 }
 
 impl GrantBenchReport {
@@ -154,6 +157,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
 
     let url = format!("http://{}", running.grpc_addr);
     let batches = opts.grants.div_ceil(opts.batch as u64);
+    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
@@ -224,6 +228,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
 
     let (script_rate, script_p99_ms, script_command) =
         redis_benchmark(env, &claims, &tag, opts).await?;
+    let redis_forks = forks.since_start().await;
     crate::clean::bench_run(&env.redis_url, &tag).await;
     Ok(GrantBenchReport {
         service_rate,
@@ -231,6 +236,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
         script_rate,
         script_p99_ms,
         script_command,
+        redis_forks,
     })
 }
 

@@ -500,6 +500,9 @@ async fn run(cli: Cli) -> ExitCode {
                         r.steady_ratio()
                     );
                     println!("  {:?}", r.stats);
+                    if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+                        println!("{w}");
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -542,6 +545,9 @@ async fn run(cli: Cli) -> ExitCode {
                     );
                     println!("  ({})", r.script_command);
                     println!("ratio service/script {:>10.2}", r.ratio());
+                    if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+                        println!("{w}");
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -693,6 +699,9 @@ fn print_bench(r: &BenchReport) {
                 l.p50, l.p99, l.p999, l.max
             );
         }
+    }
+    if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+        println!("{w}");
     }
 }
 

@@ -143,6 +143,92 @@ pub async fn check_reachable(
     }
 }
 
+/// Forks Redis has made since it started, from an `INFO stats` reply (`total_forks`).
+pub fn total_forks(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("total_forks:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Watches Redis for forks across a timed run.
+///
+/// Redis forks for every AOF rewrite (started by itself when the AOF has doubled; the
+/// benches' writes and deletes do that) and every RDB save, and the fork and the
+/// child's copy of the whole dataset slow every client meanwhile: one rewrite of
+/// ~660 MB took ~8 s, and consumer-bench runs it overlapped measured 0.64-0.78
+/// instead of ~0.8. Only the
+/// side of a bench that uses Redis pays, so a bench that saw a fork says so next to
+/// its figures (`redis-cli config set auto-aof-rewrite-percentage 0` for the runs
+/// avoids it; BENCHMARKS.md).
+#[derive(Debug, Clone)]
+pub struct ForkWatch {
+    client: Option<fred::clients::Client>,
+    before: Option<u64>,
+}
+
+impl ForkWatch {
+    /// Reads the count now. A Redis that cannot be asked makes a watch that reports
+    /// `None` (the bench itself then fails on its own Redis use, more clearly).
+    pub async fn start(redis_url: &str) -> Self {
+        use fred::prelude::*;
+        let client = match Config::from_url(redis_url).and_then(|c| Builder::from_config(c).build())
+        {
+            Ok(c) => c,
+            Err(_) => {
+                return ForkWatch {
+                    client: None,
+                    before: None,
+                };
+            }
+        };
+        let connected = tokio::time::timeout(Duration::from_secs(5), client.init()).await;
+        if !matches!(connected, Ok(Ok(_))) {
+            return ForkWatch {
+                client: None,
+                before: None,
+            };
+        }
+        let before = read_forks(&client).await;
+        ForkWatch {
+            client: Some(client),
+            before,
+        }
+    }
+
+    /// Forks since [`ForkWatch::start`]; `None` when Redis could not tell.
+    pub async fn since_start(&self) -> Option<u64> {
+        let (client, before) = (self.client.as_ref()?, self.before?);
+        let now = read_forks(client).await?;
+        Some(now.saturating_sub(before))
+    }
+}
+
+async fn read_forks(client: &fred::clients::Client) -> Option<u64> {
+    use fred::interfaces::ClientLike as _;
+    use fred::types::{ClusterHash, CustomCommand};
+    let info: String = client
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+            vec!["stats"],
+        )
+        .await
+        .ok()?;
+    total_forks(&info)
+}
+
+/// The line a bench prints under its figures when Redis forked during the run.
+pub fn fork_warning(forks: Option<u64>) -> Option<String> {
+    match forks {
+        Some(0) => None,
+        Some(n) => Some(format!(
+            "warning: Redis forked {n} time(s) during the timed runs (an AOF rewrite or RDB save); \
+             the side that uses Redis measured low. For benchmarks: \
+             redis-cli -p PORT config set auto-aof-rewrite-percentage 0 (and back to 100 after)"
+        )),
+        None => Some("note: could not read Redis's fork count (INFO stats); an AOF rewrite during the run would go unnoticed".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +272,16 @@ mod tests {
             }
         ));
         assert!(err.to_string().contains("ops/stack up"), "{err}");
+    }
+    #[test]
+    fn fork_count_is_read_from_info_stats() {
+        let info =
+            "# Stats\r\ntotal_connections_received:12\r\ntotal_forks:13\r\nexpired_keys:0\r\n";
+        assert_eq!(total_forks(info), Some(13));
+        assert_eq!(total_forks("# Stats\r\ntotal_forks:x\r\n"), None);
+        assert_eq!(total_forks("# Stats\r\n"), None);
+        assert_eq!(fork_warning(Some(0)), None);
+        assert!(fork_warning(Some(2)).is_some_and(|w| w.contains("forked 2 time")));
+        assert!(fork_warning(None).is_some_and(|w| w.contains("could not read")));
     }
 }
