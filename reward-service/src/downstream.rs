@@ -94,10 +94,24 @@ pub type Receipt = String;
 /// A boxed credit future (the trait is used as `dyn`, one per reward type).
 pub type CreditFuture<'a> = Pin<Box<dyn Future<Output = Result<Receipt, CreditError>> + Send + 'a>>;
 
+/// A boxed future of many credits' answers, in the order asked.
+pub type CreditManyFuture<'a> =
+    Pin<Box<dyn Future<Output = Vec<Result<Receipt, CreditError>>> + Send + 'a>>;
+
 /// A system that credits rewards.
 pub trait Downstream: Send + Sync + std::fmt::Debug {
     /// Credits `c` once (as far as this downstream is concerned).
     fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a>;
+
+    /// Credits each of `cs` once, answering for each in order. The default sends
+    /// them all at once as single credits; a downstream that can carry many credits
+    /// in one round trip (the [`Ledger`]) overrides it. Either way each credit is its
+    /// own operation with its own answer: one failing does not fail the others.
+    fn credit_many<'a>(&'a self, cs: &'a [Credit]) -> CreditManyFuture<'a> {
+        Box::pin(futures_util::future::join_all(
+            cs.iter().map(|c| self.credit(c)),
+        ))
+    }
 }
 
 /// KEYS: balance hash, credited hash, incident counter. ARGV: reward type, amount, trade no, now (Unix
@@ -224,7 +238,9 @@ impl Ledger {
         format!("{}:ledger:{{{user_id}}}:double_credits", self.prefix)
     }
 
-    async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
+    /// What is refused before Redis is asked: a malformed credit, or one over its
+    /// reward type's capacity.
+    fn precheck(&self, c: &Credit) -> Result<(), CreditError> {
         if c.user_id.is_empty() || c.user_id.contains(['{', '}']) || c.amount <= 0 {
             return Err(CreditError {
                 code: ErrorCode::Invalid,
@@ -239,23 +255,32 @@ impl Ledger {
                 detail: format!("{} over its capacity", c.reward_type),
             });
         }
-        let reply: Result<Vec<i64>, fred::error::Error> =
-            crate::eval_loaded(&self.client, &self.sha, LEDGER_LUA, || {
-                (
-                    vec![
-                        self.balance_key(&c.user_id),
-                        self.credited_key(&c.user_id),
-                        self.incidents_key(&c.user_id),
-                    ],
-                    vec![
-                        Value::from(c.reward_type.as_str()),
-                        Value::from(c.amount),
-                        Value::from(c.trade_no.as_str()),
-                        Value::from(crate::grant::now_ms()),
-                    ],
-                )
-            })
-            .await;
+        Ok(())
+    }
+
+    fn keys(&self, c: &Credit) -> Vec<String> {
+        vec![
+            self.balance_key(&c.user_id),
+            self.credited_key(&c.user_id),
+            self.incidents_key(&c.user_id),
+        ]
+    }
+
+    fn args(c: &Credit, now: i64) -> Vec<Value> {
+        vec![
+            Value::from(c.reward_type.as_str()),
+            Value::from(c.amount),
+            Value::from(c.trade_no.as_str()),
+            Value::from(now),
+        ]
+    }
+
+    /// The receipt for Redis's answer to one credit's script call.
+    fn settle(
+        &self,
+        c: &Credit,
+        reply: Result<Vec<i64>, fred::error::Error>,
+    ) -> Result<Receipt, CreditError> {
         let reply = reply.map_err(|e| CreditError {
             code: if e.kind() == &fred::error::ErrorKind::Timeout {
                 ErrorCode::Timeout
@@ -277,11 +302,93 @@ impl Ledger {
             }),
         }
     }
+
+    async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
+        self.precheck(c)?;
+        let now = crate::grant::now_ms();
+        let reply = crate::eval_loaded(&self.client, &self.sha, LEDGER_LUA, || {
+            (self.keys(c), Self::args(c, now))
+        })
+        .await;
+        self.settle(c, reply)
+    }
+
+    /// Many credits in one pipeline: still one script call per credit (each its own
+    /// balance change, double-credit check and answer, as a wallet API takes them),
+    /// but one write and one read on the connection instead of one each per credit.
+    /// On this 2-core stack that round trip per credit, in this process and in
+    /// Redis, was a large part of what a credit cost (BENCHMARKS.md, consumer
+    /// throughput, session 13).
+    async fn credit_batch(&self, cs: &[Credit]) -> Vec<Result<Receipt, CreditError>> {
+        let mut out: Vec<Option<Result<Receipt, CreditError>>> =
+            cs.iter().map(|c| self.precheck(c).err().map(Err)).collect();
+        let send: Vec<usize> = (0..cs.len()).filter(|&i| out[i].is_none()).collect();
+        let now = crate::grant::now_ms();
+        let mut replies = self.pipelined(cs, &send, now).await;
+        // Redis restarted and lost its script cache: load it, send those again.
+        let lost: Vec<usize> = send
+            .iter()
+            .zip(&replies)
+            .filter(|(_, r)| matches!(r, Err(e) if e.details().starts_with("NOSCRIPT")))
+            .map(|(&i, _)| i)
+            .collect();
+        if !lost.is_empty() {
+            let again = match self.client.script_load::<String, _>(LEDGER_LUA).await {
+                Ok(_) => self.pipelined(cs, &lost, now).await,
+                Err(e) => lost.iter().map(|_| Err(e.clone())).collect(),
+            };
+            let mut again = again.into_iter();
+            for (i, r) in send.iter().zip(replies.iter_mut()) {
+                if lost.contains(i)
+                    && let Some(a) = again.next()
+                {
+                    *r = a;
+                }
+            }
+        }
+        for (&i, reply) in send.iter().zip(replies) {
+            out[i] = Some(self.settle(&cs[i], reply));
+        }
+        out.into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(CreditError {
+                        code: ErrorCode::Unavailable,
+                        detail: "ledger pipeline gave no answer".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Sends the credits `which` of `cs` as one pipeline; one answer per credit.
+    async fn pipelined(
+        &self,
+        cs: &[Credit],
+        which: &[usize],
+        now: i64,
+    ) -> Vec<Result<Vec<i64>, fred::error::Error>> {
+        let calls = which
+            .iter()
+            .map(|&i| {
+                let c = &cs[i];
+                let mut call: Vec<Value> = vec![Value::from(3_i64)];
+                call.extend(self.keys(c).into_iter().map(Value::from));
+                call.extend(Self::args(c, now));
+                call
+            })
+            .collect();
+        sdk::store::evalsha_pipeline(&self.client, &self.sha, calls).await
+    }
 }
 
 impl Downstream for Ledger {
     fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
         Box::pin(self.credit_now(c))
+    }
+
+    fn credit_many<'a>(&'a self, cs: &'a [Credit]) -> CreditManyFuture<'a> {
+        Box::pin(self.credit_batch(cs))
     }
 }
 

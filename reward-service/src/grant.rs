@@ -45,6 +45,23 @@ pub fn failure_topic_misses() -> u64 {
     FAILURE_TOPIC_MISSES.load(Ordering::Relaxed)
 }
 
+fn credit_of(g: &Grant) -> Credit {
+    Credit {
+        trade_no: g.trade_no.clone(),
+        user_id: g.user_id.clone(),
+        reward_type: g.reward_type.clone(),
+        amount: g.amount,
+    }
+}
+
+/// A reward type with no downstream: a permanent failure (module doc).
+fn no_downstream(reward_type: &str) -> CreditError {
+    CreditError {
+        code: ErrorCode::Invalid,
+        detail: format!("no downstream for reward type {reward_type:?}"),
+    }
+}
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -228,7 +245,9 @@ impl Granter {
         // Grants whose token leaves the pending hash: credited now, or duplicates
         // (see `repeat_settled`).
         let mut moves: Vec<usize> = Vec::new();
-        let mut credits = tokio::task::JoinSet::new();
+        // The claimed grants, by reward type: each type's downstream gets its credits
+        // in one `credit_many` call (the ledger sends them in one pipeline).
+        let mut claimed: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
         for (i, (g, c)) in grants
             .iter()
             .zip(self.claims.claim_many(grants).await)
@@ -242,21 +261,21 @@ impl Granter {
                     }
                     out[i] = Some(Ok(outcome));
                 }
-                Ok(Ok(claim_id)) => {
-                    let (me, g) = (self.clone(), g.clone());
-                    credits.spawn(async move {
-                        let r = me.credit(&g).await;
-                        (i, claim_id, r)
-                    });
-                }
+                Ok(Ok(claim_id)) => claimed
+                    .entry(g.reward_type.as_str())
+                    .or_default()
+                    .push((i, claim_id)),
             }
         }
+        let answers = futures_util::future::join_all(
+            claimed
+                .into_iter()
+                .map(|(reward_type, list)| self.credit_type(grants, reward_type, list)),
+        )
+        .await;
         let mut credited = Vec::new();
         let mut failed = tokio::task::JoinSet::new();
-        while let Some(joined) = credits.join_next().await {
-            let Ok((i, claim_id, r)) = joined else {
-                continue;
-            };
+        for (i, claim_id, r) in answers.into_iter().flatten() {
             match r {
                 Ok(receipt) => credited.push((i, claim_id, receipt)),
                 Err(e) => {
@@ -330,21 +349,40 @@ impl Granter {
     }
 
     /// Credits `g` downstream.
+    /// Credits the claimed grants `list` (index into `grants`, claim id) of one reward
+    /// type through its downstream, in one `credit_many` call.
+    async fn credit_type(
+        &self,
+        grants: &[Grant],
+        reward_type: &str,
+        list: Vec<(usize, String)>,
+    ) -> Vec<(usize, String, Result<String, CreditError>)> {
+        let Some(d) = self.downstreams.get(reward_type) else {
+            return list
+                .into_iter()
+                .map(|(i, claim_id)| (i, claim_id, Err(no_downstream(reward_type))))
+                .collect();
+        };
+        let credits: Vec<Credit> = list.iter().map(|(i, _)| credit_of(&grants[*i])).collect();
+        let answers = d.credit_many(&credits).await;
+        let mut answers = answers.into_iter();
+        list.into_iter()
+            .map(|(i, claim_id)| {
+                let r = answers.next().unwrap_or_else(|| {
+                    Err(CreditError {
+                        code: ErrorCode::Unavailable,
+                        detail: "downstream answered fewer credits than it was sent".into(),
+                    })
+                });
+                (i, claim_id, r)
+            })
+            .collect()
+    }
+
     async fn credit(&self, g: &Grant) -> Result<String, CreditError> {
         match self.downstreams.get(&g.reward_type) {
-            Some(d) => {
-                d.credit(&Credit {
-                    trade_no: g.trade_no.clone(),
-                    user_id: g.user_id.clone(),
-                    reward_type: g.reward_type.clone(),
-                    amount: g.amount,
-                })
-                .await
-            }
-            None => Err(CreditError {
-                code: ErrorCode::Invalid,
-                detail: format!("no downstream for reward type {:?}", g.reward_type),
-            }),
+            Some(d) => d.credit(&credit_of(g)).await,
+            None => Err(no_downstream(&g.reward_type)),
         }
     }
 

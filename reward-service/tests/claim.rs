@@ -293,6 +293,69 @@ async fn over_capacity_the_ledger_answers_rate_limited_which_is_retryable() {
     assert!(!bad.code.retryable());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_credits_answers_each_in_order_as_single_credits_would() {
+    // 300 credits in one `credit_many` (one pipeline): valid ones for three users,
+    // a trade number twice (the second is an incident, as with single credits), a
+    // bad amount and a braced user id (refused before Redis, each on its own), and
+    // a capacity-limited type past its burst.
+    let cap = HashMap::from([("coupon".to_string(), NonZeroU32::new(1).unwrap())]);
+    let l = ledger(&cap).await;
+    let mut batch: Vec<Credit> = (0..294)
+        .map(|i| Credit {
+            user_id: format!("b{}", i % 3),
+            ..credit_of(&grant(&format!("rain:8:{i}"), 2))
+        })
+        .collect();
+    batch.push(Credit {
+        user_id: "b0".into(),
+        ..credit_of(&grant("rain:8:0", 2))
+    });
+    batch.push(credit_of(&grant("rain:8:zero", 0)));
+    batch.push(Credit {
+        user_id: "{b1}".into(),
+        ..credit_of(&grant("rain:8:brace", 2))
+    });
+    for i in 0..3 {
+        batch.push(Credit {
+            user_id: "b2".into(),
+            reward_type: "coupon".into(),
+            ..credit_of(&grant(&format!("rain:8:c{i}"), 1))
+        });
+    }
+    let answers = l.credit_many(&batch).await;
+    assert_eq!(answers.len(), 300);
+    for (c, a) in batch.iter().zip(&answers).take(295) {
+        let receipt = a.as_ref().unwrap();
+        assert!(
+            receipt.starts_with(&format!("ledger:{}:", c.trade_no)),
+            "{receipt}"
+        );
+    }
+    assert_eq!(answers[295].as_ref().unwrap_err().code, ErrorCode::Invalid);
+    assert_eq!(answers[296].as_ref().unwrap_err().code, ErrorCode::Invalid);
+    let coupons: Vec<_> = answers[297..]
+        .iter()
+        .map(|a| a.as_ref().map_err(|e| e.code))
+        .collect();
+    assert!(coupons[0].is_ok(), "{coupons:?}");
+    assert!(
+        coupons[1..]
+            .iter()
+            .all(|c| *c == Err(ErrorCode::RateLimited)),
+        "a burst of 1 lets one through: {coupons:?}"
+    );
+    // Balances and incidents are exactly those of single credits.
+    assert_eq!(l.double_credits(), 1);
+    assert_eq!(l.balance("b0", "cash").await.unwrap(), 98 * 2 + 2);
+    assert_eq!(l.balance("b1", "cash").await.unwrap(), 98 * 2);
+    assert_eq!(l.balance("b2", "cash").await.unwrap(), 98 * 2);
+    assert_eq!(l.balance("b2", "coupon").await.unwrap(), 1);
+    assert_eq!(l.account("b0").await.unwrap().double_credits, 1);
+    // An empty batch is no call at all.
+    assert!(l.credit_many(&[]).await.is_empty());
+}
+
 /// The shape of a claim, without its random claim id.
 fn kind(c: &Result<Claim, ClaimError>) -> String {
     match c {

@@ -460,30 +460,54 @@ async fn run_pipeline(
     cap: u32,
     ttl: i64,
 ) -> Vec<Result<i64, fred::error::Error>> {
+    let calls = batch
+        .iter()
+        .map(|w| {
+            vec![
+                Value::from(1_i64),
+                Value::from(w.key.as_str()),
+                Value::from(w.field.as_str()),
+                Value::from(w.value.as_str()),
+                Value::from(i64::from(cap)),
+                Value::from(ttl),
+            ]
+        })
+        .collect();
+    evalsha_pipeline(client, sha, calls).await
+}
+
+/// Sends one `EVALSHA` of the loaded script `sha` per call, all in one pipeline (one
+/// write and one read on the connection), and answers each call's reply in order.
+/// Each call is `numkeys, keys..., args...`. A connection-level failure answers every
+/// call with that error. A `NOSCRIPT` reply is the caller's to handle (load the
+/// script, send those calls again). Shared with the reward service's ledger.
+pub async fn evalsha_pipeline<R: FromValue>(
+    client: &Client,
+    sha: &str,
+    calls: Vec<Vec<Value>>,
+) -> Vec<Result<R, fred::error::Error>> {
+    let n = calls.len();
+    let every = |e: fred::error::Error| (0..n).map(|_| Err(e.clone())).collect();
     let pipe = client.pipeline();
-    for w in batch {
+    for call in calls {
+        let mut args = Vec::with_capacity(call.len() + 1);
+        args.push(Value::from(sha));
+        args.extend(call);
         // fred's pipelines have no Lua interface, so EVALSHA goes as a custom command;
         // in a cluster it is routed by its key (argument 2: sha, numkeys, key, ...).
         let queued: Result<(), _> = pipe
             .custom(
                 CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
-                vec![
-                    Value::from(sha),
-                    Value::from(1_i64),
-                    Value::from(w.key.as_str()),
-                    Value::from(w.field.as_str()),
-                    Value::from(w.value.as_str()),
-                    Value::from(i64::from(cap)),
-                    Value::from(ttl),
-                ],
+                args,
             )
             .await;
         if let Err(e) = queued {
-            return batch.iter().map(|_| Err(e.clone())).collect();
+            // Nothing was sent yet: every call gets the error.
+            return every(e);
         }
     }
-    let results = pipe.try_all::<i64>().await;
-    if results.len() == batch.len() {
+    let results = pipe.try_all::<R>().await;
+    if results.len() == n {
         results
     } else {
         // A connection-level failure answers once for the whole pipeline.
@@ -496,6 +520,6 @@ async fn run_pipeline(
                     "pipeline answered a different number of replies",
                 )
             });
-        batch.iter().map(|_| Err(e.clone())).collect()
+        every(e)
     }
 }
