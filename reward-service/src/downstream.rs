@@ -18,6 +18,17 @@
 //! reward after a replay without sampling. An optional capacity per reward type (credits per second)
 //! answers `RateLimited` above it, to stand in for the weakest downstream (the brief's
 //! 2 000 TPS).
+//!
+//! # A batch's credits travel together
+//! A `GrantBatch` hands each downstream all its credits at once
+//! ([`Downstream::credit_many`]). Each credit stays its own operation with its own
+//! answer, so one refused credit never fails another. What a downstream may share is
+//! the transport: the ledger sends a batch as one Redis pipeline of one script call
+//! per credit (one write and one read on its connection instead of one each per
+//! credit: 16 % less CPU in the consumer-bench's process, BENCHMARKS.md), and a
+//! downstream without a batch API (HTTP) gets its credits sent concurrently, one
+//! request each, as before. Batching the credits into one script would be cheaper
+//! still, but a wallet API takes one credit per call, and the ledger stands in for one.
 
 use std::collections::HashMap;
 use std::future::Future;
