@@ -53,6 +53,18 @@ pub struct Credit {
     pub amount: i64,
 }
 
+impl From<&crate::claim::Grant> for Credit {
+    /// The credit a claimed grant asks of its downstream.
+    fn from(g: &crate::claim::Grant) -> Self {
+        Credit {
+            trade_no: g.trade_no.clone(),
+            user_id: g.user_id.clone(),
+            reward_type: g.reward_type.clone(),
+            amount: g.amount,
+        }
+    }
+}
+
 /// Why a downstream did not credit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {

@@ -45,15 +45,6 @@ pub fn failure_topic_misses() -> u64 {
     FAILURE_TOPIC_MISSES.load(Ordering::Relaxed)
 }
 
-fn credit_of(g: &Grant) -> Credit {
-    Credit {
-        trade_no: g.trade_no.clone(),
-        user_id: g.user_id.clone(),
-        reward_type: g.reward_type.clone(),
-        amount: g.amount,
-    }
-}
-
 /// A reward type with no downstream: a permanent failure (module doc).
 fn no_downstream(reward_type: &str) -> CreditError {
     CreditError {
@@ -363,7 +354,10 @@ impl Granter {
                 .map(|(i, claim_id)| (i, claim_id, Err(no_downstream(reward_type))))
                 .collect();
         };
-        let credits: Vec<Credit> = list.iter().map(|(i, _)| credit_of(&grants[*i])).collect();
+        let credits: Vec<Credit> = list
+            .iter()
+            .map(|(i, _)| Credit::from(&grants[*i]))
+            .collect();
         let answers = d.credit_many(&credits).await;
         let mut answers = answers.into_iter();
         list.into_iter()
@@ -381,7 +375,7 @@ impl Granter {
 
     async fn credit(&self, g: &Grant) -> Result<String, CreditError> {
         match self.downstreams.get(&g.reward_type) {
-            Some(d) => d.credit(&credit_of(g)).await,
+            Some(d) => d.credit(&Credit::from(g)).await,
             None => Err(no_downstream(&g.reward_type)),
         }
     }

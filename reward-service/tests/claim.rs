@@ -24,12 +24,7 @@ async fn ledger(capacity: &HashMap<String, NonZeroU32>) -> Ledger {
 }
 
 fn credit_of(g: &Grant) -> Credit {
-    Credit {
-        trade_no: g.trade_no.clone(),
-        user_id: g.user_id.clone(),
-        reward_type: g.reward_type.clone(),
-        amount: g.amount,
-    }
+    Credit::from(g)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
