@@ -156,9 +156,8 @@ pub fn total_forks(info: &str) -> Option<u64> {
 /// benches' writes and deletes do that) and every RDB save, and the fork and the
 /// child's copy of the whole dataset slow every client meanwhile: one rewrite of
 /// ~660 MB took ~8 s, and consumer-bench runs it overlapped measured 0.64-0.78
-/// instead of ~0.8. Only the
-/// side of a bench that uses Redis pays, so a bench that saw a fork says so next to
-/// its figures (`redis-cli config set auto-aof-rewrite-percentage 0` for the runs
+/// instead of ~0.8. Only the side of a bench that uses Redis pays, so a bench that saw
+/// a fork says so next to its figures (`redis-cli config set auto-aof-rewrite-percentage 0` for the runs
 /// avoids it; BENCHMARKS.md).
 #[derive(Debug, Clone)]
 pub struct ForkWatch {
@@ -171,28 +170,19 @@ impl ForkWatch {
     /// `None` (the bench itself then fails on its own Redis use, more clearly).
     pub async fn start(redis_url: &str) -> Self {
         use fred::prelude::*;
-        let client = match Config::from_url(redis_url).and_then(|c| Builder::from_config(c).build())
-        {
-            Ok(c) => c,
-            Err(_) => {
-                return ForkWatch {
-                    client: None,
-                    before: None,
-                };
-            }
+        let connect = async {
+            let client = Builder::from_config(Config::from_url(redis_url).ok()?)
+                .build()
+                .ok()?;
+            let connected = tokio::time::timeout(Duration::from_secs(5), client.init()).await;
+            matches!(connected, Ok(Ok(_))).then_some(client)
         };
-        let connected = tokio::time::timeout(Duration::from_secs(5), client.init()).await;
-        if !matches!(connected, Ok(Ok(_))) {
-            return ForkWatch {
-                client: None,
-                before: None,
-            };
-        }
-        let before = read_forks(&client).await;
-        ForkWatch {
-            client: Some(client),
-            before,
-        }
+        let client = connect.await;
+        let before = match &client {
+            Some(c) => read_forks(c).await,
+            None => None,
+        };
+        ForkWatch { client, before }
     }
 
     /// Forks since [`ForkWatch::start`]; `None` when Redis could not tell.
@@ -273,6 +263,7 @@ mod tests {
         ));
         assert!(err.to_string().contains("ops/stack up"), "{err}");
     }
+
     #[test]
     fn fork_count_is_read_from_info_stats() {
         let info =

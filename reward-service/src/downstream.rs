@@ -349,24 +349,18 @@ impl Ledger {
         let now = crate::grant::now_ms();
         let mut replies = self.pipelined(cs, &send, now).await;
         // Redis restarted and lost its script cache: load it, send those again.
-        let lost: Vec<usize> = send
-            .iter()
-            .zip(&replies)
-            .filter(|(_, r)| matches!(r, Err(e) if e.details().starts_with("NOSCRIPT")))
-            .map(|(&i, _)| i)
+        // (Positions in `replies`, which follows `send`.)
+        let lost: Vec<usize> = (0..replies.len())
+            .filter(|&p| matches!(&replies[p], Err(e) if e.details().starts_with("NOSCRIPT")))
             .collect();
         if !lost.is_empty() {
+            let which: Vec<usize> = lost.iter().map(|&p| send[p]).collect();
             let again = match self.client.script_load::<String, _>(LEDGER_LUA).await {
-                Ok(_) => self.pipelined(cs, &lost, now).await,
-                Err(e) => lost.iter().map(|_| Err(e.clone())).collect(),
+                Ok(_) => self.pipelined(cs, &which, now).await,
+                Err(e) => which.iter().map(|_| Err(e.clone())).collect(),
             };
-            let mut again = again.into_iter();
-            for (i, r) in send.iter().zip(replies.iter_mut()) {
-                if lost.contains(i)
-                    && let Some(a) = again.next()
-                {
-                    *r = a;
-                }
+            for (p, a) in lost.into_iter().zip(again) {
+                replies[p] = a;
             }
         }
         for (&i, reply) in send.iter().zip(replies) {

@@ -339,7 +339,6 @@ impl Granter {
         outcome
     }
 
-    /// Credits `g` downstream.
     /// Credits the claimed grants `list` (index into `grants`, claim id) of one reward
     /// type through its downstream, in one `credit_many` call.
     async fn credit_type(
@@ -373,6 +372,7 @@ impl Granter {
             .collect()
     }
 
+    /// Credits `g` downstream.
     async fn credit(&self, g: &Grant) -> Result<String, CreditError> {
         match self.downstreams.get(&g.reward_type) {
             Some(d) => d.credit(&Credit::from(g)).await,
