@@ -923,6 +923,14 @@ impl Pipeline {
                 metrics::counter!("reward_consumer_duplicates_total").increment(1);
                 self.done(&ready.item.ack);
             }
+            // Held for an operator by the service (its record lists it): retrying
+            // would only be answered the same.
+            GrantOutcome::InDoubt => {
+                stats.failed_permanent.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("reward_consumer_in_doubt_total").increment(1);
+                tracing::warn!(trade_no = %ready.event.trade_no, "grant held in doubt for an operator");
+                self.done(&ready.item.ack);
+            }
             GrantOutcome::FailedPermanent => {
                 stats.failed_permanent.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_consumer_failed_permanent_total").increment(1);

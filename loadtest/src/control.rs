@@ -361,13 +361,16 @@ impl Control {
             .await
             .map_err(failed)?;
         let old = claims.budget(scene).await.map_err(failed)?;
-        let spent = claims.spent(scene).await.map_err(failed)?;
-        if total < spent {
-            return Err(ControlError::Refused(format!(
-                "budget {total} for {scene} is below what it has spent ({spent})"
-            )));
-        }
-        claims.set_budget(scene, total).await.map_err(failed)?;
+        // Exact: the scene's shards are held while their spending is read, and a total
+        // below it is refused (`Claims::set_budget`).
+        let spent = claims.set_budget(scene, total).await.map_err(|e| match e {
+            e @ (reward_service::claim::ClaimError::BelowSpent { .. }
+            | reward_service::claim::ClaimError::BudgetBusy(_)
+            | reward_service::claim::ClaimError::Invalid(_)) => {
+                ControlError::Refused(e.to_string())
+            }
+            other => failed(other),
+        })?;
         self.audit(
             &format!("budget:{scene}"),
             Some(old.to_string()),

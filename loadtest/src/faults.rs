@@ -24,6 +24,12 @@
 //! action = "downstream-slow"   # every credit waits this long (at most 1 000 ms)
 //! delay_ms = 300
 //! for_secs = 10
+//!
+//! [[faults]]
+//! at_secs = 50
+//! action = "downstream-timeout-after-credit"   # the wallet credits, then answers
+//! share = 0.5                  # after the service's timeout, for this share of credits
+//! for_secs = 5
 //! ```
 //!
 //! A plan with a downstream fault makes the replay credit through a stand-in wallet
@@ -51,6 +57,9 @@ pub enum Action {
     DownstreamFail,
     /// The downstream holds every credit `delay_ms` before answering.
     DownstreamSlow,
+    /// The downstream credits `share` of calls, then answers after the service's
+    /// timeout: the in-doubt case.
+    DownstreamTimeoutAfterCredit,
 }
 
 /// One fault.
@@ -70,7 +79,8 @@ pub struct Fault {
     /// How long the thing stays down.
     #[serde(default = "five")]
     pub for_secs: f64,
-    /// `downstream-fail`: share of credits failed, 0..=1.
+    /// `downstream-fail`: share of credits failed, 0..=1; `downstream-timeout-after-credit`:
+    /// share of credits answered late (default 1).
     #[serde(default)]
     pub share: Option<f64>,
     /// `downstream-slow`: delay per credit, ms.
@@ -81,9 +91,12 @@ pub struct Fault {
 /// Whether any fault of the plan breaks the downstream (the replay then credits
 /// through the stand-in wallet).
 pub fn needs_wallet(faults: &[Fault]) -> bool {
-    faults
-        .iter()
-        .any(|f| matches!(f.action, Action::DownstreamFail | Action::DownstreamSlow))
+    faults.iter().any(|f| {
+        matches!(
+            f.action,
+            Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit
+        )
+    })
 }
 
 fn five() -> f64 {
@@ -112,6 +125,11 @@ impl Fault {
             Action::DownstreamSlow => format!(
                 "downstream +{} ms for {} s",
                 self.delay_ms.unwrap_or(0),
+                self.for_secs
+            ),
+            Action::DownstreamTimeoutAfterCredit => format!(
+                "downstream answers {:.0}% after crediting, past the timeout, for {} s",
+                self.share.unwrap_or(1.0) * 100.0,
                 self.for_secs
             ),
         }
@@ -157,6 +175,13 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                 Some(s) if (0.0..=1.0).contains(&s) => {}
                 other => anyhow::bail!(
                     "faults[{i}]: downstream-fail needs share in 0..=1, got {other:?}"
+                ),
+            },
+            Action::DownstreamTimeoutAfterCredit => match f.share {
+                None => {}
+                Some(s) if (0.0..=1.0).contains(&s) => {}
+                other => anyhow::bail!(
+                    "faults[{i}]: downstream-timeout-after-credit takes share in 0..=1, got {other:?}"
                 ),
             },
             Action::DownstreamSlow => match f.delay_ms {

@@ -279,7 +279,7 @@ async fn redis_benchmark(
     let scene = format!("redisbench-{tag}");
     let budget = claims.budget_key(&scene, 0);
     let _: () = client.hset(&budget, ("cap", i64::MAX / 4)).await?;
-    let record = claims.record_key(&scene, 0, "__rand_int__");
+    let record = claims.record_key(0, "__rand_int__");
     let hostport = env.redis_host_port()?;
     let (host, port) = hostport
         .rsplit_once(':')
@@ -312,6 +312,8 @@ async fn redis_benchmark(
         "30000",
         "3600",
         "__rand_int__",
+        &scene,
+        "redisbench",
     ];
     let command = format!("redis-benchmark {}", args.join(" "));
     let out = tokio::process::Command::new("redis-benchmark")

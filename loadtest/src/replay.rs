@@ -565,8 +565,15 @@ async fn start_services(
     wallet: Option<&crate::wallet::Wallet>,
 ) -> anyhow::Result<(Services, String)> {
     let config = setup.dir.join("service.toml");
-    let url = wallet.map(crate::wallet::Wallet::url);
-    std::fs::write(&config, setup::service_toml(env, setup, url.as_deref()))?;
+    let urls = wallet.map(|w| (w.url(), w.status_url()));
+    std::fs::write(
+        &config,
+        setup::service_toml(
+            env,
+            setup,
+            urls.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
+        ),
+    )?;
     let spec = Spec {
         name: "service".into(),
         program: crate::services::bin_dir().join("reward-service"),
@@ -1011,20 +1018,22 @@ async fn inject(
 ) -> anyhow::Result<()> {
     let down = Duration::from_secs_f64(f.for_secs);
     match f.action {
-        Action::DownstreamFail | Action::DownstreamSlow => {
+        Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit => {
             let Some(w) = wallet else {
                 anyhow::bail!("no stand-in wallet running");
             };
-            if f.action == Action::DownstreamFail {
-                w.set_fail_share(f.share.unwrap_or(0.0));
-            } else {
-                w.set_delay(Duration::from_millis(f.delay_ms.unwrap_or(0)));
+            match f.action {
+                Action::DownstreamFail => w.set_fail_share(f.share.unwrap_or(0.0)),
+                Action::DownstreamSlow => {
+                    w.set_delay(Duration::from_millis(f.delay_ms.unwrap_or(0)));
+                }
+                _ => w.set_late_share(f.share.unwrap_or(1.0)),
             }
             tokio::time::sleep(down).await;
-            if f.action == Action::DownstreamFail {
-                w.set_fail_share(0.0);
-            } else {
-                w.set_delay(Duration::ZERO);
+            match f.action {
+                Action::DownstreamFail => w.set_fail_share(0.0),
+                Action::DownstreamSlow => w.set_delay(Duration::ZERO),
+                _ => w.set_late_share(0.0),
             }
             Ok(())
         }

@@ -106,6 +106,8 @@ fn sdk_section(env: &StackEnv, s: &Manifest, dir: &Path, who: &str) -> String {
 default_queue = "massive"
 [sdk.token]
 keys_file = "{keys}"
+# Within the service's record retention (retention_secs below).
+ttl_secs = 86400
 [sdk.store]
 redis_url = "{redis}"
 key_prefix = "{tokens}"
@@ -160,9 +162,12 @@ dir = "{spool}"
     )
 }
 
-/// The reward service's config; with `wallet`, every type credits through that HTTP
-/// downstream (the fault drills' stand-in wallet) instead of the ledger directly.
-pub fn service_toml(env: &StackEnv, setup: &Setup, wallet: Option<&str>) -> String {
+/// The reward service's config; with `wallet` (credit URL, status URL), every type
+/// credits through that HTTP downstream (the fault drills' stand-in wallet, which
+/// honours the idempotency key and answers status) instead of the ledger directly.
+/// The ledger is strict (it does not honour the key), so a second effective credit
+/// always shows as a double-credit incident.
+pub fn service_toml(env: &StackEnv, setup: &Setup, wallet: Option<(&str, &str)>) -> String {
     let m = &setup.manifest;
     let mut budgets = String::new();
     for (scope, b) in &m.budgets {
@@ -171,8 +176,9 @@ pub fn service_toml(env: &StackEnv, setup: &Setup, wallet: Option<&str>) -> Stri
     let mut downstreams = String::new();
     for (t, _, _, cap) in TYPES {
         match wallet {
-            Some(url) => downstreams.push_str(&format!(
-                "[downstreams.{t}]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = {}\n",
+            Some((url, status)) => downstreams.push_str(&format!(
+                "[downstreams.{t}]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = {}\n\
+                 honours_idempotency_key = true\nstatus_url = \"{status}\"\n",
                 crate::wallet::TIMEOUT_MS
             )),
             None => {

@@ -30,6 +30,8 @@
 //! assert_eq!(RewardEvent::decode(bytes.as_slice()).unwrap(), event);
 //! ```
 
+pub mod ids;
+
 /// Version 1 of the wire format (protobuf package `reward.v1`).
 pub mod v1 {
     #![allow(

@@ -2,57 +2,81 @@
 //! atomic Redis script.
 //!
 //! # Keys
-//! A scene's budget is split over `shards` keys; a trade number belongs to shard
-//! `crc32(trade number) % shards`. The trade number's record and its shard's budget
-//! share one hash tag, `{scene:shard}`, so they live in one cluster slot and one
-//! script can read and write both:
+//! Every trade number has **one** record, whatever activity, scene or downstream it is
+//! granted through: one trade number, one grant. Its slot depends on the trade number
+//! only: shard `crc32(trade number) % shards`, hash tag `{prefix.shard}`. Each scene's
+//! budget is split over the same shards, one budget key per (shard, scene) in that
+//! shard's slot, so one script can check the record and deduct the budget atomically:
 //!
 //! ```text
-//! {prefix}:{scene:3}:budget        hash  cap, spent
-//! {prefix}:{scene:3}:t:{trade_no}  hash  user, type, amount, state, lease, owner, result
+//! {prefix}:meta                        hash  shards (fixed at first use)
+//! {prefix}:{prefix.3}:b:{scene}        hash  cap, spent, hold, holder
+//! {prefix}:{prefix.3}:t:{trade_no}     hash  scene, activity, user, type, amount, state,
+//!                                            lease, owner, clean, result
+//! {prefix}:{prefix.3}:doubt            zset  trade numbers held IN_DOUBT → since (ms)
 //! ```
 //!
-//! # States
+//! **The shard count is fixed at first use.** It decides where every record and budget
+//! lives; an instance configured with another count would look for records in the
+//! wrong place and credit them again. [`Claims::connect`] stores the count in
+//! `{prefix}:meta` the first time and refuses to start ([`ClaimError::ShardsChanged`])
+//! when the configured count differs. To change it, use a new key prefix.
+//!
+//! # States ([`ClaimState`])
 //! `IN_PROGRESS` (with a lease and an owner, the claim id) → `GRANTED` (with the stored
-//! result) or `FAILED` (permanent; the budget is given back). Every transition is a
-//! compare-and-set inside a script: claiming checks that no record exists (or that its
-//! lease has expired), finishing checks that the record is still `IN_PROGRESS` under
-//! the caller's claim id. Lease times come from Redis's own clock (`TIME`), so workers'
-//! clocks never matter. Records expire `retention_secs` after their last change.
+//! result) or `FAILED` (permanent; the budget is given back) or `IN_DOUBT` (the credit
+//! may have happened; the deduction stands, see [`crate::grant`]). Every transition is
+//! a compare-and-set inside a script. Lease times come from Redis's own clock (`TIME`),
+//! so workers' clocks never matter. Records expire `retention_secs` after their last
+//! change.
+//!
+//! A claim of a record that exists but whose lease is over says what the earlier
+//! owner left behind ([`Prior`]): released cleanly (it knows nothing was credited), in
+//! doubt, or nothing at all (it vanished mid-call). Only the first lets the new owner
+//! credit without first resolving the earlier attempt.
 //!
 //! # The guarantee
 //! - **No trade number is deducted twice**: the deduction happens only when the record
-//!   is created, in the same script; a takeover after an expired lease does not deduct
-//!   again, and a permanent failure refunds exactly once (only the owner can finish).
+//!   is created, in the same script; a takeover does not deduct again, and a permanent
+//!   failure refunds exactly once (only the owner can fail a grant).
 //! - **No shard spends past its cap**, whatever the concurrency, retries or crashes:
 //!   check and deduct are one script. The scene's total cap is the sum of its shards'
 //!   caps, so the scene never overspends either.
-//! - **A shard that is full refuses** (`BudgetExhausted`) even while other shards have
-//!   room: no request moves between shards, because that would break the one-slot
-//!   atomicity. With trade numbers spread evenly by the hash, what is left unspent when
-//!   the first shards fill is small; [`Claims::set_budget`] splits a total evenly (the
-//!   remainder to the first shards).
-//! - **No "last K trade numbers" list per shard** (the issue suggests one): the
-//!   trade number's own record, in the same slot and kept `retention_secs` (30 days,
-//!   longer than any retry), already refuses a second deduction. A K-list would only
-//!   matter once a record is gone (expired or evicted), and then it could not tell
-//!   whether the credit had happened either; Redis for this store must therefore run
-//!   without eviction (`maxmemory-policy noeviction`), which the stack's Redis does.
-//! - **Exactly-once crediting needs one more condition**: the lease must outlast the
-//!   downstream call. A worker whose lease expired mid-credit finds on `finish` that
-//!   another claim took over ([`Finish::LostLease`]); the downstream then sees the trade
-//!   number twice, which is why downstream calls carry it as their idempotency key.
+//! - **A changed budget never lets a scene spend past the new total**:
+//!   [`Claims::set_budget`] first holds every shard of the scene (claims of new trade
+//!   numbers answer `RETRY` for at most [`BUDGET_HOLD_MS`]), reads what each has spent,
+//!   and gives each shard its spending plus an even share of what is left. A total
+//!   below what was spent is refused ([`ClaimError::BelowSpent`]). A start-up never
+//!   overwrites a live budget ([`Claims::init_budget`] sets only shards with none).
+//! - **Exact amounts**: amounts and budgets are at most [`MAX_AMOUNT`] (2^53 - 1), so
+//!   the scripts' double-precision arithmetic compares them exactly.
+//! - **No "last K trade numbers" list per shard**: the trade number's own record,
+//!   kept `retention_secs`, already refuses a second deduction. Redis for this store
+//!   must run without eviction (`maxmemory-policy noeviction`), which the stack's
+//!   Redis does; tokens older than the retention are never credited
+//!   ([`crate::service`]).
+//! - **A finish after a credit is never lost to a takeover**: marking a grant
+//!   `GRANTED` needs a receipt, not the lease, so a worker whose lease expired still
+//!   records its credit; the next owner then finds `GRANTED`.
 
 use std::sync::Arc;
 
 use fred::prelude::*;
+
+/// The largest amount or budget: every integer up to it is exact in the scripts'
+/// double-precision numbers, and so is every comparison against it.
+pub const MAX_AMOUNT: i64 = (1 << 53) - 1;
+
+/// How long a budget change may hold a scene's shards (a crashed operator's hold
+/// ends by itself after this).
+pub const BUDGET_HOLD_MS: u64 = 5_000;
 
 /// Settings of the claim store.
 #[derive(Debug, Clone)]
 pub struct ClaimConfig {
     /// Prefix of every key.
     pub key_prefix: String,
-    /// Budget shards per scene.
+    /// Shards of the record and budget space (fixed at first use, module doc).
     pub shards: u32,
     /// How long a claim is held before another worker may take it over.
     pub lease_ms: u64,
@@ -79,8 +103,8 @@ impl Default for ClaimConfig {
 pub struct Grant {
     /// Budget scope (the service uses `activity/scene`, see [`crate::service`]).
     pub scene: String,
-    /// The activity the reward was won in; not part of the record, used to find the
-    /// user's token once credited.
+    /// The activity the reward was won in (kept in the record, used to find the
+    /// user's token once credited).
     pub activity_id: String,
     /// The global idempotency key.
     pub trade_no: String,
@@ -92,17 +116,72 @@ pub struct Grant {
     pub amount: i64,
 }
 
+/// A record's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimState {
+    /// Claimed; a credit may be under way.
+    InProgress,
+    /// A credit's outcome is unknown; the deduction stands until it is resolved.
+    InDoubt,
+    /// Credited; the result is the receipt.
+    Granted,
+    /// Failed for good; refunded; the result is the reason.
+    Failed,
+}
+
+impl ClaimState {
+    /// The name stored in Redis.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::InProgress => "IN_PROGRESS",
+            ClaimState::InDoubt => "IN_DOUBT",
+            ClaimState::Granted => "GRANTED",
+            ClaimState::Failed => "FAILED",
+        }
+    }
+
+    /// The state a stored name stands for.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "IN_PROGRESS" => ClaimState::InProgress,
+            "IN_DOUBT" => ClaimState::InDoubt,
+            "GRANTED" => ClaimState::Granted,
+            "FAILED" => ClaimState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// What an earlier owner of a claimed record left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prior {
+    /// A new record: nothing was ever sent.
+    Fresh,
+    /// Released by an owner that knew nothing was credited.
+    Released,
+    /// Held in doubt: a credit may have happened.
+    InDoubt,
+    /// The earlier owner's lease ran out with no word: it may have credited.
+    Unknown,
+}
+
+impl Prior {
+    /// Whether the earlier attempt must be resolved before crediting.
+    pub fn needs_resolving(self) -> bool {
+        matches!(self, Prior::InDoubt | Prior::Unknown)
+    }
+}
+
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This caller now owns the grant: credit downstream, then [`Claims::finish`].
-    /// `took_over` is true when an earlier claim's lease had expired (its budget
-    /// deduction stands; nothing was deducted again).
+    /// This caller now owns the grant: credit downstream (after resolving `prior`
+    /// when it asks for that), then finish.
     Claimed {
         /// The owner id to finish with.
         claim_id: String,
-        /// Whether an expired claim was taken over.
-        took_over: bool,
+        /// What the earlier owner left, if the record existed.
+        prior: Prior,
     },
     /// Already granted: the stored result; nothing is credited again.
     Duplicate {
@@ -114,12 +193,14 @@ pub enum Claim {
         /// What the failure stored.
         result: String,
     },
-    /// Another worker holds a live lease: try again later (never drop the request).
+    /// Another worker holds a live lease, or the budget is being changed: try again
+    /// later (never drop the request).
     RetryLater {
-        /// Milliseconds left on that lease.
+        /// Milliseconds left on that lease or hold.
         lease_left_ms: u64,
     },
-    /// The trade number is known with another user, type or amount: never credited.
+    /// The trade number is known with another scene, user, type or amount: never
+    /// credited.
     Conflict,
     /// This trade number's budget shard has no room for the amount.
     BudgetExhausted,
@@ -130,8 +211,12 @@ pub enum Claim {
 /// A trade number's record as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    /// `IN_PROGRESS`, `GRANTED` or `FAILED`.
-    pub state: String,
+    /// Its state.
+    pub state: ClaimState,
+    /// Its budget scope.
+    pub scene: String,
+    /// Its activity.
+    pub activity_id: String,
     /// The user it was claimed for.
     pub user_id: String,
     /// Its reward type.
@@ -145,10 +230,10 @@ pub struct Record {
 /// What finishing a claim did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finish {
-    /// The record moved to its final state.
+    /// The record moved to its final state (or was already `GRANTED`, for a grant).
     Done,
     /// The record is no longer this claim's (its lease expired and another claim took
-    /// over, or it was already finished): nothing changed.
+    /// over, or it was already finished otherwise): nothing changed.
     LostLease,
 }
 
@@ -164,6 +249,31 @@ pub enum ClaimError {
     /// The script answered something this build does not know.
     #[error("claim store: unexpected reply {0:?}")]
     Reply(Vec<String>),
+    /// The configured shard count differs from the one the store was created with.
+    #[error(
+        "claims.shards is {configured} but the claim store under prefix {prefix:?} was created with {stored}: records and budgets live by that count, so this instance would credit granted trade numbers again. Configure {stored}, or use a new key prefix"
+    )]
+    ShardsChanged {
+        /// The key prefix.
+        prefix: String,
+        /// What the config says.
+        configured: u32,
+        /// What the store was created with.
+        stored: u32,
+    },
+    /// A budget below what the scene has already spent.
+    #[error("budget {total} for {scene} is below what it has spent ({spent}); nothing changed")]
+    BelowSpent {
+        /// The scene.
+        scene: String,
+        /// The total asked for.
+        total: i64,
+        /// What its shards had spent.
+        spent: i64,
+    },
+    /// Another budget change of the same scene ran at the same time.
+    #[error("budget of {0} is being changed by another operator; nothing changed, try again")]
+    BudgetBusy(String),
 }
 
 impl From<fred::error::Error> for ClaimError {
@@ -173,85 +283,81 @@ impl From<fred::error::Error> for ClaimError {
 }
 
 /// The claim script (public for benchmarks that run it bare, e.g. `redis-benchmark`).
-/// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id.
+/// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id,
+/// scene, activity.
 pub const CLAIM_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', KEYS[1], 'user', 'type', 'amount', 'state', 'lease', 'result')
+local rec = redis.call('HMGET', KEYS[1], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
 if rec[4] then
-  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or rec[3] ~= ARGV[3] then return {'CONFLICT', ''} end
+  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or rec[3] ~= ARGV[3] or rec[7] ~= ARGV[7] then return {'CONFLICT', ''} end
   if rec[4] == 'GRANTED' then return {'DUPLICATE', rec[6] or ''} end
   if rec[4] == 'FAILED' then return {'FAILED', rec[6] or ''} end
   local lease = tonumber(rec[5]) or 0
   if lease > now then return {'RETRY', tostring(lease - now)} end
-  redis.call('HSET', KEYS[1], 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6])
+  local code = 'TAKEOVER'
+  if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
+  redis.call('HSET', KEYS[1], 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6], 'clean', '0')
   redis.call('EXPIRE', KEYS[1], ARGV[5])
-  return {'TAKEOVER', ''}
+  return {code, ''}
 end
-local b = redis.call('HMGET', KEYS[2], 'cap', 'spent')
+local b = redis.call('HMGET', KEYS[2], 'cap', 'spent', 'hold')
+local hold = tonumber(b[3] or '0')
+if hold > now then return {'RETRY', tostring(hold - now)} end
 local cap = tonumber(b[1])
 if not cap then return {'NOBUDGET', ''} end
 local spent = tonumber(b[2] or '0')
 local amount = tonumber(ARGV[3])
 if spent + amount > cap then return {'EXHAUSTED', ''} end
 redis.call('HINCRBY', KEYS[2], 'spent', amount)
-redis.call('HSET', KEYS[1], 'user', ARGV[1], 'type', ARGV[2], 'amount', ARGV[3],
-  'state', 'IN_PROGRESS', 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6])
+redis.call('HSET', KEYS[1], 'scene', ARGV[7], 'activity', ARGV[8], 'user', ARGV[1], 'type', ARGV[2],
+  'amount', ARGV[3], 'state', 'IN_PROGRESS', 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6], 'clean', '0')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return {'CLAIMED', ''}
 ";
 
-/// KEYS: record, budget. ARGV: claim id, final state (GRANTED or FAILED), result,
-/// retention s. A FAILED grant gives its amount back to the shard.
-const FINISH_LUA: &str = r"
-local rec = redis.call('HMGET', KEYS[1], 'state', 'owner', 'amount')
-if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'result', ARGV[3])
-redis.call('HDEL', KEYS[1], 'lease', 'owner')
-if ARGV[2] == 'FAILED' then
-  redis.call('HINCRBY', KEYS[2], 'spent', -tonumber(rec[3]))
-end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-";
-
-/// The claim script for many grants of one budget shard at once: each grant is
-/// decided exactly as by [`CLAIM_LUA`], in order, and the shard's `spent` moves once.
-/// KEYS: budget, then one record per grant. ARGV: lease ms, retention s, then per
-/// grant: user, type, amount, claim id. Returns code, detail per grant.
+/// The claim script for many grants of one shard and scene at once: each grant is
+/// decided exactly as by [`CLAIM_LUA`], in order, and the budget's `spent` moves once.
+/// KEYS: budget, then one record per grant. ARGV: lease ms, retention s, scene,
+/// activity, then per grant: user, type, amount, claim id. Returns code, detail per
+/// grant.
 const CLAIM_MANY_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
-local b = redis.call('HMGET', KEYS[1], 'cap', 'spent')
+local scene = ARGV[3]
+local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold')
 local cap = tonumber(b[1])
 local spent = tonumber(b[2] or '0')
+local hold = tonumber(b[3] or '0')
 local add = 0
 local out = {}
 for i = 2, #KEYS do
-  local a = 3 + (i - 2) * 4
+  local a = 5 + (i - 2) * 4
   local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result')
+  local rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
   local code, detail = 'CLAIMED', ''
   if rec[4] then
-    if rec[1] ~= user or rec[2] ~= typ or rec[3] ~= amount then code = 'CONFLICT'
+    if rec[1] ~= user or rec[2] ~= typ or rec[3] ~= amount or rec[7] ~= scene then code = 'CONFLICT'
     elseif rec[4] == 'GRANTED' then code = 'DUPLICATE'; detail = rec[6] or ''
     elseif rec[4] == 'FAILED' then code = 'FAILED'; detail = rec[6] or ''
     else
       local l = tonumber(rec[5]) or 0
       if l > now then code = 'RETRY'; detail = tostring(l - now)
       else
-        redis.call('HSET', KEYS[i], 'lease', now + lease, 'owner', id)
+        redis.call('HSET', KEYS[i], 'lease', now + lease, 'owner', id, 'clean', '0')
         redis.call('EXPIRE', KEYS[i], ARGV[2])
         code = 'TAKEOVER'
+        if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
       end
     end
+  elseif hold > now then code = 'RETRY'; detail = tostring(hold - now)
   elseif not cap then code = 'NOBUDGET'
   elseif spent + add + tonumber(amount) > cap then code = 'EXHAUSTED'
   else
     add = add + tonumber(amount)
-    redis.call('HSET', KEYS[i], 'user', user, 'type', typ, 'amount', amount,
-      'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', id)
+    redis.call('HSET', KEYS[i], 'scene', scene, 'activity', ARGV[4], 'user', user, 'type', typ,
+      'amount', amount, 'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', id, 'clean', '0')
     redis.call('EXPIRE', KEYS[i], ARGV[2])
   end
   out[#out + 1] = code
@@ -261,37 +367,74 @@ if add > 0 then redis.call('HINCRBY', KEYS[1], 'spent', add) end
 return out
 ";
 
-/// [`FINISH_LUA`] for many grants of one shard. KEYS: budget, then one record per
-/// grant. ARGV: retention s, then per grant: claim id, final state, result. Returns
-/// 1 or 0 per grant.
+/// Marks grants `GRANTED` (a receipt proves the credit, so no lease is needed: any
+/// `IN_PROGRESS` or `IN_DOUBT` record takes it) or `FAILED` (only by the owner of a
+/// live claim; refunded). KEYS: doubt index, then per grant its record and budget.
+/// ARGV: retention s, then per grant: claim id, final state, result, trade no.
+/// Returns per grant 1 (done, or already GRANTED for a grant) or 0 (not this
+/// claim's).
 const FINISH_MANY_LUA: &str = r"
-local refund = 0
 local out = {}
-for i = 2, #KEYS do
-  local a = 2 + (i - 2) * 3
-  local rec = redis.call('HMGET', KEYS[i], 'state', 'owner', 'amount')
-  if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[a] then
-    out[#out + 1] = 0
-  else
-    redis.call('HSET', KEYS[i], 'state', ARGV[a + 1], 'result', ARGV[a + 2])
-    redis.call('HDEL', KEYS[i], 'lease', 'owner')
-    if ARGV[a + 1] == 'FAILED' then refund = refund + tonumber(rec[3]) end
-    redis.call('EXPIRE', KEYS[i], ARGV[1])
-    out[#out + 1] = 1
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local rk, bk = KEYS[2 * i], KEYS[2 * i + 1]
+  local a = 2 + (i - 1) * 4
+  local id, state, result = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local rec = redis.call('HMGET', rk, 'state', 'owner', 'amount')
+  local live = rec[1] == 'IN_PROGRESS' or rec[1] == 'IN_DOUBT'
+  local done = 0
+  if state == 'GRANTED' and rec[1] == 'GRANTED' then done = 1
+  elseif live and (state == 'GRANTED' or rec[2] == id) then
+    redis.call('HSET', rk, 'state', state, 'result', result)
+    redis.call('HDEL', rk, 'lease', 'owner', 'clean')
+    if state == 'FAILED' then redis.call('HINCRBY', bk, 'spent', -tonumber(rec[3])) end
+    redis.call('EXPIRE', rk, ARGV[1])
+    redis.call('ZREM', KEYS[1], ARGV[a + 3])
+    done = 1
   end
+  out[#out + 1] = done
 end
-if refund > 0 then redis.call('HINCRBY', KEYS[1], 'spent', -refund) end
 return out
 ";
 
-/// KEYS: record, budget (unused). ARGV: claim id. Ends the owner's lease at once (the credit failed in
-/// a way worth retrying), so the next claim takes over without waiting; the budget
-/// deduction stands for that retry.
+/// Gives a claim up. KEYS: record, doubt index. ARGV: claim id, mode, hold ms,
+/// trade no. Mode `clean`: nothing was credited; the next claim credits at once.
+/// Mode `doubt`: the credit may have happened; the record becomes `IN_DOUBT`, is
+/// listed in the doubt index, and stays leased for `hold` ms (so the earlier call
+/// has settled before anyone resolves it). The deduction stands either way.
 const RELEASE_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if rec[1] ~= 'IN_PROGRESS' or rec[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lease', 0)
+if (rec[1] ~= 'IN_PROGRESS' and rec[1] ~= 'IN_DOUBT') or rec[2] ~= ARGV[1] then return 0 end
+if ARGV[2] == 'clean' then
+  redis.call('HSET', KEYS[1], 'state', 'IN_PROGRESS', 'lease', 0, 'clean', '1')
+  redis.call('ZREM', KEYS[2], ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'state', 'IN_DOUBT', 'lease', now + tonumber(ARGV[3]), 'clean', '0')
+  if redis.call('ZSCORE', KEYS[2], ARGV[4]) == false then redis.call('ZADD', KEYS[2], now, ARGV[4]) end
+end
 redis.call('HDEL', KEYS[1], 'owner')
+return 1
+";
+
+/// Holds a budget shard for a change. KEYS: budget. ARGV: hold ms, holder id.
+/// Returns spent, or -1 when another holder's hold is live.
+const HOLD_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'hold', 'holder', 'spent')
+if tonumber(b[1] or '0') > now and b[2] ~= ARGV[2] then return -1 end
+redis.call('HSET', KEYS[1], 'hold', now + tonumber(ARGV[1]), 'holder', ARGV[2])
+return tonumber(b[3] or '0')
+";
+
+/// Ends a hold, setting the cap when one is given. KEYS: budget. ARGV: holder id,
+/// cap or ''. Returns 1, or 0 when the hold is no longer this holder's.
+const UNHOLD_LUA: &str = r"
+if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'cap', ARGV[2]) end
+redis.call('HDEL', KEYS[1], 'hold', 'holder')
 return 1
 ";
 
@@ -304,10 +447,11 @@ pub struct Claims {
     pool: Pool,
     cfg: Arc<ClaimConfig>,
     claim_sha: Arc<String>,
-    finish_sha: Arc<String>,
     release_sha: Arc<String>,
     claim_many_sha: Arc<String>,
     finish_many_sha: Arc<String>,
+    hold_sha: Arc<String>,
+    unhold_sha: Arc<String>,
 }
 
 impl std::fmt::Debug for Claims {
@@ -325,8 +469,8 @@ fn check_grant(g: &Grant) -> Result<(), ClaimError> {
     if g.user_id.is_empty() || g.reward_type.is_empty() {
         return Err(ClaimError::Invalid("user id and reward type must be set"));
     }
-    if g.amount <= 0 {
-        return Err(ClaimError::Invalid("amount must be positive"));
+    if g.amount <= 0 || g.amount > MAX_AMOUNT {
+        return Err(ClaimError::Invalid("amount must be in 1..=2^53-1"));
     }
     Ok(())
 }
@@ -346,30 +490,83 @@ fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
     Ok(())
 }
 
+fn secs(v: u64) -> Value {
+    Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// An in-doubt grant as the operator's list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doubt {
+    /// The trade number.
+    pub trade_no: String,
+    /// Since when it is in doubt (Unix ms, Redis's clock).
+    pub since_ms: i64,
+    /// Its record, when it still has one.
+    pub record: Option<Record>,
+}
+
 impl Claims {
-    /// Connects to Redis at `redis_url` and loads the scripts.
+    /// Connects to Redis at `redis_url`, loads the scripts, and fixes the shard count
+    /// at first use (or refuses a count other than the stored one).
     pub async fn connect(redis_url: &str, cfg: ClaimConfig) -> Result<Self, ClaimError> {
         if cfg.shards == 0 || cfg.lease_ms == 0 || cfg.retention_secs == 0 || cfg.pool_size == 0 {
             return Err(ClaimError::Invalid(
                 "shards, lease_ms, retention_secs and pool_size must be positive",
             ));
         }
+        if cfg.key_prefix.is_empty() || cfg.key_prefix.contains(['{', '}']) {
+            return Err(ClaimError::Invalid(
+                "key prefix must be set, without braces",
+            ));
+        }
         let pool = Builder::from_config(Config::from_url(redis_url)?).build_pool(cfg.pool_size)?;
         pool.init().await?;
-        let claim_sha: String = pool.next().script_load(CLAIM_LUA).await?;
-        let finish_sha: String = pool.next().script_load(FINISH_LUA).await?;
-        let release_sha: String = pool.next().script_load(RELEASE_LUA).await?;
-        let claim_many_sha: String = pool.next().script_load(CLAIM_MANY_LUA).await?;
-        let finish_many_sha: String = pool.next().script_load(FINISH_MANY_LUA).await?;
+        let load = |script: &'static str| {
+            let client = pool.next().clone();
+            async move { client.script_load::<String, _>(script).await }
+        };
+        let (claim_sha, release_sha, claim_many_sha, finish_many_sha, hold_sha, unhold_sha) = tokio::try_join!(
+            load(CLAIM_LUA),
+            load(RELEASE_LUA),
+            load(CLAIM_MANY_LUA),
+            load(FINISH_MANY_LUA),
+            load(HOLD_LUA),
+            load(UNHOLD_LUA),
+        )?;
+        let meta = format!("{}:meta", cfg.key_prefix);
+        let _: i64 = pool.next().hsetnx(&meta, "shards", cfg.shards).await?;
+        let stored: Option<String> = pool.next().hget(&meta, "shards").await?;
+        let stored = stored.as_deref().map(str::parse::<u32>);
+        match stored {
+            Some(Ok(n)) if n == cfg.shards => {}
+            Some(Ok(n)) => {
+                return Err(ClaimError::ShardsChanged {
+                    prefix: cfg.key_prefix.clone(),
+                    configured: cfg.shards,
+                    stored: n,
+                });
+            }
+            _ => {
+                return Err(ClaimError::Reply(vec![format!(
+                    "{meta} holds no readable shard count"
+                )]));
+            }
+        }
         Ok(Self {
             pool,
             cfg: Arc::new(cfg),
             claim_sha: Arc::new(claim_sha),
-            finish_sha: Arc::new(finish_sha),
             release_sha: Arc::new(release_sha),
             claim_many_sha: Arc::new(claim_many_sha),
             finish_many_sha: Arc::new(finish_many_sha),
+            hold_sha: Arc::new(hold_sha),
+            unhold_sha: Arc::new(unhold_sha),
         })
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &ClaimConfig {
+        &self.cfg
     }
 
     /// The shard a trade number belongs to.
@@ -377,41 +574,110 @@ impl Claims {
         crc32fast::hash(trade_no.as_bytes()) % self.cfg.shards
     }
 
+    fn tag(&self, shard: u32) -> String {
+        format!("{p}:{{{p}.{shard}}}", p = self.cfg.key_prefix)
+    }
+
     /// The budget key of a scene's shard.
     pub fn budget_key(&self, scene: &str, shard: u32) -> String {
-        format!("{}:{{{scene}:{shard}}}:budget", self.cfg.key_prefix)
+        format!("{}:b:{scene}", self.tag(shard))
     }
 
     /// The record key of a trade number (in its shard `shard_of(trade_no)`).
-    pub fn record_key(&self, scene: &str, shard: u32, trade_no: &str) -> String {
-        format!("{}:{{{scene}:{shard}}}:t:{trade_no}", self.cfg.key_prefix)
+    pub fn record_key(&self, shard: u32, trade_no: &str) -> String {
+        format!("{}:t:{trade_no}", self.tag(shard))
     }
 
-    /// The keys every script takes: `g`'s record, then its budget shard.
-    fn keys(&self, g: &Grant, shard: u32) -> Vec<String> {
-        vec![
-            self.record_key(&g.scene, shard, &g.trade_no),
-            self.budget_key(&g.scene, shard),
-        ]
+    /// The doubt index of a shard.
+    pub fn doubt_key(&self, shard: u32) -> String {
+        format!("{}:doubt", self.tag(shard))
     }
 
-    /// Sets a scene's total budget, split evenly over its shards (the remainder to the
-    /// first ones). Spending so far is kept.
-    pub async fn set_budget(&self, scene: &str, total: i64) -> Result<(), ClaimError> {
+    /// Sets a scene's total budget exactly (module doc): holds its shards, reads
+    /// their spending, gives each its spending plus an even share of the rest.
+    /// Refused below what the scene has spent. Returns what it had spent.
+    pub async fn set_budget(&self, scene: &str, total: i64) -> Result<i64, ClaimError> {
         check_id("scene", scene)?;
-        if total < 0 {
-            return Err(ClaimError::Invalid("budget must not be negative"));
+        if !(0..=MAX_AMOUNT).contains(&total) {
+            return Err(ClaimError::Invalid("budget must be in 0..=2^53-1"));
+        }
+        let holder = new_claim_id();
+        let mut spent = Vec::with_capacity(self.cfg.shards as usize);
+        let mut outcome = Ok(());
+        for shard in 0..self.cfg.shards {
+            let s: Result<i64, ClaimError> =
+                crate::eval_loaded(self.pool.next(), &self.hold_sha, HOLD_LUA, || {
+                    (
+                        vec![self.budget_key(scene, shard)],
+                        vec![secs(BUDGET_HOLD_MS), Value::from(holder.as_str())],
+                    )
+                })
+                .await
+                .map_err(Into::into);
+            match s {
+                Ok(-1) => {
+                    outcome = Err(ClaimError::BudgetBusy(scene.to_string()));
+                    break;
+                }
+                Ok(v) => spent.push(v),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let sum: i64 = spent.iter().sum();
+        if outcome.is_ok() && total < sum {
+            outcome = Err(ClaimError::BelowSpent {
+                scene: scene.to_string(),
+                total,
+                spent: sum,
+            });
         }
         let n = i64::from(self.cfg.shards);
+        let left = total - sum;
+        for shard in 0..self.cfg.shards {
+            let cap = match (&outcome, spent.get(shard as usize)) {
+                (Ok(()), Some(s)) => {
+                    (s + left / n + i64::from(i64::from(shard) < left % n)).to_string()
+                }
+                _ => String::new(),
+            };
+            let done: Result<i64, fred::error::Error> =
+                crate::eval_loaded(self.pool.next(), &self.unhold_sha, UNHOLD_LUA, || {
+                    (
+                        vec![self.budget_key(scene, shard)],
+                        vec![Value::from(holder.as_str()), Value::from(cap.as_str())],
+                    )
+                })
+                .await;
+            if outcome.is_ok() && !matches!(done, Ok(1)) {
+                outcome = Err(ClaimError::BudgetBusy(scene.to_string()));
+            }
+        }
+        outcome.map(|()| sum)
+    }
+
+    /// Sets a scene's budget only if it has none yet (what a start-up does with its
+    /// configured budgets: a live change is never overwritten). Returns whether it
+    /// set it.
+    pub async fn init_budget(&self, scene: &str, total: i64) -> Result<bool, ClaimError> {
+        check_id("scene", scene)?;
+        if !(0..=MAX_AMOUNT).contains(&total) {
+            return Err(ClaimError::Invalid("budget must be in 0..=2^53-1"));
+        }
+        let n = i64::from(self.cfg.shards);
+        let mut set = false;
         for shard in 0..self.cfg.shards {
             let cap = total / n + i64::from(i64::from(shard) < total % n);
-            let _: () = self
+            let fresh: i64 = self
                 .pool
                 .next()
-                .hset(self.budget_key(scene, shard), ("cap", cap))
+                .hsetnx(self.budget_key(scene, shard), "cap", cap)
                 .await?;
+            set |= fresh == 1;
         }
-        Ok(())
+        Ok(set)
     }
 
     /// A scene's total budget (the sum of its shards' caps; 0 when never set).
@@ -455,29 +721,39 @@ impl Claims {
         Ok(())
     }
 
-    /// The record of `trade_no` in `scene`, if there is one.
-    pub async fn record(&self, scene: &str, trade_no: &str) -> Result<Option<Record>, ClaimError> {
-        check_id("scene", scene)?;
+    /// The record of `trade_no`, if there is one (whatever its scene).
+    pub async fn record(&self, trade_no: &str) -> Result<Option<Record>, ClaimError> {
         check_id("trade number", trade_no)?;
-        let key = self.record_key(scene, self.shard_of(trade_no), trade_no);
+        let key = self.record_key(self.shard_of(trade_no), trade_no);
         let v: Vec<Option<String>> = self
             .pool
             .next()
-            .hmget(key, vec!["state", "user", "type", "amount", "result"])
+            .hmget(
+                key,
+                vec![
+                    "state", "scene", "activity", "user", "type", "amount", "result",
+                ],
+            )
             .await?;
         let mut it = v.into_iter();
         let mut next = || it.next().flatten();
-        let Some(state) = next() else {
+        let Some(state_text) = next() else {
             return Ok(None);
         };
+        let state = ClaimState::parse(&state_text)
+            .ok_or_else(|| ClaimError::Reply(vec![state_text.clone()]))?;
+        let scene = next().unwrap_or_default();
+        let activity_id = next().unwrap_or_default();
         let user_id = next().unwrap_or_default();
         let reward_type = next().unwrap_or_default();
         let amount_text = next().unwrap_or_default();
         let amount = amount_text
             .parse()
-            .map_err(|_| ClaimError::Reply(vec![state.clone(), amount_text]))?;
+            .map_err(|_| ClaimError::Reply(vec![state_text, amount_text]))?;
         Ok(Some(Record {
             state,
+            scene,
+            activity_id,
             user_id,
             reward_type,
             amount,
@@ -494,14 +770,19 @@ impl Claims {
         let reply: Vec<String> =
             crate::eval_loaded(self.pool.next(), &self.claim_sha, CLAIM_LUA, || {
                 (
-                    self.keys(g, shard),
+                    vec![
+                        self.record_key(shard, &g.trade_no),
+                        self.budget_key(&g.scene, shard),
+                    ],
                     vec![
                         Value::from(g.user_id.as_str()),
                         Value::from(g.reward_type.as_str()),
                         Value::from(g.amount.to_string()),
-                        Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
-                        Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                        secs(self.cfg.lease_ms),
+                        secs(self.cfg.retention_secs),
                         Value::from(claim_id.as_str()),
+                        Value::from(g.scene.as_str()),
+                        Value::from(g.activity_id.as_str()),
                     ],
                 )
             })
@@ -514,15 +795,15 @@ impl Claims {
 
     /// A claim script's answer for one grant.
     fn decode(&self, code: &str, detail: String, claim_id: String) -> Result<Claim, ClaimError> {
+        let claimed = |prior| Claim::Claimed {
+            claim_id: claim_id.clone(),
+            prior,
+        };
         Ok(match code {
-            "CLAIMED" => Claim::Claimed {
-                claim_id,
-                took_over: false,
-            },
-            "TAKEOVER" => Claim::Claimed {
-                claim_id,
-                took_over: true,
-            },
+            "CLAIMED" => claimed(Prior::Fresh),
+            "RESUME" => claimed(Prior::Released),
+            "RESOLVE" => claimed(Prior::InDoubt),
+            "TAKEOVER" => claimed(Prior::Unknown),
             "DUPLICATE" => Claim::Duplicate { result: detail },
             "FAILED" => Claim::FailedPermanent { result: detail },
             "RETRY" => Claim::RetryLater {
@@ -535,13 +816,17 @@ impl Claims {
         })
     }
 
-    /// Groups grants by budget shard (same slot): index lists per (scene, shard).
+    /// Groups items by (scene, shard): index lists.
     fn by_shard<'a>(&self, grants: impl Iterator<Item = (usize, &'a Grant)>) -> Vec<Vec<usize>> {
-        let mut groups: std::collections::BTreeMap<(&str, u32), Vec<usize>> =
+        let mut groups: std::collections::BTreeMap<(&str, &str, u32), Vec<usize>> =
             std::collections::BTreeMap::new();
         for (i, g) in grants {
             groups
-                .entry((g.scene.as_str(), self.shard_of(&g.trade_no)))
+                .entry((
+                    g.scene.as_str(),
+                    g.activity_id.as_str(),
+                    self.shard_of(&g.trade_no),
+                ))
                 .or_default()
                 .push(i);
         }
@@ -549,9 +834,9 @@ impl Claims {
     }
 
     /// Claims many grants: exactly what [`Claims::claim`] would answer for each, in
-    /// one script call per budget shard instead of one per grant (a batch of 200
-    /// over 16 shards is about 16 calls). Grants of one shard are decided in their
-    /// order in `grants`; the answers come back in that order too.
+    /// one script call per (scene, shard) instead of one per grant. Grants of one
+    /// shard are decided in their order in `grants`; the answers come back in that
+    /// order too.
     pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
         let mut invalid = Vec::new();
         let valid = grants
@@ -621,7 +906,7 @@ impl Claims {
             .collect()
     }
 
-    /// One shard's grants in one script call.
+    /// One (scene, shard)'s grants in one script call.
     async fn claim_shard(
         &self,
         part: &[Grant],
@@ -638,11 +923,13 @@ impl Claims {
             || {
                 let mut keys = vec![self.budget_key(&first.scene, shard)];
                 let mut args = vec![
-                    Value::from(i64::try_from(self.cfg.lease_ms).unwrap_or(i64::MAX)),
-                    Value::from(i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX)),
+                    secs(self.cfg.lease_ms),
+                    secs(self.cfg.retention_secs),
+                    Value::from(first.scene.as_str()),
+                    Value::from(first.activity_id.as_str()),
                 ];
                 for (g, id) in part.iter().zip(&ids) {
-                    keys.push(self.record_key(&g.scene, shard, &g.trade_no));
+                    keys.push(self.record_key(shard, &g.trade_no));
                     args.push(Value::from(g.user_id.as_str()));
                     args.push(Value::from(g.reward_type.as_str()));
                     args.push(Value::from(g.amount.to_string()));
@@ -662,41 +949,70 @@ impl Claims {
             .collect())
     }
 
-    /// Marks many claimed grants credited (as [`Claims::grant`] for each), one script
-    /// call per budget shard. `items`: grant, claim id, result.
+    /// Marks many credited grants `GRANTED` with their receipts, one script call per
+    /// shard. `items`: grant, claim id, receipt. A receipt proves the credit, so a
+    /// record whose lease has passed to another owner is marked all the same.
     pub async fn grant_many(
         &self,
         items: &[(Grant, String, String)],
     ) -> Vec<Result<Finish, ClaimError>> {
-        let groups = self.by_shard(items.iter().map(|x| &x.0).enumerate());
-        self.per_shard(items, groups, |me, part| async move {
-            Ok(me.finish_shard(&part).await?.into_iter().map(Ok).collect())
-        })
+        self.finish_many(items, ClaimState::Granted).await
+    }
+
+    async fn finish_many(
+        &self,
+        items: &[(Grant, String, String)],
+        state: ClaimState,
+    ) -> Vec<Result<Finish, ClaimError>> {
+        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (i, (g, _, _)) in items.iter().enumerate() {
+            groups
+                .entry(self.shard_of(&g.trade_no))
+                .or_default()
+                .push(i);
+        }
+        self.per_shard(
+            items,
+            groups.into_values().collect(),
+            move |me, part| async move {
+                Ok(me
+                    .finish_shard(&part, state)
+                    .await?
+                    .into_iter()
+                    .map(Ok)
+                    .collect())
+            },
+        )
         .await
     }
 
     async fn finish_shard(
         &self,
         part: &[(Grant, String, String)],
+        state: ClaimState,
     ) -> Result<Vec<Finish>, ClaimError> {
         let Some((first, _, _)) = part.first() else {
             return Ok(Vec::new());
         };
+        for (g, _, _) in part {
+            check_id("scene", &g.scene)?;
+            check_id("trade number", &g.trade_no)?;
+        }
         let shard = self.shard_of(&first.trade_no);
         let reply: Vec<i64> = crate::eval_loaded(
             self.pool.next(),
             &self.finish_many_sha,
             FINISH_MANY_LUA,
             || {
-                let mut keys = vec![self.budget_key(&first.scene, shard)];
-                let mut args = vec![Value::from(
-                    i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX),
-                )];
+                let mut keys = vec![self.doubt_key(shard)];
+                let mut args = vec![secs(self.cfg.retention_secs)];
                 for (g, id, result) in part {
-                    keys.push(self.record_key(&g.scene, shard, &g.trade_no));
+                    keys.push(self.record_key(shard, &g.trade_no));
+                    keys.push(self.budget_key(&g.scene, shard));
                     args.push(Value::from(id.as_str()));
-                    args.push(Value::from("GRANTED"));
+                    args.push(Value::from(state.as_str()));
                     args.push(Value::from(result.as_str()));
+                    args.push(Value::from(g.trade_no.as_str()));
                 }
                 (keys, args)
             },
@@ -719,22 +1035,66 @@ impl Claims {
             .collect())
     }
 
-    /// Runs a compare-and-set script on `g`'s record (and its budget shard, which the
-    /// scripts take as their second key even when they leave it alone).
-    async fn cas(
+    async fn finish_one(
         &self,
         g: &Grant,
-        sha: &str,
-        script: &str,
-        args: impl Fn() -> Vec<Value>,
+        claim_id: &str,
+        state: ClaimState,
+        result: &str,
     ) -> Result<Finish, ClaimError> {
-        check_id("scene", &g.scene)?;
+        let item = [(g.clone(), claim_id.to_string(), result.to_string())];
+        self.finish_many(&item, state)
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(ClaimError::Redis("no answer".into())))
+    }
+
+    /// Marks a credited grant `GRANTED`, storing `result` (the receipt) for
+    /// duplicates to get back.
+    pub async fn grant(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        result: &str,
+    ) -> Result<Finish, ClaimError> {
+        self.finish_one(g, claim_id, ClaimState::Granted, result)
+            .await
+    }
+
+    /// Marks a claimed grant failed for good and gives its amount back to the budget
+    /// (only the claim's owner can).
+    pub async fn fail(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        reason: &str,
+    ) -> Result<Finish, ClaimError> {
+        self.finish_one(g, claim_id, ClaimState::Failed, reason)
+            .await
+    }
+
+    async fn release_as(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        mode: &str,
+        hold_ms: u64,
+    ) -> Result<Finish, ClaimError> {
         check_id("trade number", &g.trade_no)?;
         let shard = self.shard_of(&g.trade_no);
-        let done: i64 = crate::eval_loaded(self.pool.next(), sha, script, || {
-            (self.keys(g, shard), args())
-        })
-        .await?;
+        let done: i64 =
+            crate::eval_loaded(self.pool.next(), &self.release_sha, RELEASE_LUA, || {
+                (
+                    vec![self.record_key(shard, &g.trade_no), self.doubt_key(shard)],
+                    vec![
+                        Value::from(claim_id),
+                        Value::from(mode),
+                        secs(hold_ms),
+                        Value::from(g.trade_no.as_str()),
+                    ],
+                )
+            })
+            .await?;
         Ok(if done == 1 {
             Finish::Done
         } else {
@@ -742,49 +1102,97 @@ impl Claims {
         })
     }
 
-    async fn finish(
-        &self,
-        g: &Grant,
-        claim_id: &str,
-        state: &str,
-        result: &str,
-    ) -> Result<Finish, ClaimError> {
-        let retention = i64::try_from(self.cfg.retention_secs).unwrap_or(i64::MAX);
-        let args = || {
-            vec![
-                Value::from(claim_id),
-                Value::from(state),
-                Value::from(result),
-                Value::from(retention),
-            ]
-        };
-        self.cas(g, &self.finish_sha, FINISH_LUA, args).await
-    }
-
-    /// Marks a claimed grant credited, storing `result` for duplicates to get back.
-    pub async fn grant(
-        &self,
-        g: &Grant,
-        claim_id: &str,
-        result: &str,
-    ) -> Result<Finish, ClaimError> {
-        self.finish(g, claim_id, "GRANTED", result).await
-    }
-
-    /// Gives a claim up after a retryable failure: the next claim of the trade number
-    /// takes over at once (no second deduction).
+    /// Gives a claim up after a failure that credited nothing: the next claim of the
+    /// trade number credits at once (no second deduction).
     pub async fn release(&self, g: &Grant, claim_id: &str) -> Result<Finish, ClaimError> {
-        let args = || vec![Value::from(claim_id)];
-        self.cas(g, &self.release_sha, RELEASE_LUA, args).await
+        self.release_as(g, claim_id, "clean", 0).await
     }
 
-    /// Marks a claimed grant failed for good and gives its amount back to the budget.
-    pub async fn fail(
+    /// Gives a claim up after a credit whose outcome is unknown: the record becomes
+    /// `IN_DOUBT` (listed for operators) and no one takes it over for `hold_ms`, so
+    /// the earlier call has settled before it is resolved.
+    pub async fn doubt(
         &self,
         g: &Grant,
         claim_id: &str,
-        reason: &str,
+        hold_ms: u64,
     ) -> Result<Finish, ClaimError> {
-        self.finish(g, claim_id, "FAILED", reason).await
+        self.release_as(g, claim_id, "doubt", hold_ms).await
+    }
+
+    /// Every grant held in doubt, oldest first, with its record (for operators).
+    pub async fn in_doubt(&self) -> Result<Vec<Doubt>, ClaimError> {
+        let mut out = Vec::new();
+        for shard in 0..self.cfg.shards {
+            let listed: Vec<(String, f64)> = self
+                .pool
+                .next()
+                .zrange(self.doubt_key(shard), 0, -1, None, false, None, true)
+                .await?;
+            for (trade_no, since) in listed {
+                let record = self.record(&trade_no).await?;
+                out.push(Doubt {
+                    trade_no,
+                    since_ms: since as i64,
+                    record,
+                });
+            }
+        }
+        out.sort_by_key(|d| d.since_ms);
+        Ok(out)
+    }
+
+    /// How many grants are held in doubt (the `reward_service_in_doubt` gauge).
+    pub async fn in_doubt_count(&self) -> Result<u64, ClaimError> {
+        let mut n = 0;
+        for shard in 0..self.cfg.shards {
+            let c: u64 = self.pool.next().zcard(self.doubt_key(shard)).await?;
+            n += c;
+        }
+        Ok(n)
+    }
+
+    /// An operator's verdict on an in-doubt grant after checking the downstream:
+    /// `Some(receipt)` marks it `GRANTED`; `None` (the downstream never credited it)
+    /// releases it cleanly so the next delivery credits it. Returns whether the
+    /// record was in doubt.
+    pub async fn settle_doubt(
+        &self,
+        trade_no: &str,
+        receipt: Option<&str>,
+    ) -> Result<bool, ClaimError> {
+        let Some(rec) = self.record(trade_no).await? else {
+            return Ok(false);
+        };
+        if rec.state != ClaimState::InDoubt {
+            return Ok(false);
+        }
+        let g = Grant {
+            scene: rec.scene,
+            activity_id: rec.activity_id,
+            trade_no: trade_no.to_string(),
+            user_id: rec.user_id,
+            reward_type: rec.reward_type,
+            amount: rec.amount,
+        };
+        // Take the record over as an owner would (its hold must be over), then finish.
+        let claim_id = match self.claim(&g).await? {
+            Claim::Claimed { claim_id, .. } => claim_id,
+            Claim::RetryLater { lease_left_ms } => {
+                return Err(ClaimError::Redis(format!(
+                    "{trade_no} is held for {lease_left_ms} ms more; try again then"
+                )));
+            }
+            _ => return Ok(false),
+        };
+        match receipt {
+            Some(r) => {
+                self.grant(&g, &claim_id, r).await?;
+            }
+            None => {
+                self.release(&g, &claim_id).await?;
+            }
+        }
+        Ok(true)
     }
 }

@@ -15,16 +15,20 @@
 //! lease_ms = 30000
 //! retention_secs = 2592000
 //!
-//! [budgets]                      # "activity/scene" = total, set at start-up
+//! [budgets]                      # "activity/scene" = total, set at first use only
 //! "cny2027/rain" = 100000000
 //!
 //! [downstreams.cash]             # per reward type
 //! kind = "ledger"
 //! capacity = 300000              # credits/s before it answers RATE_LIMITED (optional)
+//! max_amount = 100000            # larger grants of this type are INVALID (optional)
+//! honours_idempotency_key = true # the ledger credits a repeated key once (default false)
 //! [downstreams.coupon]
 //! kind = "http"
 //! url = "http://127.0.0.1:9000/credit"
 //! timeout_ms = 2000
+//! honours_idempotency_key = true # what the downstream promises (default false)
+//! status_url = "http://127.0.0.1:9000/status"   # answers whether a trade was credited
 //!
 //! [failures]
 //! archive = "/var/tmp/reward-service/failures.jsonl"
@@ -40,6 +44,19 @@
 //! variable `REWARD_SERVICE_TOKEN`, or a file named by `REWARD_SERVICE_TOKEN_FILE`
 //! (trailing newline ignored). It must be at least 16 bytes; the service refuses to
 //! start without one. It is never logged; the config's `Debug` prints its length only.
+//!
+//! # Settings that guard money
+//! - `claims.lease_ms` must outlast every downstream's longest call plus a margin
+//!   (`timeout_ms` + 1 s for HTTP, 5 s + 1 s for the ledger): a takeover must never
+//!   start while the first call can still land.
+//! - `sdk.token.ttl_secs` may not exceed `claims.retention_secs`: a token must expire
+//!   before the record that refuses its second credit does.
+//! - `[budgets]` are initial values: a start-up sets a scene's budget only when it has
+//!   none, so a restart never overwrites a live change (`reward-ctl budget`).
+//! - What a downstream promises for in-doubt credits (`honours_idempotency_key`,
+//!   `status_url`) is declared per downstream; the default is the weakest promise
+//!   (one attempt, in-doubt grants held for an operator). See
+//!   `reward_service::downstream`.
 //!
 //! # Budgets are scoped per activity and scene
 //! Two activities may both have a scene called `rain`; the budget scope is
@@ -103,14 +120,32 @@ pub enum DownstreamConfig {
     Ledger {
         /// Credits per second before `RATE_LIMITED`.
         capacity: Option<NonZeroU32>,
+        /// Whether it honours the idempotency key.
+        honours_key: bool,
     },
     /// An HTTP endpoint.
     Http {
-        /// Where credits are POSTed.
+        /// Where credits are POSTed (may hold a password: never printed).
         url: String,
         /// Per-call timeout.
         timeout_ms: u64,
+        /// Whether it honours the idempotency key.
+        honours_key: bool,
+        /// Where to ask whether a trade number was credited.
+        status_url: Option<String>,
     },
+}
+
+impl DownstreamConfig {
+    /// The longest one call to it can take (ms).
+    pub fn max_call_ms(&self) -> u64 {
+        match self {
+            DownstreamConfig::Ledger { .. } => {
+                u64::try_from(crate::downstream::LEDGER_TIMEOUT.as_millis()).unwrap_or(u64::MAX)
+            }
+            DownstreamConfig::Http { timeout_ms, .. } => *timeout_ms,
+        }
+    }
 }
 
 /// The whole service configuration.
@@ -126,6 +161,8 @@ pub struct ServiceConfig {
     pub budgets: BTreeMap<String, i64>,
     /// Reward type → downstream.
     pub downstreams: HashMap<String, DownstreamConfig>,
+    /// Reward type → the largest amount one grant may carry.
+    pub max_amounts: HashMap<String, i64>,
     /// Key prefix of the built-in ledger.
     pub ledger_prefix: String,
     /// The failure archive (JSON lines).
@@ -166,6 +203,10 @@ struct RawDownstream {
     capacity: Option<u32>,
     url: Option<String>,
     timeout_ms: Option<u64>,
+    max_amount: Option<i64>,
+    #[serde(default)]
+    honours_idempotency_key: bool,
+    status_url: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -293,12 +334,21 @@ impl ServiceConfig {
             }
         }
         let mut downstreams = HashMap::new();
+        let mut max_amounts = HashMap::new();
         for (ty, d) in raw.downstreams {
+            if let Some(m) = d.max_amount {
+                if !(1..=crate::claim::MAX_AMOUNT).contains(&m) {
+                    return Err(ConfigError::Invalid(format!(
+                        "downstreams.{ty}.max_amount must be in 1..=2^53-1, not {m}"
+                    )));
+                }
+                max_amounts.insert(ty.clone(), m);
+            }
             let parsed = match d.kind.as_str() {
                 "ledger" => {
-                    if d.url.is_some() || d.timeout_ms.is_some() {
+                    if d.url.is_some() || d.timeout_ms.is_some() || d.status_url.is_some() {
                         return Err(ConfigError::Invalid(format!(
-                            "downstreams.{ty}: a ledger takes no url or timeout_ms"
+                            "downstreams.{ty}: a ledger takes no url, status_url or timeout_ms"
                         )));
                     }
                     let capacity = match d.capacity {
@@ -309,7 +359,10 @@ impl ServiceConfig {
                             ))
                         })?),
                     };
-                    DownstreamConfig::Ledger { capacity }
+                    DownstreamConfig::Ledger {
+                        capacity,
+                        honours_key: d.honours_idempotency_key,
+                    }
                 }
                 "http" => {
                     let url = d.url.ok_or_else(|| {
@@ -322,12 +375,15 @@ impl ServiceConfig {
                     }
                     let timeout_ms =
                         positive(&format!("downstreams.{ty}.timeout_ms"), d.timeout_ms, 2_000)?;
-                    crate::downstream::Http::new(
-                        &url,
-                        std::time::Duration::from_millis(timeout_ms),
-                    )
-                    .map_err(|e| ConfigError::Invalid(format!("downstreams.{ty}: {e}")))?;
-                    DownstreamConfig::Http { url, timeout_ms }
+                    let parsed = DownstreamConfig::Http {
+                        url,
+                        timeout_ms,
+                        honours_key: d.honours_idempotency_key,
+                        status_url: d.status_url,
+                    };
+                    crate::downstream::Http::with_options_of(&parsed)
+                        .map_err(|e| ConfigError::Invalid(format!("downstreams.{ty}: {e}")))?;
+                    parsed
                 }
                 other => {
                     return Err(ConfigError::Invalid(format!(
@@ -336,6 +392,21 @@ impl ServiceConfig {
                 }
             };
             downstreams.insert(ty, parsed);
+        }
+        if let Some((ty, d)) = downstreams.iter().max_by_key(|(_, d)| d.max_call_ms()) {
+            let need = d.max_call_ms() + crate::grant::SETTLE_MARGIN_MS;
+            if claims.lease_ms < need {
+                return Err(ConfigError::Invalid(format!(
+                    "claims.lease_ms {} is shorter than downstream {ty}'s longest call plus margin ({need} ms): a takeover could credit while that call still lands",
+                    claims.lease_ms
+                )));
+            }
+        }
+        if sdk.token.ttl_secs > claims.retention_secs {
+            return Err(ConfigError::Invalid(format!(
+                "sdk.token.ttl_secs {} is longer than claims.retention_secs {}: a token could outlive the record that refuses its second credit",
+                sdk.token.ttl_secs, claims.retention_secs
+            )));
         }
         let failure_queue = raw.failures.queue.unwrap_or_else(|| "failures".into());
         if !sdk.routing.queues.contains_key(&failure_queue) {
@@ -350,6 +421,7 @@ impl ServiceConfig {
             claims,
             budgets: raw.budgets,
             downstreams,
+            max_amounts,
             ledger_prefix: raw.ledger.key_prefix.unwrap_or_else(|| "ledger".into()),
             archive: raw
                 .failures
@@ -474,7 +546,9 @@ mod tests {
             c.downstreams["coupon"],
             DownstreamConfig::Http {
                 url: "http://127.0.0.1:9000/credit".into(),
-                timeout_ms: 2000
+                timeout_ms: 2000,
+                honours_key: false,
+                status_url: None,
             }
         );
         assert!(c.credential.matches(b"a-long-enough-credential"));

@@ -2,11 +2,19 @@
 //!
 //! | claim says | credit | then | caller gets |
 //! | --- | --- | --- | --- |
-//! | claimed | ok | mark `GRANTED` with the receipt | `Granted` |
-//! | claimed | retryable error (timeout, rate limited, unavailable) | release the claim (the deduction stands for the retry) | `RetryLater` |
+//! | claimed | ok | mark `GRANTED` with the receipt (retried if Redis fails) | `Granted` |
+//! | claimed | failed, nothing credited (rate limited, connection refused, "not credited") | release the claim (the deduction stands for the retry) | `RetryLater` |
+//! | claimed | **in doubt** (timeout, reset, 5xx, key in use) | record `IN_DOUBT`, leased for the downstream's longest call | `RetryLater` when the downstream can resolve it, else `InDoubt` |
 //! | claimed | permanent error (invalid, account closed) | mark `FAILED`, refund, append to the failure archive | `FailedPermanent` |
+//! | taken over from an owner that vanished, or in doubt | first **resolve**: ask the downstream's status (credited → `GRANTED`; not credited → credit); without a status route, repeat with the same idempotency key if it is honoured; with neither, hold `IN_DOUBT` | | as above, or `InDoubt` |
 //! | duplicate | - | - | `Granted` with `duplicate: true` and the first receipt |
 //! | live lease elsewhere | - | - | `RetryLater` |
+//!
+//! A timeout is never taken to mean "not credited": every downstream call can do its
+//! work and still lose its answer ([`crate::downstream`] has the contract). A grant
+//! held `InDoubt` is never credited again automatically; operators list and settle it
+//! (`reward-ctl in-doubt`, [`Claims::settle_doubt`]), and the
+//! `reward_service_in_doubt` gauge counts them.
 //!
 //! A reward type with no downstream configured is a permanent failure of that grant
 //! (refunded and archived), never a silent drop.
@@ -25,6 +33,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,8 +42,8 @@ use prost::Message as _;
 use proto::v1::{DeadLetter, RewardEvent, UserInfo};
 use sdk::Sdk;
 
-use crate::claim::{Claim, ClaimError, Claims, Finish, Grant};
-use crate::downstream::{Credit, CreditError, Downstream, ErrorCode};
+use crate::claim::{Claim, ClaimError, Claims, Finish, Grant, Prior};
+use crate::downstream::{Contract, Credit, CreditError, CreditStatus, Downstream, ErrorCode};
 use crate::tokens::Tokens;
 
 /// Failures that reached the archive but not the failure topic, since start.
@@ -47,11 +56,22 @@ pub fn failure_topic_misses() -> u64 {
 
 /// A reward type with no downstream: a permanent failure (module doc).
 fn no_downstream(reward_type: &str) -> CreditError {
-    CreditError {
-        code: ErrorCode::Invalid,
-        detail: format!("no downstream for reward type {reward_type:?}"),
-    }
+    CreditError::not_credited(
+        ErrorCode::Invalid,
+        format!("no downstream for reward type {reward_type:?}"),
+    )
 }
+
+/// The contract assumed where no downstream is configured (its grants fail for good
+/// before any call).
+const NO_CONTRACT: Contract = Contract {
+    honours_key: false,
+    status: false,
+    max_call_ms: 0,
+};
+
+/// Added to a downstream's longest call before an in-doubt grant may be resolved.
+pub const SETTLE_MARGIN_MS: u64 = 1_000;
 
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -92,11 +112,17 @@ pub enum Outcome {
     BudgetExhausted,
     /// Its scene has no budget.
     NoBudget,
-    /// Credited, but the claim had expired and another worker owns the record now;
-    /// that worker's downstream call carries the same idempotency key.
+    /// Credited, but the record could not be marked (it had been finished otherwise
+    /// meanwhile); logged loudly.
     LeaseLost {
         /// The downstream's receipt of this call's credit.
         receipt: String,
+    },
+    /// The credit may have happened and the downstream can neither repeat it safely
+    /// nor say: held `IN_DOUBT` for an operator, never credited again automatically.
+    InDoubt {
+        /// Why.
+        reason: String,
     },
 }
 
@@ -128,9 +154,34 @@ pub struct FailureTopic {
 
 /// A claim that settles the grant without a credit (duplicate, conflict, no budget,
 /// ...) as its outcome; `Ok` with the claim id when this caller now owns the grant.
-pub fn settled(claim: Claim) -> Result<String, Outcome> {
-    Err(match claim {
-        Claim::Claimed { claim_id, .. } => return Ok(claim_id),
+pub fn settled(claim: Claim) -> Result<(String, Prior), Outcome> {
+    match claim {
+        Claim::Claimed { claim_id, prior } => Ok((claim_id, prior)),
+        other => Err(settled_outcome(other)),
+    }
+}
+
+/// What the earlier owner's attempt came to, when it had to be resolved first.
+enum Resolved {
+    /// Nothing was credited (or the key makes a repeat safe): credit now.
+    Credit,
+    /// It was credited: record this receipt.
+    Credited(String),
+    /// Neither could be told: the grant's outcome for now.
+    Settled(Outcome),
+}
+
+/// How often marking a credited grant `GRANTED` is tried again when Redis fails.
+const FINISH_TRIES: u32 = 4;
+
+/// The outcome of a claim that settles the grant without a credit.
+fn settled_outcome(claim: Claim) -> Outcome {
+    match claim {
+        Claim::Claimed { .. } => Outcome::RetryLater {
+            reason: "claimed but not credited".into(),
+            code: None,
+            after_ms: RETRY_AFTER_MS,
+        },
         Claim::Duplicate { result } => Outcome::Granted {
             receipt: result,
             duplicate: true,
@@ -147,7 +198,7 @@ pub fn settled(claim: Claim) -> Result<String, Outcome> {
         Claim::Conflict => Outcome::Conflict,
         Claim::BudgetExhausted => Outcome::BudgetExhausted,
         Claim::NoBudget => Outcome::NoBudget,
-    })
+    }
 }
 
 /// Whether a grant settled without a credit moves its token again: a duplicate of a
@@ -173,6 +224,7 @@ pub struct Granter {
     archive: PathBuf,
     tokens: Option<Tokens>,
     failures: Option<FailureTopic>,
+    max_amounts: Arc<HashMap<String, i64>>,
 }
 
 impl Granter {
@@ -189,6 +241,26 @@ impl Granter {
             archive,
             tokens: None,
             failures: None,
+            max_amounts: Arc::new(HashMap::new()),
+        }
+    }
+
+    /// The largest amount one grant of a type may carry (types not named: up to
+    /// [`crate::claim::MAX_AMOUNT`]).
+    pub fn with_max_amounts(mut self, max: HashMap<String, i64>) -> Self {
+        self.max_amounts = Arc::new(max);
+        self
+    }
+
+    /// Refuses a grant over its type's ceiling (a credential that can call `Grant`
+    /// still cannot credit more than that).
+    pub fn check_ceiling(&self, g: &Grant) -> Result<(), String> {
+        match self.max_amounts.get(&g.reward_type) {
+            Some(max) if g.amount > *max => Err(format!(
+                "amount {} is over the maximum {max} for reward type {}",
+                g.amount, g.reward_type
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -209,19 +281,95 @@ impl Granter {
         &self.claims
     }
 
+    /// The downstream of a reward type, if one is configured.
+    fn downstream(&self, reward_type: &str) -> Option<&Arc<dyn Downstream>> {
+        self.downstreams.get(reward_type)
+    }
+
+    fn contract(&self, reward_type: &str) -> Contract {
+        self.downstream(reward_type)
+            .map_or(NO_CONTRACT, |d| d.contract())
+    }
+
     /// Grants `g` (see the module doc for every path).
     pub async fn grant(&self, g: &Grant) -> Result<Outcome, GrantError> {
-        let claim_id = match settled(self.claims.claim(g).await?) {
-            Ok(claim_id) => claim_id,
-            Err(outcome) => return Ok(self.repeat_settled(g, outcome).await),
+        let (claim_id, prior) = match self.claims.claim(g).await? {
+            Claim::Claimed { claim_id, prior } => (claim_id, prior),
+            other => return Ok(self.repeat_settled(g, settled_outcome(other)).await),
         };
-        match self.credit(g).await {
-            Ok(receipt) => {
-                let finish = self.claims.grant(g, &claim_id, &receipt).await?;
-                Ok(self.granted(g, finish, receipt).await)
+        if prior.needs_resolving() {
+            match self.resolve(g, &claim_id).await? {
+                Resolved::Credit => {}
+                Resolved::Credited(receipt) => {
+                    return self.mark_granted(g, &claim_id, receipt).await;
+                }
+                Resolved::Settled(outcome) => return Ok(outcome),
             }
+        }
+        match self.credit(g).await {
+            Ok(receipt) => self.mark_granted(g, &claim_id, receipt).await,
             Err(e) => self.not_credited(g, &claim_id, e).await,
         }
+    }
+
+    /// Resolves what an earlier owner left (module doc): whether to credit now, or
+    /// what the grant came to without a credit.
+    async fn resolve(&self, g: &Grant, claim_id: &str) -> Result<Resolved, GrantError> {
+        let Some(d) = self.downstream(&g.reward_type) else {
+            // Never sent anywhere: it fails for good on the credit.
+            return Ok(Resolved::Credit);
+        };
+        let contract = d.contract();
+        if contract.status {
+            return match d.status(&Credit::from(g)).await {
+                Ok(CreditStatus::Credited(receipt)) => Ok(Resolved::Credited(receipt)),
+                Ok(CreditStatus::NotCredited) => Ok(Resolved::Credit),
+                Err(e) => {
+                    let hold = contract.max_call_ms + SETTLE_MARGIN_MS;
+                    self.claims.doubt(g, claim_id, hold).await?;
+                    Ok(Resolved::Settled(Outcome::RetryLater {
+                        reason: format!("in doubt, status unknown: {e}"),
+                        code: Some(e.code),
+                        after_ms: hold.max(RETRY_AFTER_MS),
+                    }))
+                }
+            };
+        }
+        if contract.honours_key {
+            return Ok(Resolved::Credit);
+        }
+        self.claims.doubt(g, claim_id, 0).await?;
+        Ok(Resolved::Settled(Outcome::InDoubt {
+            reason: "an earlier credit may have happened and the downstream neither honours \
+                     the idempotency key nor answers status: held for an operator"
+                .into(),
+        }))
+    }
+
+    /// Marks a credited grant `GRANTED`, retrying while Redis fails: a credit that
+    /// happened must be recorded. Only if every try fails does the error reach the
+    /// caller; the record then stays leased and the next owner resolves it.
+    async fn mark_granted(
+        &self,
+        g: &Grant,
+        claim_id: &str,
+        receipt: String,
+    ) -> Result<Outcome, GrantError> {
+        let mut wait = Duration::from_millis(50);
+        let mut tries = 0;
+        let finish = loop {
+            match self.claims.grant(g, claim_id, &receipt).await {
+                Ok(f) => break f,
+                Err(e) if tries < FINISH_TRIES => {
+                    tries += 1;
+                    tracing::warn!(trade_no = %g.trade_no, error = %e, "credited, but marking it GRANTED failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait *= 4;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        Ok(self.granted(g, finish, receipt).await)
     }
 
     /// Grants many: each exactly as [`Granter::grant`] would, but the claims and the
@@ -239,23 +387,47 @@ impl Granter {
         // The claimed grants, by reward type: each type's downstream gets its credits
         // in one `credit_many` call (the ledger sends them in one pipeline).
         let mut claimed: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
+        // Taken over from an owner that may have credited: resolved one by one first.
+        let mut resolve: Vec<(usize, String)> = Vec::new();
+        let mut credited = Vec::new();
         for (i, (g, c)) in grants
             .iter()
             .zip(self.claims.claim_many(grants).await)
             .enumerate()
         {
-            match c.map(settled) {
+            match c {
                 Err(e) => out[i] = Some(Err(e.into())),
-                Ok(Err(outcome)) => {
+                Ok(Claim::Claimed { claim_id, prior }) if prior.needs_resolving() => {
+                    resolve.push((i, claim_id));
+                }
+                Ok(Claim::Claimed { claim_id, .. }) => claimed
+                    .entry(g.reward_type.as_str())
+                    .or_default()
+                    .push((i, claim_id)),
+                Ok(other) => {
+                    let outcome = settled_outcome(other);
                     if moves_token_again(&outcome) {
                         moves.push(i);
                     }
                     out[i] = Some(Ok(outcome));
                 }
-                Ok(Ok(claim_id)) => claimed
-                    .entry(g.reward_type.as_str())
+            }
+        }
+        let resolved = futures_util::future::join_all(
+            resolve
+                .iter()
+                .map(|(i, claim_id)| self.resolve(&grants[*i], claim_id)),
+        )
+        .await;
+        for ((i, claim_id), r) in resolve.into_iter().zip(resolved) {
+            match r {
+                Ok(Resolved::Credit) => claimed
+                    .entry(grants[i].reward_type.as_str())
                     .or_default()
                     .push((i, claim_id)),
+                Ok(Resolved::Credited(receipt)) => credited.push((i, claim_id, receipt)),
+                Ok(Resolved::Settled(outcome)) => out[i] = Some(Ok(outcome)),
+                Err(e) => out[i] = Some(Err(e)),
             }
         }
         let answers = futures_util::future::join_all(
@@ -264,7 +436,6 @@ impl Granter {
                 .map(|(reward_type, list)| self.credit_type(grants, reward_type, list)),
         )
         .await;
-        let mut credited = Vec::new();
         let mut failed = tokio::task::JoinSet::new();
         for (i, claim_id, r) in answers.into_iter().flatten() {
             match r {
@@ -280,9 +451,8 @@ impl Granter {
             .map(|(i, id, receipt)| (grants[*i].clone(), id.clone(), receipt.clone()))
             .collect();
         let finished = self.claims.grant_many(&items).await;
-        for ((i, _, receipt), f) in credited.into_iter().zip(finished) {
+        for ((i, claim_id, receipt), f) in credited.into_iter().zip(finished) {
             out[i] = Some(match f {
-                Err(e) => Err(e.into()),
                 Ok(Finish::Done) => {
                     moves.push(i);
                     Ok(Outcome::Granted {
@@ -290,7 +460,16 @@ impl Granter {
                         duplicate: false,
                     })
                 }
-                Ok(Finish::LostLease) => Ok(Outcome::LeaseLost { receipt }),
+                Ok(Finish::LostLease) => {
+                    Ok(self.granted(&grants[i], Finish::LostLease, receipt).await)
+                }
+                // The batch's mark failed: this one is retried on its own (the
+                // credit happened and must be recorded).
+                Err(_) => {
+                    let (me, g) = (self.clone(), grants[i].clone());
+                    failed.spawn(async move { (i, me.mark_granted(&g, &claim_id, receipt).await) });
+                    continue;
+                }
             });
         }
         if let Some(t) = &self.tokens {
@@ -347,7 +526,7 @@ impl Granter {
         reward_type: &str,
         list: Vec<(usize, String)>,
     ) -> Vec<(usize, String, Result<String, CreditError>)> {
-        let Some(d) = self.downstreams.get(reward_type) else {
+        let Some(d) = self.downstream(reward_type) else {
             return list
                 .into_iter()
                 .map(|(i, claim_id)| (i, claim_id, Err(no_downstream(reward_type))))
@@ -362,10 +541,10 @@ impl Granter {
         list.into_iter()
             .map(|(i, claim_id)| {
                 let r = answers.next().unwrap_or_else(|| {
-                    Err(CreditError {
-                        code: ErrorCode::Unavailable,
-                        detail: "downstream answered fewer credits than it was sent".into(),
-                    })
+                    Err(CreditError::new(
+                        ErrorCode::Unavailable,
+                        "downstream answered fewer credits than it was sent",
+                    ))
                 });
                 (i, claim_id, r)
             })
@@ -374,13 +553,13 @@ impl Granter {
 
     /// Credits `g` downstream.
     async fn credit(&self, g: &Grant) -> Result<String, CreditError> {
-        match self.downstreams.get(&g.reward_type) {
+        match self.downstream(&g.reward_type) {
             Some(d) => d.credit(&Credit::from(g)).await,
             None => Err(no_downstream(&g.reward_type)),
         }
     }
 
-    /// After the record says `GRANTED` (or another worker took it over).
+    /// After the record says `GRANTED` (or could not be marked).
     async fn granted(&self, g: &Grant, finish: Finish, receipt: String) -> Outcome {
         match finish {
             Finish::Done => {
@@ -392,11 +571,15 @@ impl Granter {
                     duplicate: false,
                 }
             }
-            Finish::LostLease => Outcome::LeaseLost { receipt },
+            Finish::LostLease => {
+                tracing::error!(trade_no = %g.trade_no, "credited, but its record was already finished otherwise (failed or gone)");
+                Outcome::LeaseLost { receipt }
+            }
         }
     }
 
-    /// A credit failed: release the claim for a retry, or fail it for good (archive
+    /// A credit failed: in doubt (hold and resolve later, or for an operator),
+    /// retryable with nothing credited (release), or permanent (fail, refund, archive
     /// and failure topic, once, by the owner).
     async fn not_credited(
         &self,
@@ -404,6 +587,26 @@ impl Granter {
         claim_id: &str,
         e: CreditError,
     ) -> Result<Outcome, GrantError> {
+        if e.in_doubt {
+            let contract = self.contract(&g.reward_type);
+            let hold = contract.max_call_ms + SETTLE_MARGIN_MS;
+            self.claims.doubt(g, claim_id, hold).await?;
+            tracing::warn!(trade_no = %g.trade_no, error = %e, "credit in doubt; held until it is resolved");
+            return Ok(if contract.resolvable() {
+                Outcome::RetryLater {
+                    reason: format!("in doubt: {e}"),
+                    code: Some(e.code),
+                    after_ms: hold.max(RETRY_AFTER_MS),
+                }
+            } else {
+                Outcome::InDoubt {
+                    reason: format!(
+                        "{e}; the downstream neither honours the idempotency key nor answers \
+                         status: held for an operator"
+                    ),
+                }
+            });
+        }
         if e.code.retryable() {
             self.claims.release(g, claim_id).await?;
             return Ok(Outcome::RetryLater {

@@ -10,11 +10,11 @@
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
 //! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`) |
 //!
-//! The page: `{pending[], credited[], unknown[], illegal, unreadable, balance: {type:
+//! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
 //! reward type: the credited amount plus what is on its way.
 //!
-//! `validity` is `legal`, `unknown` or `illegal` (see [`crate::service`]). The issue's
+//! `validity` is `legal`, `unknown`, `expired` or `illegal` (see [`crate::service`]). The issue's
 //! validate body has no `activity_id`, but a token's AEAD binding includes its
 //! activity, so it cannot be opened without one: the field is required.
 //!
@@ -154,6 +154,7 @@ fn validity(v: TokenValidity) -> &'static str {
     match v {
         TokenValidity::Legal => "legal",
         TokenValidity::Unknown => "unknown",
+        TokenValidity::Expired => "expired",
         _ => "illegal",
     }
 }
@@ -169,6 +170,7 @@ fn outcome(o: i32) -> &'static str {
         GrantOutcome::FailedRetryable => "failed_retryable",
         GrantOutcome::FailedPermanent => "failed_permanent",
         GrantOutcome::Invalid => "invalid",
+        GrantOutcome::InDoubt => "in_doubt",
         GrantOutcome::Unspecified => "unspecified",
     }
 }
@@ -272,6 +274,7 @@ fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value
         "unknown": views(&r.unknown),
         "illegal": r.illegal,
         "unreadable": r.unreadable,
+        "expired": r.expired,
         "balance": balance,
     })
 }

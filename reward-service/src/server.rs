@@ -59,14 +59,24 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
         .start()
         .await?;
     let claims = Claims::connect(&cfg.redis_url, cfg.claims.clone()).await?;
+    // Configured budgets are initial values: a live change is never overwritten.
     for (scope, total) in &cfg.budgets {
-        claims.set_budget(scope, *total).await?;
+        if !claims.init_budget(scope, *total).await? {
+            tracing::info!(
+                scope,
+                "budget already set; the configured value is not applied"
+            );
+        }
     }
     let mut capacity = HashMap::new();
     let mut ledger_types = Vec::new();
     for (ty, d) in &cfg.downstreams {
-        if let DownstreamConfig::Ledger { capacity: c } = d {
-            ledger_types.push(ty.clone());
+        if let DownstreamConfig::Ledger {
+            capacity: c,
+            honours_key,
+        } = d
+        {
+            ledger_types.push((ty.clone(), *honours_key));
             if let Some(c) = c {
                 capacity.insert(ty.clone(), *c);
             }
@@ -77,15 +87,17 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
         let ledger = Ledger::connect(&cfg.redis_url, &cfg.ledger_prefix, &capacity)
             .await
             .map_err(|e| StartError::Downstream("ledger".into(), e.to_string()))?;
-        let ledger: Arc<dyn Downstream> = Arc::new(ledger);
-        for ty in ledger_types {
-            downstreams.insert(ty, ledger.clone());
+        // One connection, one view per key contract.
+        let strict: Arc<dyn Downstream> = Arc::new(ledger.clone());
+        let keyed: Arc<dyn Downstream> = Arc::new(ledger.honouring_key(true));
+        for (ty, honours_key) in ledger_types {
+            let d = if honours_key { &keyed } else { &strict };
+            downstreams.insert(ty, d.clone());
         }
     }
     for (ty, d) in &cfg.downstreams {
-        if let DownstreamConfig::Http { url, timeout_ms } = d {
-            let h = Http::new(url, Duration::from_millis(*timeout_ms))
-                .map_err(|e| StartError::Downstream(ty.clone(), e))?;
+        if matches!(d, DownstreamConfig::Http { .. }) {
+            let h = Http::with_options_of(d).map_err(|e| StartError::Downstream(ty.clone(), e))?;
             downstreams.insert(ty.clone(), Arc::new(h));
         }
     }
@@ -96,6 +108,7 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
         .await
         .map_err(|e| StartError::Tokens(e.to_string()))?;
     let granter = Granter::new(claims, downstreams, cfg.archive.clone())
+        .with_max_amounts(cfg.max_amounts.clone())
         .with_tokens(tokens.clone())
         .with_failure_topic(FailureTopic {
             sdk: sdk.clone(),
@@ -132,7 +145,8 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
 /// Serves an already built service, with `/metrics` on the HTTP port when given the
 /// process's recorder ([`sdk::admin::install_metrics`]), and a task that keeps the
 /// budget gauges (`reward_service_budget_spent`, `reward_service_budget_remaining` per
-/// scene) fresh every 5 s.
+/// scene, from the live budget) and the `reward_service_in_doubt` gauge fresh every
+/// 5 s.
 pub async fn serve_with_metrics(
     service: Service,
     cfg: &ServiceConfig,
@@ -145,8 +159,13 @@ pub async fn serve_with_metrics(
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tick.tick().await;
-                for (scope, total) in &budgets {
-                    if let Ok(spent) = claims.spent(scope).await {
+                if let Ok(n) = claims.in_doubt_count().await {
+                    metrics::gauge!("reward_service_in_doubt").set(n as f64);
+                }
+                for scope in budgets.keys() {
+                    if let (Ok(spent), Ok(total)) =
+                        (claims.spent(scope).await, claims.budget(scope).await)
+                    {
                         metrics::gauge!("reward_service_budget_spent", "scene" => scope.clone())
                             .set(spent as f64);
                         metrics::gauge!("reward_service_budget_remaining", "scene" => scope.clone())

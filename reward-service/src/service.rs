@@ -44,43 +44,21 @@ use prost::Message as _;
 use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
 use sdk::Sdk;
 
-use crate::claim::{ClaimError, Grant};
-use crate::grant::{GrantError, Granter, Outcome};
+use crate::claim::{ClaimError, ClaimState, Grant};
+use crate::grant::{self, GrantError, Granter, Outcome};
 use crate::tokens::Tokens;
+use proto::ids;
 
 /// The budget scope of an activity's scene.
 pub fn scope(activity_id: &str, scene_id: &str) -> String {
     format!("{activity_id}/{scene_id}")
 }
 
-/// Longest id accepted in any field that becomes part of a Redis key.
-const MAX_ID: usize = 256;
-
 /// Checks an event and turns it into a grant; the error is the reason for `INVALID`.
+/// Ids follow the pipeline's one rule (`proto::ids`), the same the SDK applies.
 pub fn grant_of(ev: &RewardEvent) -> Result<Grant, String> {
     let user_id = ev.user.as_ref().map(|u| u.user_id.as_str()).unwrap_or("");
-    let fields = [
-        ("trade_no", ev.trade_no.as_str()),
-        ("user.user_id", user_id),
-        ("activity_id", ev.activity_id.as_str()),
-        ("scene_id", ev.scene_id.as_str()),
-        ("reward_type", ev.reward_type.as_str()),
-    ];
-    for (name, v) in fields {
-        if v.is_empty() {
-            return Err(format!("{name} is empty"));
-        }
-        if v.len() > MAX_ID {
-            return Err(format!("{name} is longer than {MAX_ID} bytes"));
-        }
-        if v.contains(['{', '}']) {
-            return Err(format!("{name} contains a brace"));
-        }
-    }
-    // The two halves of the budget scope.
-    if ev.activity_id.contains('/') || ev.scene_id.contains('/') {
-        return Err("activity_id and scene_id may not contain '/'".into());
-    }
+    ids::check_event(ev).map_err(|(field, p)| format!("{field} {p}"))?;
     if ev.amount <= 0 {
         return Err(format!("amount must be positive, not {}", ev.amount));
     }
@@ -155,6 +133,9 @@ pub fn result_of(trade_no: &str, r: Result<Outcome, GrantError>) -> GrantResult 
                 ..failed(trade_no, outcome, code, reason)
             }
         }
+        Ok(Outcome::InDoubt { reason }) => {
+            failed(trade_no, GrantOutcome::InDoubt, "IN_DOUBT", reason)
+        }
         Ok(Outcome::FailedPermanent { reason, code }) => failed(
             trade_no,
             GrantOutcome::FailedPermanent,
@@ -227,8 +208,12 @@ pub struct Rewards {
     pub unknown: Vec<RewardToken>,
     /// Kept by the client, not opening.
     pub illegal: usize,
-    /// Stored tokens that no longer open with the current key ring (rotated out).
+    /// Stored tokens that no longer open with the current key ring (rotated out), or
+    /// whose ids no grant could carry.
     pub unreadable: usize,
+    /// Uncredited tokens past their expiry (or older than records are kept): never
+    /// credited, not shown as money.
+    pub expired: usize,
     /// Per reward type: (pending, credited) amounts.
     pub balance: BTreeMap<String, (i64, i64)>,
 }
@@ -300,9 +285,16 @@ impl Service {
         self.inner.max_batch
     }
 
+    /// [`grant_of`] and the type's amount ceiling.
+    fn checked(&self, ev: &RewardEvent) -> Result<Grant, String> {
+        let g = grant_of(ev)?;
+        self.granter.check_ceiling(&g)?;
+        Ok(g)
+    }
+
     /// Grants one event now.
     pub async fn grant(&self, ev: &RewardEvent) -> GrantResult {
-        match grant_of(ev) {
+        match self.checked(ev) {
             Ok(g) => result_of(&g.trade_no, self.granter.grant(&g).await),
             Err(why) => failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
         }
@@ -310,17 +302,24 @@ impl Service {
 
     /// Claims now, credits later through the queue (see the module doc).
     pub async fn grant_async(&self, ev: &RewardEvent) -> GrantResult {
-        let g = match grant_of(ev) {
+        let g = match self.checked(ev) {
             Ok(g) => g,
             Err(why) => return failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
         };
         let claims = self.granter.claims();
-        let claim_id = match claims.claim(&g).await.map(crate::grant::settled) {
-            Ok(Ok(claim_id)) => claim_id,
+        let (claim_id, prior) = match claims.claim(&g).await.map(crate::grant::settled) {
+            Ok(Ok(claimed)) => claimed,
             Ok(Err(outcome)) => return result_of(&g.trade_no, Ok(outcome)),
             Err(e) => return result_of(&g.trade_no, Err(GrantError::Claim(e))),
         };
-        if let Err(e) = claims.release(&g, &claim_id).await {
+        // An earlier owner may have credited: keep that doubt for the consumer's
+        // GrantBatch to resolve, never release it as clean.
+        let released = if prior.needs_resolving() {
+            claims.doubt(&g, &claim_id, 0).await
+        } else {
+            claims.release(&g, &claim_id).await
+        };
+        if let Err(e) = released {
             return result_of(&g.trade_no, Err(GrantError::Claim(e)));
         }
         let payload = Bytes::from(ev.encode_to_vec());
@@ -355,7 +354,7 @@ impl Service {
         let mut grants = Vec::with_capacity(events.len());
         let mut at = Vec::with_capacity(events.len());
         for (i, ev) in events.iter().enumerate() {
-            match grant_of(ev) {
+            match self.checked(ev) {
                 Ok(g) => {
                     grants.push(g);
                     at.push(i);
@@ -402,25 +401,60 @@ impl Service {
                 });
             }
         };
-        let scene = scope(activity_id, &token.scene_id);
+        if let Err(why) = ids::check_token(&token).map_err(|(f, p)| format!("{f} {p}")) {
+            return Ok(Checked {
+                validity: TokenValidity::Illegal,
+                token: None,
+                credited: false,
+                receipt: None,
+                reason: Some(why.to_string()),
+            });
+        }
         let (held, record) = tokio::join!(
             self.tokens.holds(user_id, activity_id, &token.trade_no),
-            self.granter.claims().record(&scene, &token.trade_no),
+            self.granter.claims().record(&token.trade_no),
         );
         let ((pending, credited_hash), record) = (held?, record?);
-        let granted = record.as_ref().filter(|r| r.state == "GRANTED");
+        // A record of this trade number for someone else does not make the token legal.
+        let record = record.filter(|r| r.user_id == user_id);
+        let granted = record.as_ref().filter(|r| r.state == ClaimState::Granted);
+        let credited = granted.is_some() || credited_hash;
         let legal = pending || credited_hash || record.is_some();
+        let expired = self.expired(&token, grant::now_ms());
+        let validity = match (legal, &expired) {
+            // A credited token stays legal (its record answers a repeat); an
+            // uncredited one past its life is never credited.
+            (true, Some(_)) if !credited => TokenValidity::Expired,
+            (true, _) => TokenValidity::Legal,
+            (false, _) => TokenValidity::Unknown,
+        };
         Ok(Checked {
-            validity: if legal {
-                TokenValidity::Legal
-            } else {
-                TokenValidity::Unknown
-            },
-            credited: granted.is_some(),
+            validity,
+            credited,
             receipt: granted.map(|r| r.result.clone()),
             token: Some(token),
-            reason: None,
+            reason: if validity == TokenValidity::Expired {
+                expired
+            } else {
+                None
+            },
         })
+    }
+
+    /// Why a token may no longer be credited: past its own expiry, or older than the
+    /// claim store keeps records (a record that expired could no longer refuse a
+    /// second credit).
+    fn expired(&self, t: &RewardToken, now_ms: i64) -> Option<String> {
+        let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        if t.expires_at_ms > 0 && now_ms >= t.expires_at_ms {
+            return Some(format!("expired at {} (Unix ms)", t.expires_at_ms));
+        }
+        if now_ms >= t.grant_time_ms.saturating_add(retention_ms) {
+            return Some("older than the service keeps grant records".into());
+        }
+        None
     }
 
     /// Force-credits every legal, uncredited token; one entry per token, in order:
@@ -462,6 +496,9 @@ impl Service {
         for (map, credited) in [(&held.pending, false), (&held.credited, true)] {
             for sealed in map.values() {
                 match codec.open(sealed, user_id, activity_id) {
+                    // A stored token whose ids the service cannot key (written by an
+                    // older SDK) is counted, never allowed to fail the page.
+                    Ok(t) if ids::check_token(&t).is_err() => out.unreadable += 1,
                     Ok(t) if seen.insert(t.trade_no.clone()) => {
                         if credited {
                             out.credited.push(t);
@@ -486,21 +523,25 @@ impl Service {
             match c.validity {
                 TokenValidity::Legal if c.credited => out.credited.push(t),
                 TokenValidity::Legal => out.pending.push(t),
+                TokenValidity::Expired => out.expired += 1,
                 _ => out.unknown.push(t),
             }
         }
         // A token can sit in the pending hash while its record already says GRANTED
         // (the move after the credit failed): show it as credited.
         let mut still_pending = Vec::with_capacity(out.pending.len());
+        let now = grant::now_ms();
         for t in std::mem::take(&mut out.pending) {
             let granted = self
                 .granter
                 .claims()
-                .record(&scope(activity_id, &t.scene_id), &t.trade_no)
+                .record(&t.trade_no)
                 .await?
-                .is_some_and(|r| r.state == "GRANTED");
+                .is_some_and(|r| r.state == ClaimState::Granted && r.user_id == user_id);
             if granted {
                 out.credited.push(t);
+            } else if self.expired(&t, now).is_some() {
+                out.expired += 1;
             } else {
                 still_pending.push(t);
             }

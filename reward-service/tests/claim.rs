@@ -13,7 +13,7 @@ use std::time::Duration;
 mod common;
 
 use common::{claims, grant, redis_url};
-use reward_service::claim::{Claim, ClaimError, Finish, Grant};
+use reward_service::claim::{Claim, ClaimError, ClaimState, Finish, Grant, Prior};
 use reward_service::downstream::{Credit, Downstream, ErrorCode, Ledger};
 
 async fn ledger(capacity: &HashMap<String, NonZeroU32>) -> Ledger {
@@ -91,7 +91,7 @@ async fn an_abandoned_claim_is_taken_over_after_its_lease_and_counted_once() {
     // The first worker claims, then "crashes" between deduction and credit.
     let Claim::Claimed {
         claim_id: first,
-        took_over: false,
+        prior: Prior::Fresh,
     } = c.claim(&g).await.unwrap()
     else {
         panic!("first claim")
@@ -102,17 +102,21 @@ async fn an_abandoned_claim_is_taken_over_after_its_lease_and_counted_once() {
         Claim::RetryLater { lease_left_ms } if lease_left_ms <= 300
     ));
     tokio::time::sleep(Duration::from_millis(400)).await;
+    // The first owner vanished without a word: the takeover must resolve its
+    // attempt before crediting.
     let Claim::Claimed {
         claim_id: second,
-        took_over: true,
+        prior: Prior::Unknown,
     } = c.claim(&g).await.unwrap()
     else {
         panic!("takeover")
     };
     assert_eq!(c.grant(&g, &second, "ok-2").await.unwrap(), Finish::Done);
-    // The first owner wakes up late: its finish changes nothing.
+    // The first owner wakes up late: the record is already GRANTED; its receipt
+    // changes nothing, and it can no longer fail (refund) the grant.
+    assert_eq!(c.grant(&g, &first, "late").await.unwrap(), Finish::Done);
     assert_eq!(
-        c.grant(&g, &first, "late").await.unwrap(),
+        c.fail(&g, &first, "late failure").await.unwrap(),
         Finish::LostLease
     );
     assert_eq!(
@@ -321,11 +325,10 @@ async fn a_batch_of_credits_answers_each_in_order_as_single_credits_would() {
     let answers = l.credit_many(&batch).await;
     assert_eq!(answers.len(), 300);
     for (c, a) in batch.iter().zip(&answers).take(295) {
+        // The receipt names the trade number only, so a repeat or a status query
+        // answers the same receipt as the first credit.
         let receipt = a.as_ref().unwrap();
-        assert!(
-            receipt.starts_with(&format!("ledger:{}:", c.trade_no)),
-            "{receipt}"
-        );
+        assert_eq!(receipt, &format!("ledger:{}", c.trade_no));
     }
     assert_eq!(answers[295].as_ref().unwrap_err().code, ErrorCode::Invalid);
     assert_eq!(answers[296].as_ref().unwrap_err().code, ErrorCode::Invalid);
@@ -354,7 +357,7 @@ async fn a_batch_of_credits_answers_each_in_order_as_single_credits_would() {
 /// The shape of a claim, without its random claim id.
 fn kind(c: &Result<Claim, ClaimError>) -> String {
     match c {
-        Ok(Claim::Claimed { took_over, .. }) => format!("claimed({took_over})"),
+        Ok(Claim::Claimed { prior, .. }) => format!("claimed({prior:?})"),
         // The lease left depends on when it was asked.
         Ok(Claim::RetryLater { .. }) => "RetryLater".into(),
         Ok(other) => format!("{other:?}"),
@@ -431,14 +434,23 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
         let finished = batch.grant_many(&items).await;
         assert!(finished.iter().all(|f| matches!(f, Ok(Finish::Done))));
         for (g, _, receipt) in &items {
-            let rec = batch.record("rain", &g.trade_no).await.unwrap().unwrap();
+            let rec = batch.record(&g.trade_no).await.unwrap().unwrap();
             assert_eq!(
-                (rec.state.as_str(), rec.result.as_str()),
-                ("GRANTED", receipt.as_str())
+                (rec.state, rec.result.as_str()),
+                (ClaimState::Granted, receipt.as_str())
             );
         }
-        // A stale claim id finishes nothing.
-        let again = batch.grant_many(&items[..1]).await;
-        assert!(matches!(again[0], Ok(Finish::LostLease)));
+        // A granted record stays as it is: a second receipt changes nothing, and a
+        // stale claim id cannot fail it.
+        let (g0, id0, r0) = &items[0];
+        let again = batch
+            .grant_many(&[(g0.clone(), id0.clone(), "other".into())])
+            .await;
+        assert!(matches!(again[0], Ok(Finish::Done)));
+        assert_eq!(
+            batch.record(&g0.trade_no).await.unwrap().unwrap().result,
+            *r0
+        );
+        assert_eq!(batch.fail(g0, id0, "x").await.unwrap(), Finish::LostLease);
     }
 }

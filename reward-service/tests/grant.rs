@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{claims, grant, redis_url};
 use reward_service::downstream::{
-    Credit, CreditError, CreditFuture, Downstream, ErrorCode, Ledger,
+    Contract, Credit, CreditError, CreditFuture, Downstream, ErrorCode, Ledger,
 };
 use reward_service::grant::{Granter, Outcome};
 
-/// A downstream that fails with the scripted codes first, then credits.
+/// A downstream that fails with the scripted codes first, then credits; it honours
+/// the idempotency key (so an in-doubt credit is simply sent again).
 #[derive(Debug, Default)]
 struct Scripted {
     failures: Mutex<Vec<ErrorCode>>,
@@ -29,13 +30,18 @@ impl Downstream for Scripted {
         let next = self.failures.lock().unwrap().pop();
         Box::pin(async move {
             match next {
-                Some(code) => Err(CreditError {
-                    code,
-                    detail: format!("scripted {code:?}"),
-                }),
+                Some(code) => Err(CreditError::new(code, format!("scripted {code:?}"))),
                 None => Ok(format!("receipt-{}", c.trade_no)),
             }
         })
+    }
+
+    fn contract(&self) -> Contract {
+        Contract {
+            honours_key: true,
+            status: false,
+            max_call_ms: 100,
+        }
     }
 }
 
@@ -68,6 +74,9 @@ async fn retryable_failures_come_back_and_the_retry_credits_once() {
             Outcome::RetryLater { .. }
         ));
     }
+    // The timeout left the grant in doubt, held for the downstream's longest call
+    // plus the margin; after that the retry repeats the credit under the same key.
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
     let first = g.grant(&r).await.unwrap();
     assert_eq!(
         first,

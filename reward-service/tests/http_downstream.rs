@@ -36,6 +36,14 @@ async fn serve(seen: Seen) -> String {
                         Json(json!({"code": "ACCOUNT_CLOSED", "message": "gone"})),
                     )
                         .into_response(),
+                    "inuse" => {
+                        (StatusCode::CONFLICT, Json(json!({"code": "KEY_IN_USE"}))).into_response()
+                    }
+                    "refused" => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Json(json!({"code": "NOT_CREDITED"})),
+                    )
+                        .into_response(),
                     "slow" => {
                         tokio::time::sleep(Duration::from_secs(3)).await;
                         (StatusCode::OK, "late").into_response()
@@ -78,11 +86,32 @@ async fn answers_are_classified_by_status_and_code() {
     assert_eq!(code("closed").await, ErrorCode::AccountClosed);
     assert_eq!(code("other").await, ErrorCode::Invalid);
     assert_eq!(code("slow").await, ErrorCode::Timeout);
+    assert_eq!(code("inuse").await, ErrorCode::KeyInUse);
+    assert_eq!(code("refused").await, ErrorCode::Unavailable);
     assert!(ErrorCode::Timeout.retryable() && ErrorCode::RateLimited.retryable());
+    assert!(ErrorCode::KeyInUse.retryable());
     assert!(!ErrorCode::AccountClosed.retryable() && !ErrorCode::Invalid.retryable());
 
+    // In doubt: every answer that leaves the credit's outcome unknown. Never "not
+    // credited" for a timeout, a reset or a bare 5xx.
+    let doubt = |user: &'static str| {
+        let h = h.clone();
+        async move { h.credit(&credit(user)).await.unwrap_err().in_doubt }
+    };
+    for (user, want) in [
+        ("slow", true),
+        ("boom", true),
+        ("inuse", true),
+        ("refused", false),
+        ("limited", false),
+        ("closed", false),
+        ("other", false),
+    ] {
+        assert_eq!(doubt(user).await, want, "{user}");
+    }
+
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 7);
+    assert_eq!(seen.len(), 16);
     for (key, body) in &seen {
         assert_eq!(key, body["trade_no"].as_str().unwrap(), "idempotency key");
         assert_eq!(body["amount"], 3);
@@ -98,6 +127,84 @@ async fn a_closed_port_is_unavailable_and_bad_urls_are_refused() {
     let h = Http::new(&format!("http://{addr}/credit"), Duration::from_millis(500)).unwrap();
     let e = h.credit(&credit("ok")).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
+    assert!(!e.in_doubt, "nothing was sent: {e}");
     assert!(Http::new("ftp://example/credit", Duration::from_secs(1)).is_err());
     assert!(Http::new("not a url", Duration::from_secs(1)).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_a_downstream_url_is_never_shown() {
+    let seen: Seen = Arc::default();
+    let url = serve(seen).await;
+    let secret_url = url.replace("http://", "http://wallet:s3cr3t-pw@");
+    let h = Http::new(&secret_url, Duration::from_millis(300)).unwrap();
+    for user in ["boom", "slow", "other"] {
+        let e = h.credit(&credit(user)).await.unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("s3cr3t-pw"), "{shown}");
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let h = Http::new(
+        &format!("http://wallet:s3cr3t-pw@{addr}/credit"),
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    let e = h.credit(&credit("ok")).await.unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("s3cr3t-pw"), "{e}");
+    let e = Http::new(
+        "ftp://wallet:s3cr3t-pw@example/credit",
+        Duration::from_secs(1),
+    )
+    .unwrap_err();
+    assert!(!e.contains("s3cr3t-pw"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_route_answers_credited_not_credited_or_doubt() {
+    use axum::extract::Query;
+    use reward_service::downstream::{CreditStatus, HttpOptions};
+    let app = axum::Router::new().route(
+        "/status",
+        axum::routing::get(
+            |Query(q): Query<std::collections::HashMap<String, String>>| async move {
+                match q.get("user_id").map(String::as_str) {
+                    Some("ok") => (
+                        StatusCode::OK,
+                        Json(json!({"state": "CREDITED", "ref": "tx-9"})),
+                    )
+                        .into_response(),
+                    Some("no") => {
+                        (StatusCode::OK, Json(json!({"state": "NOT_CREDITED"}))).into_response()
+                    }
+                    _ => (StatusCode::NOT_FOUND, "no such route").into_response(),
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let h = Http::with_options(
+        &format!("http://{addr}/credit"),
+        &HttpOptions {
+            timeout: Duration::from_millis(500),
+            honours_key: false,
+            status_url: Some(format!("http://{addr}/status")),
+        },
+    )
+    .unwrap();
+    let contract = h.contract();
+    assert!(contract.status && !contract.honours_key && contract.resolvable());
+    assert_eq!(
+        h.status(&credit("ok")).await.unwrap(),
+        CreditStatus::Credited("tx-9".into())
+    );
+    assert_eq!(
+        h.status(&credit("no")).await.unwrap(),
+        CreditStatus::NotCredited
+    );
+    // A 404 may be a wrong route: never read as "not credited".
+    assert!(h.status(&credit("x")).await.unwrap_err().in_doubt);
 }

@@ -188,41 +188,31 @@ fn check_id(
     required: bool,
     max: usize,
 ) -> Result<(), RequestError> {
-    if value.is_empty() {
-        return if required {
-            Err(RequestError::EmptyId { field })
-        } else {
-            Ok(())
-        };
+    if value.is_empty() && !required {
+        return Ok(());
     }
-    if value.len() > max {
-        return Err(RequestError::IdTooLong {
-            field,
-            len: value.len(),
-            max,
-        });
+    // The pipeline's one id rule (`proto::ids`): what is sent here, the service keys.
+    match proto::ids::check_id(value, max) {
+        Ok(()) => Ok(()),
+        Err(proto::ids::IdProblem::Empty) => Err(RequestError::EmptyId { field }),
+        Err(proto::ids::IdProblem::TooLong { len, max }) => {
+            Err(RequestError::IdTooLong { field, len, max })
+        }
+        Err(proto::ids::IdProblem::Char(found)) => Err(RequestError::BadId { field, found }),
     }
-    if let Some(found) = value.chars().find(|c| !c.is_ascii_graphic() || *c == ':') {
-        return Err(RequestError::BadId { field, found });
-    }
-    Ok(())
 }
 
-/// Checks a trade number on its own: 1..=`max` bytes of `[A-Za-z0-9_.:-]`.
+/// Checks a trade number on its own: 1..=`max` bytes (at most
+/// [`proto::ids::MAX_ID_LEN`]) of `[A-Za-z0-9_.:-]`, the pipeline's one rule.
 pub fn check_trade_no(trade_no: &str, max: usize) -> Result<(), RequestError> {
-    let reason = if trade_no.is_empty() {
-        "empty".to_string()
-    } else if trade_no.len() > max {
-        format!("{} bytes, more than {max}", trade_no.len())
-    } else if let Some(c) = trade_no
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
-    {
-        format!("holds {c:?}; allowed are A-Z a-z 0-9 _ . : -")
-    } else {
-        return Ok(());
-    };
-    Err(RequestError::MalformedTradeNo { reason })
+    proto::ids::check_trade_no(trade_no, max).map_err(|p| RequestError::MalformedTradeNo {
+        reason: match p {
+            proto::ids::IdProblem::Char(c) => {
+                format!("holds {c:?}; allowed are A-Z a-z 0-9 _ . : -")
+            }
+            other => other.to_string(),
+        },
+    })
 }
 
 fn cut(s: &str, n: usize) -> String {

@@ -93,6 +93,7 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
         default_queue = "massive"
         [sdk.token]
         keys_file = "{keys}"
+        ttl_secs = 3600
         [sdk.store]
         redis_url = "{redis}"
         key_prefix = "tok-{tag}"
@@ -177,7 +178,7 @@ pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
         [claims]
         key_prefix = "svc-{tag}"
         shards = 4
-        lease_ms = 5000
+        lease_ms = 10000
         retention_secs = 3600
         [budgets]
         "cny/rain" = 1000000000000

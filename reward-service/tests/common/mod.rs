@@ -88,7 +88,7 @@ pub fn service_config(
         [claims]
         key_prefix = "svc-{tag}"
         shards = 4
-        lease_ms = 2000
+        lease_ms = 10000
         retention_secs = 3600
         [budgets]
         "cny/rain" = {budget}
@@ -106,6 +106,7 @@ pub fn service_config(
         default_queue = "massive"
         [sdk.token]
         keys_file = "{keys}"
+        ttl_secs = 3600
         [sdk.store]
         redis_url = "{redis}"
         key_prefix = "tok-{tag}"
