@@ -217,6 +217,10 @@ pub struct ReplayReport {
     pub reconciliation: crate::reconcile::Reconciliation,
     /// The parts' ceilings (with `--ceilings`).
     pub ceilings: Option<Ceilings>,
+    /// The stand-in wallet's counters (runs with a downstream fault): calls, failed
+    /// on purpose, answered late after crediting, repeats answered with the first
+    /// receipt.
+    pub wallet: BTreeMap<String, u64>,
 }
 
 struct Sample {
@@ -1004,6 +1008,16 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         reconciliation,
     );
     report.ceilings = ceilings;
+    if let Some(w) = &wallet {
+        let (calls, failed) = w.counts();
+        let (late, repeats) = w.late_and_repeats();
+        report.wallet = BTreeMap::from([
+            ("calls".to_string(), calls),
+            ("failed".to_string(), failed),
+            ("late".to_string(), late),
+            ("repeats".to_string(), repeats),
+        ]);
+    }
     Ok((dir, report))
 }
 
@@ -1196,5 +1210,6 @@ fn build_report(
         timeline,
         reconciliation,
         ceilings: None,
+        wallet: BTreeMap::new(),
     }
 }

@@ -335,6 +335,31 @@ fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
     );
 }
 
+#[test]
+fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() {
+    // The wallet credits, then answers after the service's timeout: the in-doubt case
+    // every real wallet call has. The service must resolve each (status or the same
+    // key), never treat the timeout as "not credited".
+    let env = stack_env();
+    let (_dir, r, text) = small_replay(
+        &env,
+        "late",
+        10,
+        "[[faults]]\nat_secs = 2\naction = \"downstream-timeout-after-credit\"\nshare = 0.3\nfor_secs = 4\n",
+    );
+    let checks = r["reconciliation"]["checks"].as_array().unwrap();
+    assert!(checks.iter().all(|c| c["pass"] == true), "{text}");
+    let doubles = checks
+        .iter()
+        .find(|c| c["name"] == "no double credit")
+        .unwrap();
+    assert_eq!(doubles["detail"], "0 double-credit incidents in the ledger");
+    // The fault really struck: credits were answered late, after crediting.
+    let late = r["wallet"]["late"].as_u64().unwrap();
+    assert!(late > 0, "no late answer: {}", r["wallet"]);
+    assert!(r["credited"].as_u64().unwrap() > 0, "{text}");
+}
+
 /// `(series, value)` of a Prometheus text scrape.
 fn scrape_file(path: &Path) -> Vec<(String, f64)> {
     std::fs::read_to_string(path)

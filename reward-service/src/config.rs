@@ -560,7 +560,19 @@ mod tests {
 
     #[test]
     fn bad_documents_are_refused_with_a_reason() {
-        let cases: [(&str, &str); 8] = [
+        let cases: [(&str, &str); 12] = [
+            // A takeover could start while the ledger's call (5 s) still lands.
+            ("[claims]\nlease_ms = 2000\n", "shorter than downstream"),
+            // Tokens (7 days by default) would outlive their records.
+            ("[claims]\nretention_secs = 60\n", "sdk.token.ttl_secs"),
+            (
+                "[downstreams.gem]\nkind = \"ledger\"\nmax_amount = 0\n",
+                "max_amount",
+            ),
+            (
+                "[downstreams.gem]\nkind = \"ledger\"\nstatus_url = \"http://x/s\"\n",
+                "takes no url",
+            ),
             ("[claims]\nshards = 0\n", "claims.shards"),
             ("[budgets]\nrain = 5\n", "activity/scene"),
             ("[budgets]\n\"a/b\" = -5\n", "negative"),
@@ -606,5 +618,65 @@ mod tests {
         let c = ServiceConfig::from_toml_str(DOC, &file).unwrap();
         assert!(c.credential.matches(b"from-a-file-credential-123"));
         let _ = std::fs::remove_file(dir);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod contract_tests {
+    use super::*;
+
+    #[test]
+    fn downstream_promises_and_ceilings_are_read_and_urls_never_echoed() {
+        let doc = r#"
+            [downstreams.cash]
+            kind = "ledger"
+            honours_idempotency_key = true
+            max_amount = 500
+            [downstreams.coupon]
+            kind = "http"
+            url = "http://wallet:pw-secret@127.0.0.1:9000/credit"
+            status_url = "http://127.0.0.1:9000/status"
+            honours_idempotency_key = true
+            timeout_ms = 1500
+            [sdk]
+            default_queue = "q"
+            [sdk.producers.k]
+            kind = "kafka"
+            brokers = "127.0.0.1:19092"
+            [sdk.producers.r]
+            kind = "rocketmq"
+            namesrv = "127.0.0.1:9876"
+            group = "g"
+            [sdk.queues.q]
+            topic = "q"
+            primary = "k"
+            backup = "r"
+            [sdk.queues.failures]
+            topic = "f"
+            primary = "k"
+            backup = "r"
+            [sdk.types.cash]
+            [sdk.types.coupon]
+        "#;
+        let env = vec![(
+            "REWARD_SERVICE_TOKEN".to_string(),
+            "a-long-enough-credential".to_string(),
+        )];
+        let c = ServiceConfig::from_toml_str(doc, &env).unwrap();
+        assert_eq!(c.max_amounts.get("cash"), Some(&500));
+        assert_eq!(
+            c.downstreams["cash"],
+            DownstreamConfig::Ledger {
+                capacity: None,
+                honours_key: true
+            }
+        );
+        assert_eq!(c.downstreams["coupon"].max_call_ms(), 1500);
+        let bad = doc.replace("http://127.0.0.1:9000/status", "ftp://u:pw-secret@h/s");
+        let e = ServiceConfig::from_toml_str(&bad, &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("status_url") && !e.contains("pw-secret"), "{e}");
     }
 }

@@ -26,7 +26,11 @@ use loadtest::control::{Control, ControlError, Known};
 ///   types.<type>.max_amount        the largest amount the SDK accepts for the type
 ///   default_queue                  queue of types without their own
 /// Budgets (`reward-ctl budget SCENE TOTAL`): a configured "activity/scene" budget in
-/// the smallest unit; never below what the scene has spent.
+/// the smallest unit; never below what the scene has spent. The scene's shards are held
+/// for the change (new grants wait up to 5 s), so it never spends past the new total.
+/// In-doubt grants (`reward-ctl in-doubt`, `reward-ctl settle`): credits whose outcome
+/// the downstream could not tell (no idempotency key, no status query); check each in
+/// the downstream, then record it credited or let the next delivery credit it.
 ///
 /// Reward types, queues, producers and scenes must exist in the configs the instances
 /// run with (--consumer-config, --service-config).
@@ -84,6 +88,23 @@ enum Cmd {
         /// The new total, smallest unit.
         #[arg(allow_hyphen_values = true)]
         total: i64,
+    },
+    /// Grants held in doubt, oldest first: trade number, since, scene, user, type, amount.
+    InDoubt,
+    /// Settle an in-doubt grant after checking its downstream.
+    Settle {
+        /// Its trade number.
+        trade_no: String,
+        /// The downstream credited it, with this receipt (transaction id).
+        #[arg(
+            long,
+            conflicts_with = "not_credited",
+            required_unless_present = "not_credited"
+        )]
+        credited: Option<String>,
+        /// The downstream never credited it: the next delivery credits it.
+        #[arg(long)]
+        not_credited: bool,
     },
     /// The last changes, newest first.
     Audit {
@@ -155,6 +176,32 @@ async fn main() -> ExitCode {
             Cmd::Budget { scene, total } => {
                 let (old, spent) = ctl.budget(scene, *total).await?;
                 println!("budget {scene}: {old} -> {total} (spent {spent})");
+            }
+            Cmd::InDoubt => {
+                let list = ctl.in_doubt().await?;
+                if list.is_empty() {
+                    println!("(no grant in doubt)");
+                }
+                for d in list {
+                    match d.record {
+                        Some(r) => println!(
+                            "{} since {} scene {} user {} {} {}",
+                            d.trade_no, d.since_ms, r.scene, r.user_id, r.reward_type, r.amount
+                        ),
+                        None => println!("{} since {} (record gone)", d.trade_no, d.since_ms),
+                    }
+                }
+            }
+            Cmd::Settle {
+                trade_no,
+                credited,
+                not_credited: _,
+            } => {
+                ctl.settle(trade_no, credited.as_deref()).await?;
+                match credited {
+                    Some(r) => println!("{trade_no}: recorded as credited ({r})"),
+                    None => println!("{trade_no}: released; the next delivery credits it"),
+                }
             }
             Cmd::Audit { last } => {
                 for e in ctl.audit_log(*last).await? {
