@@ -92,6 +92,9 @@ pub async fn start_service(
     let credential = format!("{}{}", hex_id(), hex_id());
     let vars = [
         ("REWARD_SERVICE_TOKEN", credential.clone()),
+        ("REWARD_WALLET_TOKEN", format!("{}{}", hex_id(), hex_id())),
+        // Within the bench records' retention below.
+        ("REWARD_SDK__TOKEN__TTL_SECS", "3600".into()),
         ("REWARD_SERVICE__SERVER__GRPC_ADDR", "127.0.0.1:0".into()),
         ("REWARD_SERVICE__SERVER__HTTP_ADDR", "127.0.0.1:0".into()),
         ("REWARD_SERVICE__CLAIMS__KEY_PREFIX", format!("gb-{tag}")),

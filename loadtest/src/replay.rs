@@ -454,8 +454,9 @@ fn metrics_url(ready: &str) -> String {
     }
 }
 
-/// GET of a loopback `http://host:port/path` URL (HTTP/1.0, body returned on 200).
-pub async fn scrape(url: &str) -> anyhow::Result<String> {
+/// GET of a loopback `http://host:port/path` URL (HTTP/1.0, body returned on 200),
+/// with a bearer credential when one is given (the reward service's `/metrics`).
+pub async fn scrape(url: &str, bearer: Option<&str>) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let rest = url
         .strip_prefix("http://")
@@ -465,7 +466,8 @@ pub async fn scrape(url: &str) -> anyhow::Result<String> {
         tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(host))
             .await
             .map_err(|_| anyhow::anyhow!("connect to {host} timed out"))??;
-    conn.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+    let auth = bearer.map_or(String::new(), |b| format!("Authorization: Bearer {b}\r\n"));
+    conn.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n{auth}\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut buf))
@@ -582,10 +584,16 @@ async fn start_services(
         name: "service".into(),
         program: crate::services::bin_dir().join("reward-service"),
         args: vec!["--config".into(), config.display().to_string()],
-        env: vec![(
-            "REWARD_SERVICE_TOKEN_FILE".into(),
-            setup.credential_file().display().to_string(),
-        )],
+        env: vec![
+            (
+                "REWARD_SERVICE_TOKEN_FILE".into(),
+                setup.credential_file().display().to_string(),
+            ),
+            (
+                "REWARD_WALLET_TOKEN_FILE".into(),
+                setup.wallet_credential_file().display().to_string(),
+            ),
+        ],
         log: setup.dir.join("service.log"),
         ready_line: "reward-service: gRPC on ".into(),
     };
@@ -940,16 +948,20 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         let mut s = services.lock().await;
         // Each process's final metrics, before it stops (operators read them; the
         // tests check the counters against what was sent).
-        let mut scrapes: Vec<(String, String)> = s
+        let mut scrapes: Vec<(String, String, Option<String>)> = s
             .consumers
             .iter()
-            .map(|c| (c.spec.name.clone(), metrics_url(&c.ready)))
+            .map(|c| (c.spec.name.clone(), metrics_url(&c.ready), None))
             .collect();
         if let Some(svc) = &s.service {
-            scrapes.push(("service".into(), metrics_url(&svc.ready)));
+            // The service's /metrics takes its grant credential.
+            let credential = std::fs::read_to_string(setup.credential_file())
+                .map(|t| t.trim().to_string())
+                .ok();
+            scrapes.push(("service".into(), metrics_url(&svc.ready), credential));
         }
-        for (name, url) in scrapes {
-            match scrape(&url).await {
+        for (name, url, bearer) in scrapes {
+            match scrape(&url, bearer.as_deref()).await {
                 Ok(text) => std::fs::write(dir.join(format!("metrics-{name}.prom")), text)?,
                 Err(e) => eprintln!("replay: cannot scrape {name} at {url}: {e}"),
             }

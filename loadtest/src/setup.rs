@@ -92,9 +92,14 @@ impl Setup {
         self.dir.join("keys")
     }
 
-    /// The file holding the service's bearer credential.
+    /// The file holding the service's grant credential (gRPC, `/metrics`).
     pub fn credential_file(&self) -> PathBuf {
         self.dir.join("credential")
+    }
+
+    /// The file holding the service's wallet credential (wallet HTTP routes).
+    pub fn wallet_credential_file(&self) -> PathBuf {
+        self.dir.join("wallet-credential")
     }
 }
 
@@ -304,7 +309,7 @@ poll_ms = 500
     )
 }
 
-/// Creates the run directory, the key ring and credential (mode 0600), the topics on
+/// Creates the run directory, the key ring and both credentials (mode 0600), the topics on
 /// both brokers, and the manifest; budgets cover every planned send at its largest
 /// amount twice over (a replay checks exactly-once, not budget exhaustion).
 pub async fn prepare(
@@ -322,10 +327,13 @@ pub async fn prepare(
         &dir.join("keys"),
         sdk::token::KeyRing::random(1).to_text().as_bytes(),
     )?;
-    let credential: String = (0..32)
-        .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
-        .collect();
-    write_secret(&dir.join("credential"), credential.as_bytes())?;
+    let secret = || -> String {
+        (0..32)
+            .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
+            .collect()
+    };
+    write_secret(&dir.join("credential"), secret().as_bytes())?;
+    write_secret(&dir.join("wallet-credential"), secret().as_bytes())?;
 
     let mut budgets = BTreeMap::new();
     for s in &plan.scenes {

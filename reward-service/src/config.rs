@@ -38,12 +38,20 @@
 //! # ...                          # service uses its Redis, keys and virtual queue
 //! ```
 //!
-//! # The bearer credential
-//! Both APIs require `Authorization: Bearer <credential>`. The credential comes from
-//! the environment, never from the config file (which lives in the repository): the
-//! variable `REWARD_SERVICE_TOKEN`, or a file named by `REWARD_SERVICE_TOKEN_FILE`
-//! (trailing newline ignored). It must be at least 16 bytes; the service refuses to
-//! start without one. It is never logged; the config's `Debug` prints its length only.
+//! # Two bearer credentials, one per API
+//! - **The grant credential** (`REWARD_SERVICE_TOKEN`, or a file named by
+//!   `REWARD_SERVICE_TOKEN_FILE`) opens gRPC (`Grant`, `GrantAsync`, `GrantBatch`: any
+//!   amount up to the type's `max_amount`, for any user) and `/metrics`. Consumers and
+//!   back-office systems hold it.
+//! - **The wallet credential** (`REWARD_WALLET_TOKEN` / `REWARD_WALLET_TOKEN_FILE`)
+//!   opens the wallet HTTP routes only: they credit nothing but stored, authentic,
+//!   unexpired tokens of the user named. Wallet frontends hold it. A stolen wallet
+//!   credential cannot call `Grant`.
+//!
+//! Both come from the environment, never from the config file (which lives in the
+//! repository); a file's trailing newline is ignored. Each must be at least 16 bytes,
+//! and they must differ; the service refuses to start otherwise. They are never
+//! logged; the config's `Debug` prints their lengths only.
 //!
 //! # Settings that guard money
 //! - `claims.lease_ms` must outlast every downstream's longest call plus a margin
@@ -171,8 +179,10 @@ pub struct ServiceConfig {
     pub failure_queue: String,
     /// The SDK (token store, keys, virtual queue).
     pub sdk: sdk::config::SdkConfig,
-    /// The bearer credential both APIs require.
+    /// The grant credential (gRPC and `/metrics`).
     pub credential: Credential,
+    /// The wallet credential (the wallet HTTP routes).
+    pub wallet_credential: Credential,
 }
 
 #[derive(Deserialize, Default)]
@@ -414,7 +424,13 @@ impl ServiceConfig {
                 "failures.queue {failure_queue:?} is not a queue of [sdk.queues]"
             )));
         }
-        let credential = credential(env)?;
+        let credential = credential(env, "REWARD_SERVICE_TOKEN")?;
+        let wallet_credential = credential_named(env, "REWARD_WALLET_TOKEN")?;
+        if credential.matches(wallet_credential.0.as_bytes()) {
+            return Err(ConfigError::Credential(
+                "REWARD_WALLET_TOKEN must differ from REWARD_SERVICE_TOKEN: a wallet credential must not open Grant".into(),
+            ));
+        }
         Ok(Self {
             server,
             redis_url: raw.redis_url.unwrap_or_else(|| sdk.store.redis_url.clone()),
@@ -430,6 +446,7 @@ impl ServiceConfig {
             failure_queue,
             sdk,
             credential,
+            wallet_credential,
         })
     }
 }
@@ -437,26 +454,27 @@ impl ServiceConfig {
 /// The shortest credential accepted.
 const MIN_CREDENTIAL: usize = 16;
 
-fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
+fn credential(env: &[(String, String)], var: &str) -> Result<Credential, ConfigError> {
+    credential_named(env, var)
+}
+
+/// The credential in `var`, or in the file `var_FILE` names.
+fn credential_named(env: &[(String, String)], var: &str) -> Result<Credential, ConfigError> {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let value = match (
-        get("REWARD_SERVICE_TOKEN"),
-        get("REWARD_SERVICE_TOKEN_FILE"),
-    ) {
+    let file_var = format!("{var}_FILE");
+    let value = match (get(var), get(&file_var)) {
         (Some(v), _) => v,
         (None, Some(path)) => std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError::Credential(format!("REWARD_SERVICE_TOKEN_FILE {path}: {e}")))?
+            .map_err(|e| ConfigError::Credential(format!("{file_var} {path}: {e}")))?
             .trim_end_matches(['\n', '\r'])
             .to_string(),
         (None, None) => {
-            return Err(ConfigError::Credential(
-                "set REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE".into(),
-            ));
+            return Err(ConfigError::Credential(format!("set {var} or {file_var}")));
         }
     };
     if value.len() < MIN_CREDENTIAL || value.chars().any(char::is_whitespace) {
         return Err(ConfigError::Credential(format!(
-            "must be at least {MIN_CREDENTIAL} bytes without whitespace"
+            "{var} must be at least {MIN_CREDENTIAL} bytes without whitespace"
         )));
     }
     Ok(Credential(value))
@@ -520,10 +538,16 @@ mod tests {
     "#;
 
     fn env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut v = vec![(
-            "REWARD_SERVICE_TOKEN".to_string(),
-            "a-long-enough-credential".to_string(),
-        )];
+        let mut v = vec![
+            (
+                "REWARD_SERVICE_TOKEN".to_string(),
+                "a-long-enough-credential".to_string(),
+            ),
+            (
+                "REWARD_WALLET_TOKEN".to_string(),
+                "another-wallet-credential".to_string(),
+            ),
+        ];
         v.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         v
     }
@@ -611,13 +635,33 @@ mod tests {
         assert!(!e.to_string().contains("short"));
         let dir = std::env::temp_dir().join(format!("cred-{:08x}", rand::random::<u32>()));
         std::fs::write(&dir, "from-a-file-credential-123\n").unwrap();
-        let file = vec![(
-            "REWARD_SERVICE_TOKEN_FILE".to_string(),
-            dir.display().to_string(),
-        )];
+        let wallet = (
+            "REWARD_WALLET_TOKEN".to_string(),
+            "the-wallet-credential-456".to_string(),
+        );
+        let file = vec![
+            (
+                "REWARD_SERVICE_TOKEN_FILE".to_string(),
+                dir.display().to_string(),
+            ),
+            wallet.clone(),
+        ];
         let c = ServiceConfig::from_toml_str(DOC, &file).unwrap();
         assert!(c.credential.matches(b"from-a-file-credential-123"));
+        assert!(c.wallet_credential.matches(b"the-wallet-credential-456"));
+        assert!(!c.credential.matches(b"the-wallet-credential-456"));
         let _ = std::fs::remove_file(dir);
+        // The wallet credential is required, and may not be the grant credential.
+        let no_wallet = vec![(
+            "REWARD_SERVICE_TOKEN".to_string(),
+            "the-wallet-credential-456".to_string(),
+        )];
+        let e = ServiceConfig::from_toml_str(DOC, &no_wallet).unwrap_err();
+        assert!(e.to_string().contains("REWARD_WALLET_TOKEN"), "{e}");
+        let same = vec![no_wallet[0].clone(), wallet];
+        let e = ServiceConfig::from_toml_str(DOC, &same).unwrap_err();
+        assert!(e.to_string().contains("must differ"), "{e}");
+        assert!(!e.to_string().contains("the-wallet-credential"), "{e}");
     }
 }
 
@@ -659,10 +703,16 @@ mod contract_tests {
             [sdk.types.cash]
             [sdk.types.coupon]
         "#;
-        let env = vec![(
-            "REWARD_SERVICE_TOKEN".to_string(),
-            "a-long-enough-credential".to_string(),
-        )];
+        let env = vec![
+            (
+                "REWARD_SERVICE_TOKEN".to_string(),
+                "a-long-enough-credential".to_string(),
+            ),
+            (
+                "REWARD_WALLET_TOKEN".to_string(),
+                "another-wallet-credential".to_string(),
+            ),
+        ];
         let c = ServiceConfig::from_toml_str(doc, &env).unwrap();
         assert_eq!(c.max_amounts.get("cash"), Some(&500));
         assert_eq!(

@@ -8,7 +8,7 @@
 //! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
 //! | `GET /healthz` | - | 200 while the process serves |
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
-//! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`) |
+//! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the **grant** credential, not the wallet's: budgets are not for wallet frontends |
 //!
 //! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
@@ -20,7 +20,8 @@
 //!
 //! # Errors
 //! Every error is JSON `{error, reason}` with a stable `error` code:
-//! 401 `unauthorized` (missing or wrong bearer credential), 413 `too_large` (body over
+//! 401 `unauthorized` (missing or wrong bearer credential: the wallet routes take the
+//! wallet credential only, see `reward_service::config`), 413 `too_large` (body over
 //! `server.max_body_bytes`), 400 `bad_request` (malformed JSON, missing fields, more
 //! than `server.max_tokens_per_request` tokens, empty ids), 503 `unavailable` (Redis
 //! failed; nothing was half-done that a retry would repeat wrongly: withdrawals are
@@ -48,8 +49,10 @@ use crate::service::{Checked, Rewards, Service, ServiceError};
 pub struct HttpState {
     /// The service.
     pub service: Service,
-    /// The bearer credential.
+    /// The wallet credential (the wallet routes).
     pub credential: Credential,
+    /// The grant credential (`/metrics`).
+    pub metrics_credential: Credential,
     /// Most tokens per request.
     pub max_tokens: usize,
 }
@@ -361,8 +364,16 @@ pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
 }
 
 async fn auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    check(&st.credential, req, next).await
+}
+
+async fn metrics_auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    check(&st.metrics_credential, req, next).await
+}
+
+async fn check(credential: &Credential, req: Request, next: Next) -> Response {
     match bearer(req.headers()) {
-        Some(t) if st.credential.matches(t) => next.run(req).await,
+        Some(t) if credential.matches(t) => next.run(req).await,
         _ => ApiError {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
@@ -392,7 +403,10 @@ pub fn router(
         .merge(api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(metrics.map_or_else(Router::new, sdk::admin::metrics_router))
+        .merge(metrics.map_or_else(Router::new, |h| {
+            sdk::admin::metrics_router(h)
+                .route_layer(middleware::from_fn_with_state(st.clone(), metrics_auth))
+        }))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(st)
 }

@@ -15,8 +15,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// reward listing and withdrawal for wallet frontends.
 ///
 /// Needs, from the environment (never from the config file):
-///   REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE   the bearer credential both
-///                                                       APIs require (>= 16 bytes)
+///   REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE   the grant credential: gRPC
+///                                                       and /metrics (>= 16 bytes)
+///   REWARD_WALLET_TOKEN or REWARD_WALLET_TOKEN_FILE     the wallet credential: the
+///                                                       wallet HTTP routes only (another
+///                                                       value, >= 16 bytes)
 ///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the token key ring (as the SDK)
 /// Overrides: REWARD_SERVICE__SECTION__KEY=value for any config key,
 /// REWARD_SDK__SECTION__KEY=value inside the [sdk] section.

@@ -210,7 +210,8 @@ pub async fn serve_with_metrics(
     let app = router(
         HttpState {
             service: service.clone(),
-            credential: cfg.credential.clone(),
+            credential: cfg.wallet_credential.clone(),
+            metrics_credential: cfg.credential.clone(),
             max_tokens: s.max_tokens_per_request,
         },
         s.max_body_bytes,

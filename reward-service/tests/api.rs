@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{CREDENTIAL, create_topics, service_config, unique_dir};
+use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_config, unique_dir};
 use proto::v1::reward_service_client::RewardServiceClient;
 use proto::v1::{
     GrantAsyncRequest, GrantBatchRequest, GrantOutcome, GrantRequest, RewardEvent, RewardToken,
@@ -56,7 +56,7 @@ fn http(r: &Running, path: &str) -> String {
 async fn post(r: &Running, path: &str, body: &Value) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .post(http(r, path))
-        .bearer_auth(CREDENTIAL)
+        .bearer_auth(WALLET_CREDENTIAL)
         .json(body)
         .send()
         .await
@@ -68,7 +68,7 @@ async fn post(r: &Running, path: &str, body: &Value) -> (u16, Value) {
 async fn get(r: &Running, path: &str) -> (u16, Value) {
     let resp = reqwest::Client::new()
         .get(http(r, path))
-        .bearer_auth(CREDENTIAL)
+        .bearer_auth(WALLET_CREDENTIAL)
         .send()
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn bad_http_inputs_get_their_documented_errors() {
     assert_eq!(resp.status().as_u16(), 401);
     let resp = client
         .post(&url)
-        .header("authorization", CREDENTIAL)
+        .header("authorization", WALLET_CREDENTIAL)
         .json(&body)
         .send()
         .await
@@ -269,7 +269,7 @@ async fn bad_http_inputs_get_their_documented_errors() {
     let send_raw = |text: &'static str| {
         client
             .post(&url)
-            .bearer_auth(CREDENTIAL)
+            .bearer_auth(WALLET_CREDENTIAL)
             .header("content-type", "application/json")
             .body(text)
             .send()
@@ -290,7 +290,7 @@ async fn bad_http_inputs_get_their_documented_errors() {
     }
     let resp = client
         .post(&url)
-        .bearer_auth(CREDENTIAL)
+        .bearer_auth(WALLET_CREDENTIAL)
         .body(r#"{"user_id": "1", "activity_id": "a", "tokens": []}"#)
         .send()
         .await
@@ -618,6 +618,144 @@ async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmark
             "gone:{i} was credited but not marked: {rec:?}"
         );
     }
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_credential_opens_its_own_api_only_and_metrics_need_the_grant_credential() {
+    let tag = format!("c{:08x}", rand::random::<u32>());
+    create_topics(&tag).await;
+    let dir = unique_dir(&tag);
+    let cfg = service_config(&tag, &dir, 1_000, "");
+    let service = reward_service::server::build(&cfg).await.unwrap();
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .build_recorder()
+        .handle();
+    let r = reward_service::server::serve_with_metrics(service, &cfg, Some(handle))
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let body = json!({"user_id": "1", "activity_id": "cny", "tokens": []});
+    let validate = |cred: &'static str| {
+        client
+            .post(http(&r, "/v1/tokens/validate"))
+            .bearer_auth(cred)
+            .json(&body)
+            .send()
+    };
+    // A stolen grant credential does not open the wallet routes, nor the reverse.
+    assert_eq!(
+        validate(WALLET_CREDENTIAL).await.unwrap().status().as_u16(),
+        200
+    );
+    assert_eq!(validate(CREDENTIAL).await.unwrap().status().as_u16(), 401);
+    let mut c = RewardServiceClient::connect(format!("http://{}", r.grpc_addr))
+        .await
+        .unwrap();
+    let mut req = tonic::Request::new(GrantRequest {
+        event: Some(event("cred:1", "9", "cash", 3)),
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {WALLET_CREDENTIAL}").parse().unwrap(),
+    );
+    let e = c.grant(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    // /metrics: budgets are not for wallets, nor for anyone without a credential.
+    let metrics = |cred: Option<&'static str>| {
+        let mut req = client.get(http(&r, "/metrics"));
+        if let Some(c) = cred {
+            req = req.bearer_auth(c);
+        }
+        req.send()
+    };
+    assert_eq!(metrics(None).await.unwrap().status().as_u16(), 401);
+    assert_eq!(
+        metrics(Some(WALLET_CREDENTIAL))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+    assert_eq!(
+        metrics(Some(CREDENTIAL)).await.unwrap().status().as_u16(),
+        200
+    );
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_and_bad_stored_tokens_credit_nothing_and_break_no_page() {
+    let tag = format!("x{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 1_000_000).await;
+    let sdk = r.service().sdk().clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let token = |trade_no: &str, scene: &str, granted: i64, expires: i64| RewardToken {
+        trade_no: trade_no.into(),
+        user_id: "2001".into(),
+        activity_id: "cny".into(),
+        scene_id: scene.into(),
+        reward_type: "cash".into(),
+        amount: 70,
+        grant_time_ms: granted,
+        expires_at_ms: expires,
+        ..Default::default()
+    };
+    let store = sdk.store();
+    let mut sealed = Vec::new();
+    for t in [
+        // Expired weeks ago.
+        token(
+            "cny:rain:old:1",
+            "rain",
+            now - 30 * 86_400_000,
+            now - 21 * 86_400_000,
+        ),
+        // Not expired, but older than the service keeps records (retention 1 h here).
+        token(
+            "cny:rain:old:2",
+            "rain",
+            now - 2 * 3_600_000,
+            now + 86_400_000,
+        ),
+        // Valid: the control.
+        token("cny:rain:ok:3", "rain", now, now + 86_400_000),
+        // A scene id no grant can carry (written by an older SDK): it must not break
+        // the page or the withdrawal of the others.
+        token("cny:rain:bad:4", "a/b", now, now + 86_400_000),
+    ] {
+        let s = sdk.codec().seal(&t).unwrap();
+        store.put("2001", "cny", &t.trade_no, &s).await.unwrap();
+        sealed.push(s);
+    }
+    let (status, page) = get(&r, "/v1/users/2001/rewards?activity_id=cny").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["pending"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["expired"], 2, "{page}");
+    assert_eq!(page["unreadable"], 1, "{page}");
+    assert_eq!(page["balance"]["cash"]["pending"], 70);
+
+    let (status, w) = post(
+        &r,
+        "/v1/withdraw",
+        &json!({"user_id": "2001", "activity_id": "cny", "tokens": sealed}),
+    )
+    .await;
+    assert_eq!(status, 200, "{w}");
+    assert_eq!(
+        validities(&w, "items"),
+        ["expired", "expired", "legal", "illegal"]
+    );
+    assert_eq!(w["items"][2]["result"]["outcome"], "granted");
+    assert_eq!(w["credited_now_amount"], 70);
+    let ledger = ledger(&tag).await;
+    assert_eq!(ledger.balance("2001", "cash").await.unwrap(), 70);
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }

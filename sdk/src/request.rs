@@ -477,6 +477,54 @@ mod tests {
     }
 
     #[test]
+    fn what_the_sdk_accepts_the_service_can_key() {
+        // Braces would split a Redis Cluster hash tag, '/' the budget scope: the SDK
+        // refuses them, as the service does (both through `proto::ids`).
+        let l = Limits::default();
+        for bad in ["u{1}", "u}", "a/b"] {
+            let mut r = ok_request();
+            r.user.user_id = bad.into();
+            assert!(
+                matches!(
+                    r.validate(&l),
+                    Err(RequestError::BadId {
+                        field: "user_id",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+            let mut r = ok_request();
+            r.scene_id = bad.into();
+            assert!(
+                matches!(
+                    r.validate(&l),
+                    Err(RequestError::BadId {
+                        field: "scene_id",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        let r = ok_request();
+        assert!(r.validate(&l).is_ok());
+        let ev = proto::v1::RewardEvent {
+            trade_no: r.trade_no.clone(),
+            user: Some(proto::v1::UserInfo {
+                user_id: r.user.user_id.clone(),
+                ..Default::default()
+            }),
+            activity_id: r.activity_id.clone(),
+            scene_id: r.scene_id.clone(),
+            reward_type: r.reward_type.clone(),
+            amount: r.amount,
+            ..Default::default()
+        };
+        assert!(proto::ids::check_event(&ev).is_ok());
+    }
+
+    #[test]
     fn every_bad_field_has_its_own_error() {
         let l = Limits::default();
         type Mutate = Box<dyn Fn(&mut RewardRequest)>;

@@ -206,7 +206,13 @@ pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
         archive = dir.join("failures.jsonl").display(),
         sdk = sdk_section(tag, dir, "service"),
     );
-    let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
+    let env = vec![
+        ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
+        (
+            "REWARD_WALLET_TOKEN".to_string(),
+            "test-wallet-credential-0123456789".to_string(),
+        ),
+    ];
     let cfg = reward_service::config::ServiceConfig::from_toml_str(&text, &env)
         .unwrap_or_else(|e| panic!("service config: {e}"));
     reward_service::server::start(&cfg).await.unwrap()

@@ -39,8 +39,10 @@ pub fn grant(trade_no: &str, amount: i64) -> Grant {
     }
 }
 
-/// The bearer credential of the test services.
+/// The grant credential (gRPC, `/metrics`) of the test services.
 pub const CREDENTIAL: &str = "test-credential-0123456789";
+/// The wallet credential (wallet HTTP routes) of the test services.
+pub const WALLET_CREDENTIAL: &str = "test-wallet-credential-0123456789";
 
 /// The stack's addresses (Redis, Kafka, RocketMQ name server); panics (never skips)
 /// when one is down.
@@ -140,7 +142,13 @@ pub fn service_config(
         spool = dir.join("spool").display(),
         kafka_settings = sdk::readback::stack_kafka_settings_toml(),
     );
-    let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
+    let env = vec![
+        ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
+        (
+            "REWARD_WALLET_TOKEN".to_string(),
+            WALLET_CREDENTIAL.to_string(),
+        ),
+    ];
     reward_service::config::ServiceConfig::from_toml_str(&text, &env)
         .unwrap_or_else(|e| panic!("test config: {e}"))
 }
