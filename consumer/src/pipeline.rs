@@ -6,6 +6,10 @@
 //! ([`Offsets`]) and sends the message here. The dispatcher keeps one queue per
 //! priority and always takes from the highest non-empty one:
 //! 1. a payload that does not decode goes to the dead-letter topic with its raw bytes;
+//!    an event with ids the service cannot key (`proto::ids`) or a reward type the
+//!    SDK's routing does not declare goes to the failure topic (reasons `invalid`,
+//!    `unknown_type`), so per-type state and metric labels never grow with what a
+//!    payload carries;
 //! 2. an event whose `not_before_ms` is still ahead is parked until then;
 //! 3. the type check ([`Limits::check`]): over the type's rate → held in memory in
 //!    the type's own line (up to `hold_ms` worth of its rate) and released as its
@@ -646,6 +650,32 @@ impl Pipeline {
                 return;
             }
         };
+        // Ids the service could never key, or a reward type the SDK's routing does not
+        // declare, settle now: every per-type structure (limits, held lines, delay
+        // queues, metric labels) stays bounded by the declared types, whatever a
+        // hostile payload carries.
+        let unknown_type = !self
+            .inner
+            .sdk
+            .routing()
+            .types
+            .contains_key(&event.reward_type);
+        if let Err((field, problem)) = proto::ids::check_event(&event) {
+            let me = self.clone();
+            let why = format!("{field} {problem}");
+            self.side(async move {
+                me.dead_letter(Some(event), item, "invalid", &why).await;
+            });
+            return;
+        }
+        if unknown_type {
+            let me = self.clone();
+            self.side(async move {
+                me.dead_letter(Some(event), item, "unknown_type", "UNKNOWN_TYPE")
+                    .await;
+            });
+            return;
+        }
         if event.not_before_ms > now_ms() + 50 {
             let me = self.clone();
             let due = event.not_before_ms;
@@ -861,7 +891,7 @@ impl Pipeline {
     /// One GrantBatch call and the settling of its results.
     async fn grant(&self, batch: Vec<Ready>) {
         let mut answer = None;
-        for attempt in 0..3u32 {
+        for attempt in 0..GRANT_ATTEMPTS {
             // The events are copied into each attempt's request (once, normally).
             let mut req = tonic::Request::new(GrantBatchRequest {
                 events: batch.iter().map(|r| r.event.clone()).collect(),
@@ -889,7 +919,9 @@ impl Pipeline {
                     ) {
                         break;
                     }
-                    tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt + 1))).await;
+                    if attempt + 1 < GRANT_ATTEMPTS {
+                        tokio::time::sleep(grant_backoff(attempt)).await;
+                    }
                 }
             }
         }
@@ -978,6 +1010,16 @@ impl Pipeline {
         let delay = self.inner.cfg.backoff(next).max(after);
         self.park_later(ready, Park::Failed, Some(delay)).await;
     }
+}
+
+/// How often one GrantBatch is sent before its events are parked for a retry.
+const GRANT_ATTEMPTS: u32 = 3;
+
+/// The wait before GrantBatch attempt `attempt + 1`: 500 ms times the attempt number,
+/// with ±50 % jitter so many consumers that failed together do not come back together.
+fn grant_backoff(attempt: u32) -> Duration {
+    let base = 500 * u64::from(attempt + 1);
+    Duration::from_millis(base / 2 + rand::random_range(0..=base))
 }
 
 /// The partition key of a requeued event: `{trade_no}{retry_count}`.
@@ -1173,4 +1215,20 @@ async fn hand_over(
         }
     }
     Ok(Some(handed))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn grant_retries_wait_with_jitter_within_bounds() {
+        for attempt in 0..super::GRANT_ATTEMPTS {
+            let base = 500 * u64::from(attempt + 1);
+            let waits: Vec<u128> = (0..200)
+                .map(|_| super::grant_backoff(attempt).as_millis())
+                .collect();
+            let (lo, hi) = (u128::from(base / 2), u128::from(base * 3 / 2));
+            assert!(waits.iter().all(|w| (lo..=hi).contains(w)), "{waits:?}");
+            assert!(waits.iter().any(|w| *w != waits[0]), "no jitter");
+        }
+    }
 }

@@ -321,6 +321,10 @@ return {'CLAIMED', ''}
 /// KEYS: budget, then one record per grant. ARGV: lease ms, retention s, scene,
 /// activity, then per grant: user, type, amount, claim id. Returns code, detail per
 /// grant.
+///
+/// Redis does not roll a script back when it fails midway, so the script reads and
+/// decides everything first (a wrong-typed key or a bad number fails there, before
+/// any write) and only then writes: it either changes nothing or all it decided.
 const CLAIM_MANY_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -332,9 +336,12 @@ local spent = tonumber(b[2] or '0')
 local hold = tonumber(b[3] or '0')
 local add = 0
 local out = {}
+local writes = {}
 for i = 2, #KEYS do
   local a = 5 + (i - 2) * 4
   local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local n = tonumber(amount)
+  if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
   local rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
   local code, detail = 'CLAIMED', ''
   if rec[4] then
@@ -345,23 +352,29 @@ for i = 2, #KEYS do
       local l = tonumber(rec[5]) or 0
       if l > now then code = 'RETRY'; detail = tostring(l - now)
       else
-        redis.call('HSET', KEYS[i], 'lease', now + lease, 'owner', id, 'clean', '0')
-        redis.call('EXPIRE', KEYS[i], ARGV[2])
+        writes[#writes + 1] = {KEYS[i], false, id}
         code = 'TAKEOVER'
         if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
       end
     end
   elseif hold > now then code = 'RETRY'; detail = tostring(hold - now)
   elseif not cap then code = 'NOBUDGET'
-  elseif spent + add + tonumber(amount) > cap then code = 'EXHAUSTED'
+  elseif spent + add + n > cap then code = 'EXHAUSTED'
   else
-    add = add + tonumber(amount)
-    redis.call('HSET', KEYS[i], 'scene', scene, 'activity', ARGV[4], 'user', user, 'type', typ,
-      'amount', amount, 'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', id, 'clean', '0')
-    redis.call('EXPIRE', KEYS[i], ARGV[2])
+    add = add + n
+    writes[#writes + 1] = {KEYS[i], true, id, user, typ, amount}
   end
   out[#out + 1] = code
   out[#out + 1] = detail
+end
+for _, w in ipairs(writes) do
+  if w[2] then
+    redis.call('HSET', w[1], 'scene', scene, 'activity', ARGV[4], 'user', w[4], 'type', w[5],
+      'amount', w[6], 'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', w[3], 'clean', '0')
+  else
+    redis.call('HSET', w[1], 'lease', now + lease, 'owner', w[3], 'clean', '0')
+  end
+  redis.call('EXPIRE', w[1], ARGV[2])
 end
 if add > 0 then redis.call('HINCRBY', KEYS[1], 'spent', add) end
 return out

@@ -193,7 +193,12 @@ pub async fn serve_with_metrics(
         let _ = rx.wait_for(|s| *s).await;
     };
     // A batch of `max_batch` events of up to 2 KiB each must decode.
-    let max_message = s.max_body_bytes.max(s.max_batch.saturating_mul(2048));
+    // A full batch of the largest events the SDK's limits allow (the same [sdk]
+    // limits the activity services run with), plus the message's own framing.
+    let per_event = cfg.sdk.limits.max_event_bytes() + 8;
+    let max_message = s
+        .max_body_bytes
+        .max(s.max_batch.saturating_mul(per_event).saturating_add(64));
     let grpc_svc = crate::grpc::server(service.clone(), cfg.credential.clone(), max_message);
     let grpc_stop = signal(stopped.clone());
     let grpc = tokio::spawn(async move {

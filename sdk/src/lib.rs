@@ -272,6 +272,35 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// An event waiting on its token write: sent when the write is done, or when the
+/// `send_reward` future is dropped mid-write; dropped unsent only by [`cancel`].
+///
+/// [`cancel`]: SendOnDrop::cancel
+struct SendOnDrop<'a> {
+    engine: &'a queue::Engine,
+    parts: Option<(queue::Slot, Envelope)>,
+}
+
+impl SendOnDrop<'_> {
+    /// Queues the event now (what dropping the guard does).
+    fn send(self) {
+        drop(self);
+    }
+
+    /// Gives the queue slot back without sending (the reward was refused).
+    fn cancel(&mut self) {
+        self.parts = None;
+    }
+}
+
+impl Drop for SendOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some((slot, env)) = self.parts.take() {
+            self.engine.commit(slot, env);
+        }
+    }
+}
+
 impl Sdk {
     /// A builder for `config`.
     pub fn builder(config: SdkConfig) -> SdkBuilder {
@@ -304,6 +333,20 @@ impl Sdk {
             i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let token = req.token(now, now.saturating_add(ttl_ms));
         let sealed = inner.codec.seal_at(&token, now)?;
+        // The event is built before the token write and handed to a guard: if the
+        // caller drops this future while the write is in flight (it may have landed),
+        // the guard still queues the event, so a stored token never lacks its event.
+        let payload = Bytes::from(req.event(now).encode_to_vec());
+        let env = Envelope::new(
+            Arc::from(queue.as_str()),
+            req.trade_no.clone(),
+            queue::bucket(&req.user.user_id),
+            payload,
+        );
+        let mut pending = SendOnDrop {
+            engine: &inner.engine,
+            parts: Some((slot, env)),
+        };
         let deferred = inner.config.store.write_mode == config::WriteMode::Deferred;
         let write = if deferred {
             inner
@@ -324,8 +367,14 @@ impl Sdk {
         let stored = match write {
             Ok(()) if deferred => Stored::Deferred,
             Ok(()) => Stored::Yes,
-            Err(StoreError::CapReached { cap }) => return Err(SendError::TooManyTokens { cap }),
-            Err(e) if inner.config.store.strict => return Err(SendError::Store(e)),
+            Err(StoreError::CapReached { cap }) => {
+                pending.cancel();
+                return Err(SendError::TooManyTokens { cap });
+            }
+            Err(e) if inner.config.store.strict => {
+                pending.cancel();
+                return Err(SendError::Store(e));
+            }
             Err(e) => {
                 inner.token_write_failures.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
@@ -333,14 +382,7 @@ impl Sdk {
                 Stored::Failed
             }
         };
-        let payload = Bytes::from(req.event(now).encode_to_vec());
-        let env = Envelope::new(
-            Arc::from(queue.as_str()),
-            req.trade_no.clone(),
-            queue::bucket(&req.user.user_id),
-            payload,
-        );
-        inner.engine.commit(slot, env);
+        pending.send();
         Ok(IssuedToken {
             token: sealed,
             trade_no: req.trade_no,

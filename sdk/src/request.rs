@@ -96,6 +96,27 @@ pub struct Limits {
     pub max_description_len: usize,
 }
 
+impl Limits {
+    /// The largest encoded [`RewardEvent`](proto::v1::RewardEvent) a request within
+    /// these limits can become, retries included: every string at its longest, every
+    /// number at its widest, each with its tag and length prefix. A receiver sizes its
+    /// decode limit from it (the reward service: `max_batch` times this).
+    pub fn max_event_bytes(&self) -> usize {
+        // Tag (1 byte) + length prefix (up to 3 bytes for these sizes) + the bytes.
+        let string = |n: usize| 1 + 3 + n;
+        let id = string(self.max_id_len);
+        let user = string(3 * id);
+        let entry = string(string(self.max_extension_len) * 2);
+        let varints = 4 * (1 + 10) + (1 + 5);
+        string(self.max_trade_no_len)
+            + user
+            + 3 * id
+            + self.max_extension_fields * entry
+            + string(self.max_description_len)
+            + varints
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -474,6 +495,42 @@ mod tests {
 
     fn ok_request() -> RewardRequest {
         RedEnvelopeRain::new("cny", "cash").grab(&User::new("u1"), 1, 100)
+    }
+
+    #[test]
+    fn the_largest_valid_event_fits_its_bound() {
+        use prost::Message as _;
+        let l = Limits::default();
+        let long = |n: usize| "x".repeat(n);
+        let ev = proto::v1::RewardEvent {
+            trade_no: long(l.max_trade_no_len),
+            user: Some(proto::v1::UserInfo {
+                user_id: long(l.max_id_len),
+                device_id: long(l.max_id_len),
+                app_id: long(l.max_id_len),
+            }),
+            activity_id: long(l.max_id_len),
+            scene_id: long(l.max_id_len),
+            reward_type: long(l.max_id_len),
+            amount: i64::MIN,
+            extension: (0..l.max_extension_fields)
+                .map(|i| {
+                    let k = format!("{i:0>width$}", width = l.max_extension_len);
+                    (k, long(l.max_extension_len))
+                })
+                .collect(),
+            retry_count: u32::MAX,
+            created_at_ms: i64::MIN,
+            description: long(l.max_description_len),
+            not_before_ms: i64::MIN,
+        };
+        let n = ev.encode_to_vec().len();
+        assert!(n <= l.max_event_bytes(), "{n} > {}", l.max_event_bytes());
+        assert!(
+            l.max_event_bytes() < n + 200,
+            "a loose bound: {n} vs {}",
+            l.max_event_bytes()
+        );
     }
 
     #[test]

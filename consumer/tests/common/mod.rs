@@ -143,13 +143,22 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
     )
 }
 
-/// A local HTTP downstream: `/flaky` always answers 503, `/broken` always 400.
+/// A local HTTP downstream: `/flaky` always answers 503 saying it credited nothing
+/// (so each failure is retryable, never in doubt), `/broken` always 400.
 pub async fn test_downstream() -> String {
     use axum::Router;
     use axum::http::StatusCode;
     use axum::routing::post;
     let app = Router::new()
-        .route("/flaky", post(|| async { StatusCode::SERVICE_UNAVAILABLE }))
+        .route(
+            "/flaky",
+            post(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({"code": "NOT_CREDITED"})),
+                )
+            }),
+        )
         .route("/broken", post(|| async { StatusCode::BAD_REQUEST }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

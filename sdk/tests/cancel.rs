@@ -1,0 +1,58 @@
+//! A `send_reward` whose caller gives up while the token write is in flight (the
+//! write may land): its event is still queued, so a stored token never lacks the
+//! event that credits it. Its own test binary: it pauses the stack Redis's writes for
+//! a moment, which would disturb tests running beside it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stack, started, temp_dir, unique};
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+use sdk::request::{RedEnvelopeRain, User};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_cancelled_mid_write_still_sends_its_event() {
+    let s = stack();
+    let tag = unique("cancel");
+    let spool = temp_dir("spool-cancel");
+    let sdk = started(&s, &tag, &spool, "", "").await;
+    let activity = unique("act");
+    let redis = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
+        .build()
+        .unwrap();
+    redis.init().await.unwrap();
+    // Writes (scripts included) wait for 1.5 s: the token write is sent, then stalls.
+    let _: String = redis
+        .custom(
+            CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false),
+            vec!["PAUSE", "1500", "WRITE"],
+        )
+        .await
+        .unwrap();
+    let req = RedEnvelopeRain::new(&activity, "cash").grab(&User::new("77"), 1, 5);
+    let trade_no = req.trade_no.clone();
+    let call = {
+        let sdk = sdk.clone();
+        tokio::spawn(async move { sdk.send_reward(req).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The caller gives up: the future is dropped mid-write.
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!(report.stats.accepted, 1, "the event was queued: {report:?}");
+    assert_eq!(
+        report.stats.delivered + report.stats.spooled,
+        1,
+        "{report:?}"
+    );
+    assert_eq!(report.left, 0, "{report:?}");
+    // The write that was in flight landed: the token and its event both exist.
+    let held = sdk.store().list("77", &activity).await.unwrap();
+    assert!(held.contains_key(&trade_no), "{held:?}");
+    std::fs::remove_dir_all(&spool).ok();
+}
