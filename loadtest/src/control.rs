@@ -78,15 +78,45 @@ impl Known {
             .and_then(toml::Value::as_table)
             .map(|b| b.keys().cloned().collect())
             .unwrap_or_default();
+        // The claim store as the service sees it: its file's [claims], then the same
+        // REWARD_SERVICE__CLAIMS__* overrides it applies (retention decides how long a
+        // settled record lasts, so it must be the service's own).
         let mut claims = ClaimConfig::default();
-        if let Some(t) = s.get("claims").and_then(toml::Value::as_table) {
-            if let Some(p) = t.get("key_prefix").and_then(toml::Value::as_str) {
-                claims.key_prefix = p.to_string();
-            }
-            if let Some(n) = t.get("shards").and_then(toml::Value::as_integer) {
-                claims.shards = u32::try_from(n)
-                    .map_err(|_| anyhow::anyhow!("{}: claims.shards {n}", service.display()))?;
-            }
+        let file = s.get("claims").and_then(toml::Value::as_table);
+        let setting = |key: &str| -> Option<String> {
+            std::env::var(format!(
+                "REWARD_SERVICE__CLAIMS__{}",
+                key.to_ascii_uppercase()
+            ))
+            .ok()
+            .or_else(|| {
+                file.and_then(|t| t.get(key)).map(|v| match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+            })
+        };
+        let number = |key: &str| -> anyhow::Result<Option<u64>> {
+            setting(key)
+                .map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        anyhow::anyhow!("{}: claims.{key} {v:?} is not a number", service.display())
+                    })
+                })
+                .transpose()
+        };
+        if let Some(p) = setting("key_prefix") {
+            claims.key_prefix = p;
+        }
+        if let Some(n) = number("shards")? {
+            claims.shards = u32::try_from(n)
+                .map_err(|_| anyhow::anyhow!("{}: claims.shards {n}", service.display()))?;
+        }
+        if let Some(n) = number("lease_ms")? {
+            claims.lease_ms = n;
+        }
+        if let Some(n) = number("retention_secs")? {
+            claims.retention_secs = n;
         }
         Ok(Self {
             limits,

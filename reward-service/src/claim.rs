@@ -274,6 +274,25 @@ pub enum ClaimError {
     /// Another budget change of the same scene ran at the same time.
     #[error("budget of {0} is being changed by another operator; nothing changed, try again")]
     BudgetBusy(String),
+    /// The change was cut short after some shards took their new caps (a hold lapsed
+    /// or another operator took over). Every shard is still within a cap, but the
+    /// total is a mix of old and new: run the change again.
+    #[error(
+        "budget change of {scene} interrupted after {done} of {shards} shards took their new caps; run it again"
+    )]
+    BudgetPartial {
+        /// The scene.
+        scene: String,
+        /// Shards updated.
+        done: u32,
+        /// All shards.
+        shards: u32,
+    },
+    /// Keys of the previous claim-store layout exist under this prefix.
+    #[error(
+        "the claim store under prefix {0:?} holds keys of the previous layout (records keyed per scene): starting on it would forget which trade numbers were granted. Use a new key prefix, or remove the old keys once their events and tokens have expired"
+    )]
+    OldLayout(String),
 }
 
 impl From<fred::error::Error> for ClaimError {
@@ -337,12 +356,18 @@ local hold = tonumber(b[3] or '0')
 local add = 0
 local out = {}
 local writes = {}
+-- What this call has decided to write, by key: a later grant of the same trade number
+-- in the batch sees it exactly as it would see the written record.
+local planned = {}
 for i = 2, #KEYS do
   local a = 5 + (i - 2) * 4
   local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local n = tonumber(amount)
   if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
-  local rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
+  local rec = planned[KEYS[i]]
+  if not rec then
+    rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
+  end
   local code, detail = 'CLAIMED', ''
   if rec[4] then
     if rec[1] ~= user or rec[2] ~= typ or rec[3] ~= amount or rec[7] ~= scene then code = 'CONFLICT'
@@ -353,6 +378,7 @@ for i = 2, #KEYS do
       if l > now then code = 'RETRY'; detail = tostring(l - now)
       else
         writes[#writes + 1] = {KEYS[i], false, id}
+        planned[KEYS[i]] = {rec[1], rec[2], rec[3], rec[4], tostring(now + lease), rec[6], rec[7], '0'}
         code = 'TAKEOVER'
         if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
       end
@@ -363,6 +389,7 @@ for i = 2, #KEYS do
   else
     add = add + n
     writes[#writes + 1] = {KEYS[i], true, id, user, typ, amount}
+    planned[KEYS[i]] = {user, typ, amount, 'IN_PROGRESS', tostring(now + lease), false, scene, '0'}
   end
   out[#out + 1] = code
   out[#out + 1] = detail
@@ -443,16 +470,26 @@ return tonumber(b[3] or '0')
 ";
 
 /// Ends a hold, setting the cap when one is given. KEYS: budget. ARGV: holder id,
-/// cap or ''. Returns 1, or 0 when the hold is no longer this holder's.
+/// cap or ''. Returns 1, or 0 when the hold is no longer this holder's or has lapsed
+/// (spending may have resumed, so a cap computed from the held spending is stale).
 const UNHOLD_LUA: &str = r"
-if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'holder', 'hold')
+if b[1] ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and tonumber(b[2] or '0') <= now then
+  redis.call('HDEL', KEYS[1], 'hold', 'holder')
+  return 0
+end
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'cap', ARGV[2]) end
 redis.call('HDEL', KEYS[1], 'hold', 'holder')
 return 1
 ";
 
-/// Longest scene or trade number accepted (they become parts of keys).
-const MAX_ID: usize = 256;
+/// Longest trade number accepted (it becomes part of a key).
+const MAX_ID: usize = proto::ids::MAX_ID_LEN;
+/// Longest scene: a budget scope `activity/scene` of two ids.
+const MAX_SCENE: usize = 2 * proto::ids::MAX_ID_LEN + 1;
 
 /// The claim store.
 #[derive(Clone)]
@@ -497,7 +534,8 @@ fn new_claim_id() -> String {
 }
 
 fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
-    if id.is_empty() || id.len() > MAX_ID || id.contains(['{', '}']) {
+    let max = if what == "scene" { MAX_SCENE } else { MAX_ID };
+    if id.is_empty() || id.len() > max || id.contains(['{', '}']) {
         return Err(ClaimError::Invalid(what));
     }
     Ok(())
@@ -547,6 +585,10 @@ impl Claims {
             load(UNHOLD_LUA),
         )?;
         let meta = format!("{}:meta", cfg.key_prefix);
+        let exists: i64 = pool.next().exists(&meta).await?;
+        if exists == 0 && Self::old_layout(&pool, &cfg.key_prefix).await? {
+            return Err(ClaimError::OldLayout(cfg.key_prefix.clone()));
+        }
         let _: i64 = pool.next().hsetnx(&meta, "shards", cfg.shards).await?;
         let stored: Option<String> = pool.next().hget(&meta, "shards").await?;
         let stored = stored.as_deref().map(str::parse::<u32>);
@@ -575,6 +617,34 @@ impl Claims {
             hold_sha: Arc::new(hold_sha),
             unhold_sha: Arc::new(unhold_sha),
         })
+    }
+
+    /// Whether budget keys of the previous layout (`{prefix}:{scene:N}:budget`) exist:
+    /// one `SCAN` pass, made only when the store has no `meta` yet (its first start
+    /// under this layout).
+    async fn old_layout(pool: &Pool, prefix: &str) -> Result<bool, ClaimError> {
+        let pattern = format!("{prefix}:{{*}}:budget");
+        let client = pool.next();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = client
+                .custom(
+                    fred::types::CustomCommand::new_static(
+                        "SCAN",
+                        fred::types::ClusterHash::Random,
+                        false,
+                    ),
+                    vec![cursor.as_str(), "MATCH", pattern.as_str(), "COUNT", "1000"],
+                )
+                .await?;
+            if !keys.is_empty() {
+                return Ok(true);
+            }
+            if next == "0" {
+                return Ok(false);
+            }
+            cursor = next;
+        }
     }
 
     /// The store's settings.
@@ -649,6 +719,7 @@ impl Claims {
         }
         let n = i64::from(self.cfg.shards);
         let left = total - sum;
+        let mut done = 0u32;
         for shard in 0..self.cfg.shards {
             let cap = match (&outcome, spent.get(shard as usize)) {
                 (Ok(()), Some(s)) => {
@@ -656,7 +727,7 @@ impl Claims {
                 }
                 _ => String::new(),
             };
-            let done: Result<i64, fred::error::Error> =
+            let unheld: Result<i64, fred::error::Error> =
                 crate::eval_loaded(self.pool.next(), &self.unhold_sha, UNHOLD_LUA, || {
                     (
                         vec![self.budget_key(scene, shard)],
@@ -664,8 +735,19 @@ impl Claims {
                     )
                 })
                 .await;
-            if outcome.is_ok() && !matches!(done, Ok(1)) {
-                outcome = Err(ClaimError::BudgetBusy(scene.to_string()));
+            match (&outcome, unheld) {
+                (Ok(()), Ok(1)) => done += 1,
+                (Ok(()), _) if done == 0 => {
+                    outcome = Err(ClaimError::BudgetBusy(scene.to_string()));
+                }
+                (Ok(()), _) => {
+                    outcome = Err(ClaimError::BudgetPartial {
+                        scene: scene.to_string(),
+                        done,
+                        shards: self.cfg.shards,
+                    });
+                }
+                _ => {}
             }
         }
         outcome.map(|()| sum)
@@ -1144,6 +1226,18 @@ impl Claims {
                 .await?;
             for (trade_no, since) in listed {
                 let record = self.record(&trade_no).await?;
+                // A record that expired (or was settled elsewhere) leaves the list.
+                if record
+                    .as_ref()
+                    .is_none_or(|r| r.state != ClaimState::InDoubt)
+                {
+                    let _: i64 = self
+                        .pool
+                        .next()
+                        .zrem(self.doubt_key(shard), trade_no.as_str())
+                        .await?;
+                    continue;
+                }
                 out.push(Doubt {
                     trade_no,
                     since_ms: since as i64,
@@ -1155,20 +1249,18 @@ impl Claims {
         Ok(out)
     }
 
-    /// How many grants are held in doubt (the `reward_service_in_doubt` gauge).
+    /// How many grants are held in doubt (the `reward_service_in_doubt` gauge); entries
+    /// whose record is gone are dropped on the way.
     pub async fn in_doubt_count(&self) -> Result<u64, ClaimError> {
-        let mut n = 0;
-        for shard in 0..self.cfg.shards {
-            let c: u64 = self.pool.next().zcard(self.doubt_key(shard)).await?;
-            n += c;
-        }
-        Ok(n)
+        Ok(self.in_doubt().await?.len() as u64)
     }
 
     /// An operator's verdict on an in-doubt grant after checking the downstream:
     /// `Some(receipt)` marks it `GRANTED`; `None` (the downstream never credited it)
-    /// releases it cleanly so the next delivery credits it. Returns whether the
-    /// record was in doubt.
+    /// releases it cleanly, so the next grant of the trade number credits it (a
+    /// redelivery of its event, or a withdrawal of its token: the consumer already
+    /// acknowledged the event it held in doubt). Returns whether the record was in
+    /// doubt.
     pub async fn settle_doubt(
         &self,
         trade_no: &str,

@@ -48,15 +48,20 @@
 //!   unexpired tokens of the user named. Wallet frontends hold it. A stolen wallet
 //!   credential cannot call `Grant`.
 //!
-//! Both come from the environment, never from the config file (which lives in the
+//! - **The metrics credential** (`REWARD_METRICS_TOKEN[_FILE]`, optional) opens
+//!   `/metrics` only, so the scraper never holds a credential that can grant. Without
+//!   it, `/metrics` takes the grant credential.
+//!
+//! All come from the environment, never from the config file (which lives in the
 //! repository); a file's trailing newline is ignored. Each must be at least 16 bytes,
 //! and they must differ; the service refuses to start otherwise. They are never
 //! logged; the config's `Debug` prints their lengths only.
 //!
 //! # Settings that guard money
-//! - `claims.lease_ms` must outlast every downstream's longest call plus a margin
-//!   (`timeout_ms` + 1 s for HTTP, 5 s + 1 s for the ledger): a takeover must never
-//!   start while the first call can still land.
+//! - `claims.lease_ms` must outlast two of every downstream's longest calls plus a
+//!   margin (2 x `timeout_ms` + 1 s for HTTP, 2 x 5 s + 1 s for the ledger): an owner
+//!   that resolves an earlier attempt asks the status, then credits, and no takeover
+//!   may start while either can still land.
 //! - `sdk.token.ttl_secs` may not exceed `claims.retention_secs`: a token must expire
 //!   before the record that refuses its second credit does.
 //! - `[budgets]` are initial values: a start-up sets a scene's budget only when it has
@@ -121,8 +126,9 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
 }
 
-/// One downstream as configured.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One downstream as configured. Its `Debug` shows URLs without their user name or
+/// password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum DownstreamConfig {
     /// The built-in Redis ledger, optionally capped at `capacity` credits/s.
     Ledger {
@@ -142,6 +148,39 @@ pub enum DownstreamConfig {
         /// Where to ask whether a trade number was credited.
         status_url: Option<String>,
     },
+}
+
+impl std::fmt::Debug for DownstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |u: &str| {
+            reqwest::Url::parse(u).map_or_else(
+                |_| "(unparsable url)".to_string(),
+                |u| crate::downstream::redacted(&u),
+            )
+        };
+        match self {
+            DownstreamConfig::Ledger {
+                capacity,
+                honours_key,
+            } => f
+                .debug_struct("Ledger")
+                .field("capacity", capacity)
+                .field("honours_key", honours_key)
+                .finish(),
+            DownstreamConfig::Http {
+                url,
+                timeout_ms,
+                honours_key,
+                status_url,
+            } => f
+                .debug_struct("Http")
+                .field("url", &shown(url))
+                .field("timeout_ms", timeout_ms)
+                .field("honours_key", honours_key)
+                .field("status_url", &status_url.as_deref().map(shown))
+                .finish(),
+        }
+    }
 }
 
 impl DownstreamConfig {
@@ -183,6 +222,8 @@ pub struct ServiceConfig {
     pub credential: Credential,
     /// The wallet credential (the wallet HTTP routes).
     pub wallet_credential: Credential,
+    /// The metrics credential (`/metrics`), when one is set.
+    pub metrics_credential: Option<Credential>,
 }
 
 #[derive(Deserialize, Default)]
@@ -404,7 +445,8 @@ impl ServiceConfig {
             downstreams.insert(ty, parsed);
         }
         if let Some((ty, d)) = downstreams.iter().max_by_key(|(_, d)| d.max_call_ms()) {
-            let need = d.max_call_ms() + crate::grant::SETTLE_MARGIN_MS;
+            // A takeover may ask the status and then credit: two calls in one lease.
+            let need = 2 * d.max_call_ms() + crate::grant::SETTLE_MARGIN_MS;
             if claims.lease_ms < need {
                 return Err(ConfigError::Invalid(format!(
                     "claims.lease_ms {} is shorter than downstream {ty}'s longest call plus margin ({need} ms): a takeover could credit while that call still lands",
@@ -426,6 +468,14 @@ impl ServiceConfig {
         }
         let credential = credential(env, "REWARD_SERVICE_TOKEN")?;
         let wallet_credential = credential_named(env, "REWARD_WALLET_TOKEN")?;
+        let metrics_credential = if env
+            .iter()
+            .any(|(k, _)| k == "REWARD_METRICS_TOKEN" || k == "REWARD_METRICS_TOKEN_FILE")
+        {
+            Some(credential_named(env, "REWARD_METRICS_TOKEN")?)
+        } else {
+            None
+        };
         if credential.matches(wallet_credential.0.as_bytes()) {
             return Err(ConfigError::Credential(
                 "REWARD_WALLET_TOKEN must differ from REWARD_SERVICE_TOKEN: a wallet credential must not open Grant".into(),
@@ -447,6 +497,7 @@ impl ServiceConfig {
             sdk,
             credential,
             wallet_credential,
+            metrics_credential,
         })
     }
 }

@@ -274,7 +274,7 @@ if redis.call('HSET', KEYS[2], ARGV[3], ARGV[4]) == 0 then
   again = 1
   redis.call('INCR', KEYS[3])
 end
-redis.call('HSET', KEYS[5], ARGV[3], ARGV[6])
+if ARGV[5] == '1' then redis.call('HSET', KEYS[5], ARGV[3], ARGV[6]) end
 local balance = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 return {balance, again}
 ";
@@ -621,6 +621,7 @@ pub fn redacted(url: &reqwest::Url) -> String {
 /// | any other 5xx | [`ErrorCode::Unavailable`], in doubt |
 /// | 409 (the key is in use by a request still running) | [`ErrorCode::KeyInUse`], in doubt, retryable |
 /// | 429 | [`ErrorCode::RateLimited`], not credited |
+/// | 3xx (never followed), 401, 403, 404, 405 | [`ErrorCode::Unavailable`], not credited (a configuration fault: retried, never failed) |
 /// | 4xx with body `{"code": "ACCOUNT_CLOSED"}` | [`ErrorCode::AccountClosed`] |
 /// | any other 4xx | [`ErrorCode::Invalid`] |
 ///
@@ -703,9 +704,11 @@ impl Http {
             Some(s) => Some(parse_url("downstream status_url", s)?),
             None => None,
         };
+        // A redirect would turn the POST into a GET elsewhere: never followed.
         let client = reqwest::Client::builder()
             .timeout(o.timeout)
             .connect_timeout(o.timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("http client: {e}"))?;
         Ok(Self {
@@ -773,6 +776,11 @@ impl Http {
         Err(match status.as_u16() {
             400..=499 if field("code").as_deref() == Some("ACCOUNT_CLOSED") => {
                 CreditError::not_credited(ErrorCode::AccountClosed, detail)
+            }
+            // Redirects, a rotated credential or a wrong route: the configuration's
+            // fault, not the grant's; nothing was credited, so it waits and retries.
+            300..=399 | 401 | 403 | 404 | 405 => {
+                CreditError::not_credited(ErrorCode::Unavailable, detail)
             }
             429 => CreditError::not_credited(ErrorCode::RateLimited, detail),
             408 => CreditError::new(ErrorCode::Timeout, detail),

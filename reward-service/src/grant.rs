@@ -308,7 +308,7 @@ impl Granter {
         }
         match self.credit(g).await {
             Ok(receipt) => self.mark_granted(g, &claim_id, receipt).await,
-            Err(e) => self.not_credited(g, &claim_id, e).await,
+            Err(e) => self.not_credited(g, &claim_id, e, prior).await,
         }
     }
 
@@ -316,8 +316,15 @@ impl Granter {
     /// what the grant came to without a credit.
     async fn resolve(&self, g: &Grant, claim_id: &str) -> Result<Resolved, GrantError> {
         let Some(d) = self.downstream(&g.reward_type) else {
-            // Never sent anywhere: it fails for good on the credit.
-            return Ok(Resolved::Credit);
+            // Its downstream left the config while a credit may have happened there:
+            // nobody here can tell, so an operator must.
+            self.claims.doubt(g, claim_id, 0).await?;
+            return Ok(Resolved::Settled(Outcome::InDoubt {
+                reason: format!(
+                    "an earlier credit may have happened, and reward type {:?} has no downstream now: held for an operator",
+                    g.reward_type
+                ),
+            }));
         };
         let contract = d.contract();
         if contract.status {
@@ -389,6 +396,9 @@ impl Granter {
         let mut claimed: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
         // Taken over from an owner that may have credited: resolved one by one first.
         let mut resolve: Vec<(usize, String)> = Vec::new();
+        // Which grants had an earlier attempt to resolve (a permanent error on their
+        // repeat keeps them in doubt rather than failing them).
+        let mut resolved_first = std::collections::HashSet::new();
         let mut credited = Vec::new();
         for (i, (g, c)) in grants
             .iter()
@@ -421,10 +431,13 @@ impl Granter {
         .await;
         for ((i, claim_id), r) in resolve.into_iter().zip(resolved) {
             match r {
-                Ok(Resolved::Credit) => claimed
-                    .entry(grants[i].reward_type.as_str())
-                    .or_default()
-                    .push((i, claim_id)),
+                Ok(Resolved::Credit) => {
+                    resolved_first.insert(i);
+                    claimed
+                        .entry(grants[i].reward_type.as_str())
+                        .or_default()
+                        .push((i, claim_id));
+                }
                 Ok(Resolved::Credited(receipt)) => credited.push((i, claim_id, receipt)),
                 Ok(Resolved::Settled(outcome)) => out[i] = Some(Ok(outcome)),
                 Err(e) => out[i] = Some(Err(e)),
@@ -442,7 +455,13 @@ impl Granter {
                 Ok(receipt) => credited.push((i, claim_id, receipt)),
                 Err(e) => {
                     let (me, g) = (self.clone(), grants[i].clone());
-                    failed.spawn(async move { (i, me.not_credited(&g, &claim_id, e).await) });
+                    let prior = if resolved_first.contains(&i) {
+                        Prior::Unknown
+                    } else {
+                        Prior::Fresh
+                    };
+                    failed
+                        .spawn(async move { (i, me.not_credited(&g, &claim_id, e, prior).await) });
                 }
             }
         }
@@ -586,7 +605,19 @@ impl Granter {
         g: &Grant,
         claim_id: &str,
         e: CreditError,
+        prior: Prior,
     ) -> Result<Outcome, GrantError> {
+        // A permanent refusal of a repeat says nothing about the first attempt (a
+        // wallet may refuse a key it credited, or close the account since): the grant
+        // is not failed and refunded, it is held for an operator.
+        if prior.needs_resolving() && !e.code.retryable() && !e.in_doubt {
+            self.claims.doubt(g, claim_id, 0).await?;
+            return Ok(Outcome::InDoubt {
+                reason: format!(
+                    "{e}, after an earlier attempt that may have credited: held for an operator"
+                ),
+            });
+        }
         if e.in_doubt {
             let contract = self.contract(&g.reward_type);
             let hold = contract.max_call_ms + SETTLE_MARGIN_MS;

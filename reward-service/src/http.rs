@@ -8,7 +8,7 @@
 //! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
 //! | `GET /healthz` | - | 200 while the process serves |
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
-//! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the **grant** credential, not the wallet's: budgets are not for wallet frontends |
+//! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the metrics credential (`REWARD_METRICS_TOKEN`, else the grant credential), never the wallet's: budgets are not for wallet frontends |
 //!
 //! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
@@ -51,7 +51,7 @@ pub struct HttpState {
     pub service: Service,
     /// The wallet credential (the wallet routes).
     pub credential: Credential,
-    /// The grant credential (`/metrics`).
+    /// The credential of `/metrics` (the metrics credential, else the grant one).
     pub metrics_credential: Credential,
     /// Most tokens per request.
     pub max_tokens: usize,
@@ -226,13 +226,11 @@ struct ActivityQuery {
 }
 
 fn check_ids(st: &HttpState, user_id: &str, activity_id: &str, n: usize) -> Result<(), ApiError> {
-    if user_id.is_empty() || activity_id.is_empty() {
-        return Err(ApiError::bad("user_id and activity_id must be set"));
-    }
-    if user_id.len() > 256 || activity_id.len() > 256 {
-        return Err(ApiError::bad(
-            "user_id and activity_id are at most 256 bytes",
-        ));
+    // The pipeline's one id rule (`proto::ids`), as the SDK and the grants apply it.
+    for (name, v) in [("user_id", user_id), ("activity_id", activity_id)] {
+        if let Err(p) = proto::ids::check_id(v, proto::ids::MAX_ID_LEN) {
+            return Err(ApiError::bad(format!("{name} {p}")));
+        }
     }
     if n > st.max_tokens {
         return Err(ApiError::bad(format!(
@@ -409,4 +407,61 @@ pub fn router(
         }))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(st)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fuzz_cases() -> u32 {
+        std::env::var("FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000)
+    }
+
+    fn parse_all(bytes: &[u8]) {
+        let _ = serde_json::from_slice::<TokensBody>(bytes);
+        let _ = serde_json::from_slice::<KeptBody>(bytes);
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            let _ = serde_urlencoded_like(text);
+        }
+    }
+
+    /// The query string as axum's `Query` reads it (form-urlencoded pairs).
+    fn serde_urlencoded_like(text: &str) -> Option<String> {
+        let q: Result<axum::extract::Query<ActivityQuery>, _> =
+            axum::extract::Query::try_from_uri(&format!("/x?{text}").parse().ok()?);
+        q.ok().map(|q| q.0.activity_id)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any body bytes: parsed or refused, never a panic.
+        #[test]
+        fn wallet_bodies_take_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            parse_all(&bytes);
+        }
+
+        /// Edits of a valid body (the parser's deeper paths): parsed or refused.
+        #[test]
+        fn wallet_bodies_take_edited_json(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..8),
+        ) {
+            let mut b = br#"{"user_id":"u1","activity_id":"cny","tokens":["AAAA","BBBB"]}"#.to_vec();
+            for (at, x, op) in edits {
+                let i = at.index(b.len() + 1);
+                match op {
+                    0 if i < b.len() => b[i] = x,
+                    1 => b.insert(i, x),
+                    _ if i < b.len() => { b.remove(i); }
+                    _ => b.push(x),
+                }
+            }
+            parse_all(&b);
+        }
+    }
 }

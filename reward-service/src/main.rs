@@ -20,6 +20,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   REWARD_WALLET_TOKEN or REWARD_WALLET_TOKEN_FILE     the wallet credential: the
 ///                                                       wallet HTTP routes only (another
 ///                                                       value, >= 16 bytes)
+///   REWARD_METRICS_TOKEN or REWARD_METRICS_TOKEN_FILE   optional: the credential of
+///                                                       /metrics alone (else the grant
+///                                                       credential opens it)
 ///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the token key ring (as the SDK)
 /// Overrides: REWARD_SERVICE__SECTION__KEY=value for any config key,
 /// REWARD_SDK__SECTION__KEY=value inside the [sdk] section.

@@ -216,7 +216,10 @@ pub async fn serve_with_metrics(
         HttpState {
             service: service.clone(),
             credential: cfg.wallet_credential.clone(),
-            metrics_credential: cfg.credential.clone(),
+            metrics_credential: cfg
+                .metrics_credential
+                .clone()
+                .unwrap_or_else(|| cfg.credential.clone()),
             max_tokens: s.max_tokens_per_request,
         },
         s.max_body_bytes,

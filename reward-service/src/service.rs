@@ -285,10 +285,22 @@ impl Service {
         self.inner.max_batch
     }
 
-    /// [`grant_of`] and the type's amount ceiling.
+    /// [`grant_of`], the type's amount ceiling, and the event's age: an event older
+    /// than the claim store keeps records (a topic replayed, a consumer far behind)
+    /// could find its record gone and be credited again, so it is refused.
     fn checked(&self, ev: &RewardEvent) -> Result<Grant, String> {
         let g = grant_of(ev)?;
         self.granter.check_ceiling(&g)?;
+        let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        if ev.created_at_ms > 0 && grant::now_ms() >= ev.created_at_ms.saturating_add(retention_ms)
+        {
+            return Err(format!(
+                "the event was created at {} (Unix ms), longer ago than grant records are kept",
+                ev.created_at_ms
+            ));
+        }
         Ok(g)
     }
 

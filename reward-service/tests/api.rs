@@ -280,6 +280,9 @@ async fn bad_http_inputs_get_their_documented_errors() {
         r#"{"user_id": "1", "tokens": []}"#,
         r#"{"user_id": 1, "activity_id": "a", "tokens": []}"#,
         r#"{"user_id": "", "activity_id": "a", "tokens": []}"#,
+        // Ids the service cannot key (the one id rule, as the SDK applies it).
+        r#"{"user_id": "{u1}", "activity_id": "a", "tokens": []}"#,
+        r#"{"user_id": "1", "activity_id": "a/b", "tokens": []}"#,
         r#"{"user_id": "1", "activity_id": "a", "tokens": [], "extra": 1}"#,
     ] {
         let resp = send_raw(text).await.unwrap();

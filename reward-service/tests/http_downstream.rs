@@ -36,6 +36,12 @@ async fn serve(seen: Seen) -> String {
                         Json(json!({"code": "ACCOUNT_CLOSED", "message": "gone"})),
                     )
                         .into_response(),
+                    "gone" => (StatusCode::NOT_FOUND, "no such route").into_response(),
+                    "moved" => (
+                        StatusCode::FOUND,
+                        [("location", "http://127.0.0.1:9/elsewhere")],
+                    )
+                        .into_response(),
                     "inuse" => {
                         (StatusCode::CONFLICT, Json(json!({"code": "KEY_IN_USE"}))).into_response()
                     }
@@ -98,7 +104,12 @@ async fn answers_are_classified_by_status_and_code() {
         let h = h.clone();
         async move { h.credit(&credit(user)).await.unwrap_err().in_doubt }
     };
+    // A wrong route or a redirect is the configuration's fault: retried, never failed.
+    assert_eq!(code("gone").await, ErrorCode::Unavailable);
+    assert_eq!(code("moved").await, ErrorCode::Unavailable);
     for (user, want) in [
+        ("gone", false),
+        ("moved", false),
         ("slow", true),
         ("boom", true),
         ("inuse", true),
@@ -111,7 +122,7 @@ async fn answers_are_classified_by_status_and_code() {
     }
 
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 16);
+    assert_eq!(seen.len(), 20, "a redirect is not followed");
     for (key, body) in &seen {
         assert_eq!(key, body["trade_no"].as_str().unwrap(), "idempotency key");
         assert_eq!(body["amount"], 3);

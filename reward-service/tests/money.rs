@@ -459,3 +459,83 @@ async fn a_ledger_that_honours_the_key_refuses_a_reused_key_with_other_fields() 
     assert_eq!(account.balances.get("cash"), Some(&5));
     assert_eq!((account.repeats, account.double_credits), (1, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_refusal_of_a_repeat_holds_the_grant_never_refunds_it() {
+    // The first answer is lost after crediting; the repeat (same key) is refused for
+    // good (say the account closed since). The first credit may stand: never failed,
+    // never refunded, held for an operator.
+    #[derive(Debug)]
+    struct ClosesAfterFirst(AtomicUsize, Ledger);
+    impl Downstream for ClosesAfterFirst {
+        fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
+            Box::pin(async move {
+                if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                    self.1.credit(c).await?;
+                    return Err(CreditError::new(ErrorCode::Timeout, "lost"));
+                }
+                Err(CreditError::not_credited(
+                    ErrorCode::AccountClosed,
+                    "closed",
+                ))
+            })
+        }
+        fn contract(&self) -> Contract {
+            Contract {
+                honours_key: true,
+                status: false,
+                max_call_ms: 100,
+            }
+        }
+    }
+    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
+    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
+        .await
+        .unwrap();
+    let c = claims(2, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let d = Arc::new(ClosesAfterFirst(AtomicUsize::new(0), ledger.clone()));
+    let g = granter_over(d, c.clone()).await;
+    let r = grant("rain:closed:1", 8);
+    assert!(matches!(
+        g.grant(&r).await.unwrap(),
+        Outcome::RetryLater { .. }
+    ));
+    tokio::time::sleep(AFTER_HOLD).await;
+    assert!(matches!(
+        g.grant(&r).await.unwrap(),
+        Outcome::InDoubt { .. }
+    ));
+    assert_eq!(c.spent("rain").await.unwrap(), 8, "not refunded");
+    let rec = c.record("rain:closed:1").await.unwrap().unwrap();
+    assert_eq!(rec.state, ClaimState::InDoubt);
+    assert_eq!(ledger.balance("u1", "cash").await.unwrap(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_the_previous_layout_is_refused_not_forgotten() {
+    let prefix = format!("claim-old-{:08x}", rand::random::<u32>());
+    let redis =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
+            .build()
+            .unwrap();
+    fred::prelude::ClientLike::init(&redis).await.unwrap();
+    let old_budget = format!("{prefix}:{{rain:0}}:budget");
+    let _: () = fred::prelude::HashesInterface::hset(&redis, &old_budget, ("cap", 10))
+        .await
+        .unwrap();
+    let cfg = ClaimConfig {
+        key_prefix: prefix,
+        shards: 4,
+        lease_ms: 30_000,
+        retention_secs: 3600,
+        ..ClaimConfig::default()
+    };
+    match Claims::connect(&redis_url(), cfg).await {
+        Err(ClaimError::OldLayout(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    let _: i64 = fred::prelude::KeysInterface::del(&redis, &old_budget)
+        .await
+        .unwrap();
+}

@@ -187,7 +187,7 @@ pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
         [claims]
         key_prefix = "svc-{tag}"
         shards = 4
-        lease_ms = 10000
+        lease_ms = 15000
         retention_secs = 3600
         [budgets]
         "cny/rain" = 1000000000000

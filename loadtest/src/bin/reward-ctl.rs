@@ -200,7 +200,9 @@ async fn main() -> ExitCode {
                 ctl.settle(trade_no, credited.as_deref()).await?;
                 match credited {
                     Some(r) => println!("{trade_no}: recorded as credited ({r})"),
-                    None => println!("{trade_no}: released; the next delivery credits it"),
+                    None => println!(
+                        "{trade_no}: released; it is credited by the next delivery of its event or a withdrawal of its token"
+                    ),
                 }
             }
             Cmd::Audit { last } => {

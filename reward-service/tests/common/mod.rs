@@ -90,7 +90,7 @@ pub fn service_config(
         [claims]
         key_prefix = "svc-{tag}"
         shards = 4
-        lease_ms = 10000
+        lease_ms = 15000
         retention_secs = 3600
         [budgets]
         "cny/rain" = {budget}

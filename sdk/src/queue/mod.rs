@@ -722,7 +722,7 @@ fn spool_thread(
         }
         for cmd in cmds {
             match cmd {
-                SpoolCmd::Append(e) => match spool.append(&e.queue, &e.payload) {
+                SpoolCmd::Append(e) => match spool.append_keyed(&e.queue, &e.key, &e.payload) {
                     Ok(()) => pending.push(e),
                     Err(err) => {
                         if let Some(engine) = engine.upgrade() {
@@ -843,9 +843,13 @@ async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> 
     for chunk in replay.records.chunks(engine.batch.max_events.max(1)) {
         let mut by_queue: BTreeMap<&str, Vec<OutMsg>> = BTreeMap::new();
         for r in chunk {
-            let key = proto::v1::RewardEvent::decode(r.payload.as_slice())
-                .map(|e| e.trade_no)
-                .unwrap_or_default();
+            // The key it was sent with; a record of the older layout has none, and
+            // then its event's trade number is the key.
+            let key = r.key.clone().unwrap_or_else(|| {
+                proto::v1::RewardEvent::decode(r.payload.as_slice())
+                    .map(|e| e.trade_no)
+                    .unwrap_or_default()
+            });
             by_queue.entry(r.queue.as_str()).or_default().push(OutMsg {
                 key,
                 payload: Bytes::from(r.payload.clone()),

@@ -257,3 +257,48 @@ proptest! {
         prop_assert!(codec.open(&enc(&bytes), "u1", "cny").is_err());
     }
 }
+
+/// Cases of the arbitrary-input runs: `FUZZ_CASES` (the long runs behind BENCHMARKS.md
+/// set it to 10 000 000 in a release build), else a short run for the test suite.
+fn fuzz_cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Any text presented as a token: a typed refusal, never a panic.
+    #[test]
+    fn the_opener_takes_arbitrary_text(text in ".{0,400}", user in ".{0,12}") {
+        let codec = TokenCodec::new(KeyRing::random(1));
+        prop_assert!(codec.open(&text, &user, "cny").is_err());
+    }
+
+    /// Any bytes behind the token encoding, and any edits of a real token: refused,
+    /// never a panic (the opener's length, version and key-id paths included).
+    #[test]
+    fn the_opener_takes_arbitrary_and_edited_bytes(
+        bytes in prop::collection::vec(any::<u8>(), 0..600),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..6),
+    ) {
+        let codec = TokenCodec::new(KeyRing::random(1));
+        prop_assert!(codec.open(&enc(&bytes), "u1", "cny").is_err());
+        let mut real = raw(&codec.seal_at(&token("u1"), T0).unwrap());
+        for (at, b, op) in edits {
+            let i = at.index(real.len() + 1);
+            match op {
+                0 if i < real.len() => real[i] = b,
+                1 => real.insert(i, b),
+                _ if i < real.len() => { real.remove(i); }
+                _ => real.push(b),
+            }
+        }
+        // An edit can restore the original byte; the opened token is then the real one.
+        if let Ok(t) = codec.open(&enc(&real), "u1", "cny") {
+            prop_assert_eq!(t, token("u1"));
+        }
+    }
+}
