@@ -30,6 +30,7 @@
 //! assert_eq!(RewardEvent::decode(bytes.as_slice()).unwrap(), event);
 //! ```
 
+pub mod edits;
 pub mod ids;
 
 /// Version 1 of the wire format (protobuf package `reward.v1`).

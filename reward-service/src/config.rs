@@ -714,68 +714,34 @@ mod tests {
         assert!(e.to_string().contains("must differ"), "{e}");
         assert!(!e.to_string().contains("the-wallet-credential"), "{e}");
     }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod contract_tests {
-    use super::*;
 
     #[test]
     fn downstream_promises_and_ceilings_are_read_and_urls_never_echoed() {
-        let doc = r#"
-            [downstreams.cash]
-            kind = "ledger"
-            honours_idempotency_key = true
-            max_amount = 500
-            [downstreams.coupon]
-            kind = "http"
-            url = "http://wallet:pw-secret@127.0.0.1:9000/credit"
-            status_url = "http://127.0.0.1:9000/status"
-            honours_idempotency_key = true
-            timeout_ms = 1500
-            [sdk]
-            default_queue = "q"
-            [sdk.producers.k]
-            kind = "kafka"
-            brokers = "127.0.0.1:19092"
-            [sdk.producers.r]
-            kind = "rocketmq"
-            namesrv = "127.0.0.1:9876"
-            group = "g"
-            [sdk.queues.q]
-            topic = "q"
-            primary = "k"
-            backup = "r"
-            [sdk.queues.failures]
-            topic = "f"
-            primary = "k"
-            backup = "r"
-            [sdk.types.cash]
-            [sdk.types.coupon]
-        "#;
-        let env = vec![
-            (
-                "REWARD_SERVICE_TOKEN".to_string(),
-                "a-long-enough-credential".to_string(),
-            ),
-            (
-                "REWARD_WALLET_TOKEN".to_string(),
-                "another-wallet-credential".to_string(),
-            ),
-        ];
-        let c = ServiceConfig::from_toml_str(doc, &env).unwrap();
+        let doc = DOC
+            .replace(
+                "capacity = 2000",
+                "capacity = 2000\nhonours_idempotency_key = true\nmax_amount = 500",
+            )
+            .replace(
+                "url = \"http://127.0.0.1:9000/credit\"",
+                "url = \"http://wallet:pw-secret@127.0.0.1:9000/credit\"\n\
+                 status_url = \"http://127.0.0.1:9000/status\"\n\
+                 honours_idempotency_key = true\ntimeout_ms = 1500",
+            );
+        let c = ServiceConfig::from_toml_str(&doc, &env(&[])).unwrap();
         assert_eq!(c.max_amounts.get("cash"), Some(&500));
         assert_eq!(
             c.downstreams["cash"],
             DownstreamConfig::Ledger {
-                capacity: None,
+                capacity: NonZeroU32::new(2000),
                 honours_key: true
             }
         );
         assert_eq!(c.downstreams["coupon"].max_call_ms(), 1500);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("pw-secret"), "{shown}");
         let bad = doc.replace("http://127.0.0.1:9000/status", "ftp://u:pw-secret@h/s");
-        let e = ServiceConfig::from_toml_str(&bad, &env)
+        let e = ServiceConfig::from_toml_str(&bad, &env(&[]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("status_url") && !e.contains("pw-secret"), "{e}");

@@ -762,3 +762,42 @@ async fn expired_tokens_and_bad_stored_tokens_credit_nothing_and_break_no_page()
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grant_credential_cannot_pass_a_types_ceiling_or_credit_an_event_past_retention() {
+    let tag = format!("m{:08x}", rand::random::<u32>());
+    create_topics(&tag).await;
+    let dir = unique_dir(&tag);
+    let extra = "[downstreams.gem]\nkind = \"ledger\"\nmax_amount = 10\n";
+    let cfg = service_config(&tag, &dir, 1_000, extra);
+    let r = start(&cfg).await.unwrap();
+    let mut c = client(&r).await;
+    let grant = |ev: RewardEvent| authed(GrantRequest { event: Some(ev) });
+    let res = |resp: tonic::Response<proto::v1::GrantResponse>| resp.into_inner().result.unwrap();
+    let over = res(c.grant(grant(event("m:1", "5", "gem", 11))).await.unwrap());
+    assert_eq!(outcome_of(&over), GrantOutcome::Invalid, "{over:?}");
+    assert!(over.message.contains("maximum 10"), "{over:?}");
+    let batch = c
+        .grant_batch(authed(proto::v1::GrantBatchRequest {
+            events: vec![event("m:2", "5", "gem", 1_000_000)],
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome_of(&batch.results[0]), GrantOutcome::Invalid);
+    let ok = res(c.grant(grant(event("m:3", "5", "gem", 10))).await.unwrap());
+    assert_eq!(outcome_of(&ok), GrantOutcome::Granted, "{ok:?}");
+    // An event created longer ago than records are kept (1 h here) is refused: its
+    // record may be gone, and with it the proof that it was credited.
+    let old = RewardEvent {
+        created_at_ms: 1_000_000_000_000,
+        ..event("m:4", "5", "gem", 1)
+    };
+    let refused = res(c.grant(grant(old)).await.unwrap());
+    assert_eq!(outcome_of(&refused), GrantOutcome::Invalid, "{refused:?}");
+    let ledger = ledger(&tag).await;
+    assert_eq!(ledger.balance("5", "gem").await.unwrap(), 10);
+    assert_eq!(spent(&r).await, 10);
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -89,6 +89,14 @@ async fn granter_over(d: Arc<dyn Downstream>, c: Claims) -> Granter {
     Granter::new(c, HashMap::from([("cash".to_string(), d)]), archive())
 }
 
+/// A claim store (2 shards, 30 s lease) with a `rain` budget of 1 000 and a granter
+/// crediting cash through `d`.
+async fn rain(d: Arc<dyn Downstream>) -> (Claims, Granter) {
+    let c = claims(2, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    (c.clone(), granter_over(d, c).await)
+}
+
 /// Longer than the in-doubt hold of the test downstreams (100 ms call + 1 s margin).
 const AFTER_HOLD: Duration = Duration::from_millis(1_400);
 
@@ -144,9 +152,7 @@ async fn an_answer_lost_after_the_credit_is_resolved_by_status_never_credited_tw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downstream_that_honours_the_key_gets_the_same_key_again() {
     let (d, strict) = LosesAnswers::new(1, true, false).await;
-    let c = claims(2, 30_000).await;
-    c.set_budget("rain", 1_000).await.unwrap();
-    let g = granter_over(d.clone(), c).await;
+    let (_, g) = rain(d.clone()).await;
     let r = grant("rain:key:1", 7);
     assert!(matches!(
         g.grant(&r).await.unwrap(),
@@ -173,9 +179,7 @@ async fn a_downstream_that_honours_the_key_gets_the_same_key_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_key_or_status_an_in_doubt_grant_is_held_for_an_operator() {
     let (d, strict) = LosesAnswers::new(1, false, false).await;
-    let c = claims(2, 30_000).await;
-    c.set_budget("rain", 1_000).await.unwrap();
-    let g = granter_over(d.clone(), c.clone()).await;
+    let (c, g) = rain(d.clone()).await;
     let r = grant("rain:held:1", 9);
     assert!(matches!(
         g.grant(&r).await.unwrap(),
@@ -492,10 +496,11 @@ async fn a_permanent_refusal_of_a_repeat_holds_the_grant_never_refunds_it() {
     let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
         .await
         .unwrap();
-    let c = claims(2, 30_000).await;
-    c.set_budget("rain", 1_000).await.unwrap();
-    let d = Arc::new(ClosesAfterFirst(AtomicUsize::new(0), ledger.clone()));
-    let g = granter_over(d, c.clone()).await;
+    let (c, g) = rain(Arc::new(ClosesAfterFirst(
+        AtomicUsize::new(0),
+        ledger.clone(),
+    )))
+    .await;
     let r = grant("rain:closed:1", 8);
     assert!(matches!(
         g.grant(&r).await.unwrap(),
