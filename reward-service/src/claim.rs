@@ -429,7 +429,7 @@ for i = 1, n do
     redis.call('HDEL', rk, 'lease', 'owner', 'clean')
     if state == 'FAILED' then redis.call('HINCRBY', bk, 'spent', -tonumber(rec[3])) end
     redis.call('EXPIRE', rk, ARGV[1])
-    redis.call('ZREM', KEYS[1], ARGV[a + 3])
+    if rec[1] == 'IN_DOUBT' then redis.call('ZREM', KEYS[1], ARGV[a + 3]) end
     done = 1
   end
   out[#out + 1] = done
