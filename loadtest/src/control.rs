@@ -393,7 +393,20 @@ impl Control {
         let old = claims.budget(scene).await.map_err(failed)?;
         // Exact: the scene's shards are held while their spending is read, and a total
         // below it is refused (`Claims::set_budget`).
-        let spent = claims.set_budget(scene, total).await.map_err(|e| match e {
+        let spent = match claims.set_budget(scene, total).await {
+            Err(e @ reward_service::claim::ClaimError::BudgetPartial { .. }) => {
+                // Some shards took the new caps: on the record, then told.
+                self.audit(
+                    &format!("budget:{scene}"),
+                    Some(old.to_string()),
+                    Some(format!("{total} (partial: {e})")),
+                )
+                .await?;
+                return Err(ControlError::Refused(e.to_string()));
+            }
+            other => other,
+        }
+        .map_err(|e| match e {
             e @ (reward_service::claim::ClaimError::BelowSpent { .. }
             | reward_service::claim::ClaimError::BudgetBusy(_)
             | reward_service::claim::ClaimError::Invalid(_)) => {

@@ -458,6 +458,14 @@ redis.call('HDEL', KEYS[1], 'owner')
 return 1
 ";
 
+/// Drops a doubt-index entry whose record is no longer in doubt (settled, or
+/// expired), in one step with the check, so a record put back in doubt meanwhile keeps
+/// its entry. KEYS: doubt index, record. ARGV: trade no. Returns 1 if it dropped it.
+const SWEEP_LUA: &str = r"
+if redis.call('HGET', KEYS[2], 'state') == 'IN_DOUBT' then return 0 end
+return redis.call('ZREM', KEYS[1], ARGV[1])
+";
+
 /// Holds a budget shard for a change. KEYS: budget. ARGV: hold ms, holder id.
 /// Returns spent, or -1 when another holder's hold is live.
 const HOLD_LUA: &str = r"
@@ -502,6 +510,7 @@ pub struct Claims {
     finish_many_sha: Arc<String>,
     hold_sha: Arc<String>,
     unhold_sha: Arc<String>,
+    sweep_sha: Arc<String>,
 }
 
 impl std::fmt::Debug for Claims {
@@ -584,6 +593,7 @@ impl Claims {
             load(HOLD_LUA),
             load(UNHOLD_LUA),
         )?;
+        let sweep_sha = load(SWEEP_LUA).await?;
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;
         if exists == 0 && Self::old_layout(&pool, &cfg.key_prefix).await? {
@@ -616,6 +626,7 @@ impl Claims {
             finish_many_sha: Arc::new(finish_many_sha),
             hold_sha: Arc::new(hold_sha),
             unhold_sha: Arc::new(unhold_sha),
+            sweep_sha: Arc::new(sweep_sha),
         })
     }
 
@@ -1226,15 +1237,19 @@ impl Claims {
                 .await?;
             for (trade_no, since) in listed {
                 let record = self.record(&trade_no).await?;
-                // A record that expired (or was settled elsewhere) leaves the list.
+                // A record that expired (or was settled elsewhere) leaves the list,
+                // unless it was put back in doubt meanwhile (checked in the script).
                 if record
                     .as_ref()
                     .is_none_or(|r| r.state != ClaimState::InDoubt)
                 {
-                    let _: i64 = self
-                        .pool
-                        .next()
-                        .zrem(self.doubt_key(shard), trade_no.as_str())
+                    let _: i64 =
+                        crate::eval_loaded(self.pool.next(), &self.sweep_sha, SWEEP_LUA, || {
+                            (
+                                vec![self.doubt_key(shard), self.record_key(shard, &trade_no)],
+                                vec![Value::from(trade_no.as_str())],
+                            )
+                        })
                         .await?;
                     continue;
                 }
@@ -1249,10 +1264,16 @@ impl Claims {
         Ok(out)
     }
 
-    /// How many grants are held in doubt (the `reward_service_in_doubt` gauge); entries
-    /// whose record is gone are dropped on the way.
+    /// How many entries the doubt index holds (the `reward_service_in_doubt` gauge):
+    /// one `ZCARD` per shard. Entries whose record is gone are dropped by
+    /// [`Claims::in_doubt`] (what `reward-ctl in-doubt` lists).
     pub async fn in_doubt_count(&self) -> Result<u64, ClaimError> {
-        Ok(self.in_doubt().await?.len() as u64)
+        let mut n = 0;
+        for shard in 0..self.cfg.shards {
+            let c: u64 = self.pool.next().zcard(self.doubt_key(shard)).await?;
+            n += c;
+        }
+        Ok(n)
     }
 
     /// An operator's verdict on an in-doubt grant after checking the downstream:

@@ -476,6 +476,13 @@ impl ServiceConfig {
         } else {
             None
         };
+        if let Some(m) = &metrics_credential
+            && (credential.matches(m.0.as_bytes()) || wallet_credential.matches(m.0.as_bytes()))
+        {
+            return Err(ConfigError::Credential(
+                "REWARD_METRICS_TOKEN must differ from the grant and wallet credentials".into(),
+            ));
+        }
         if credential.matches(wallet_credential.0.as_bytes()) {
             return Err(ConfigError::Credential(
                 "REWARD_WALLET_TOKEN must differ from REWARD_SERVICE_TOKEN: a wallet credential must not open Grant".into(),
@@ -709,6 +716,16 @@ mod tests {
         )];
         let e = ServiceConfig::from_toml_str(DOC, &no_wallet).unwrap_err();
         assert!(e.to_string().contains("REWARD_WALLET_TOKEN"), "{e}");
+        let metrics_as_wallet = vec![
+            no_wallet[0].clone(),
+            wallet.clone(),
+            (
+                "REWARD_METRICS_TOKEN".to_string(),
+                "the-wallet-credential-456".to_string(),
+            ),
+        ];
+        let e = ServiceConfig::from_toml_str(DOC, &metrics_as_wallet).unwrap_err();
+        assert!(e.to_string().contains("REWARD_METRICS_TOKEN"), "{e}");
         let same = vec![no_wallet[0].clone(), wallet];
         let e = ServiceConfig::from_toml_str(DOC, &same).unwrap_err();
         assert!(e.to_string().contains("must differ"), "{e}");

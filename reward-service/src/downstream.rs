@@ -621,7 +621,8 @@ pub fn redacted(url: &reqwest::Url) -> String {
 /// | any other 5xx | [`ErrorCode::Unavailable`], in doubt |
 /// | 409 (the key is in use by a request still running) | [`ErrorCode::KeyInUse`], in doubt, retryable |
 /// | 429 | [`ErrorCode::RateLimited`], not credited |
-/// | 3xx (never followed), 401, 403, 404, 405 | [`ErrorCode::Unavailable`], not credited (a configuration fault: retried, never failed) |
+/// | 3xx (never followed: a wallet may redirect after crediting) | [`ErrorCode::Unavailable`], in doubt |
+/// | 401, 403, 404, 405 | [`ErrorCode::Unavailable`], not credited (a configuration fault: retried, never failed) |
 /// | 4xx with body `{"code": "ACCOUNT_CLOSED"}` | [`ErrorCode::AccountClosed`] |
 /// | any other 4xx | [`ErrorCode::Invalid`] |
 ///
@@ -777,11 +778,12 @@ impl Http {
             400..=499 if field("code").as_deref() == Some("ACCOUNT_CLOSED") => {
                 CreditError::not_credited(ErrorCode::AccountClosed, detail)
             }
-            // Redirects, a rotated credential or a wrong route: the configuration's
-            // fault, not the grant's; nothing was credited, so it waits and retries.
-            300..=399 | 401 | 403 | 404 | 405 => {
-                CreditError::not_credited(ErrorCode::Unavailable, detail)
-            }
+            // A redirect is never followed, but a wallet may answer 303 after it has
+            // credited (post-redirect-get): in doubt.
+            300..=399 => CreditError::new(ErrorCode::Unavailable, detail),
+            // A rotated credential or a wrong route: the configuration's fault, not the
+            // grant's; nothing was credited, so it waits and retries.
+            401 | 403 | 404 | 405 => CreditError::not_credited(ErrorCode::Unavailable, detail),
             429 => CreditError::not_credited(ErrorCode::RateLimited, detail),
             408 => CreditError::new(ErrorCode::Timeout, detail),
             409 => CreditError::new(ErrorCode::KeyInUse, detail),

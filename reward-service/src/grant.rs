@@ -163,7 +163,11 @@ pub fn settled(claim: Claim) -> Result<(String, Prior), Outcome> {
 
 /// What the earlier owner's attempt came to, when it had to be resolved first.
 enum Resolved {
-    /// Nothing was credited (or the key makes a repeat safe): credit now.
+    /// The downstream's status says nothing was credited: credit now, as a fresh
+    /// attempt (a permanent refusal then fails the grant as usual).
+    NotCredited,
+    /// The key makes a repeat safe: credit now, but a permanent refusal of the repeat
+    /// says nothing of the first attempt.
     Credit,
     /// It was credited: record this receipt.
     Credited(String),
@@ -297,9 +301,11 @@ impl Granter {
             Claim::Claimed { claim_id, prior } => (claim_id, prior),
             other => return Ok(self.repeat_settled(g, settled_outcome(other)).await),
         };
+        let mut prior = prior;
         if prior.needs_resolving() {
             match self.resolve(g, &claim_id).await? {
                 Resolved::Credit => {}
+                Resolved::NotCredited => prior = Prior::Released,
                 Resolved::Credited(receipt) => {
                     return self.mark_granted(g, &claim_id, receipt).await;
                 }
@@ -330,7 +336,7 @@ impl Granter {
         if contract.status {
             return match d.status(&Credit::from(g)).await {
                 Ok(CreditStatus::Credited(receipt)) => Ok(Resolved::Credited(receipt)),
-                Ok(CreditStatus::NotCredited) => Ok(Resolved::Credit),
+                Ok(CreditStatus::NotCredited) => Ok(Resolved::NotCredited),
                 Err(e) => {
                     let hold = contract.max_call_ms + SETTLE_MARGIN_MS;
                     self.claims.doubt(g, claim_id, hold).await?;
@@ -431,6 +437,10 @@ impl Granter {
         .await;
         for ((i, claim_id), r) in resolve.into_iter().zip(resolved) {
             match r {
+                Ok(Resolved::NotCredited) => claimed
+                    .entry(grants[i].reward_type.as_str())
+                    .or_default()
+                    .push((i, claim_id)),
                 Ok(Resolved::Credit) => {
                     resolved_first.insert(i);
                     claimed

@@ -544,3 +544,53 @@ async fn a_store_of_the_previous_layout_is_refused_not_forgotten() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_status_says_not_credited_a_permanent_refusal_fails_and_refunds() {
+    // An owner vanished; the takeover asks the status (never credited), then the
+    // credit is refused for good: nothing can have been credited, so the grant fails
+    // and its budget comes back, with no operator needed.
+    #[derive(Debug)]
+    struct Refuses(Ledger);
+    impl Downstream for Refuses {
+        fn credit<'a>(&'a self, _: &'a Credit) -> CreditFuture<'a> {
+            Box::pin(async {
+                Err(CreditError::not_credited(
+                    ErrorCode::AccountClosed,
+                    "closed",
+                ))
+            })
+        }
+        fn contract(&self) -> Contract {
+            Contract {
+                honours_key: false,
+                status: true,
+                max_call_ms: 100,
+            }
+        }
+        fn status<'a>(&'a self, c: &'a Credit) -> StatusFuture<'a> {
+            self.0.status(c)
+        }
+    }
+    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
+    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
+        .await
+        .unwrap();
+    let c = claims(2, 300).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let g = granter_over(Arc::new(Refuses(ledger)), c.clone()).await;
+    let r = grant("rain:st:1", 5);
+    let Claim::Claimed { .. } = c.claim(&r).await.unwrap() else {
+        panic!("claim")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(matches!(
+        g.grant(&r).await.unwrap(),
+        Outcome::FailedPermanent { .. }
+    ));
+    assert_eq!(c.spent("rain").await.unwrap(), 0, "refunded");
+    assert_eq!(
+        c.record("rain:st:1").await.unwrap().unwrap().state,
+        ClaimState::Failed
+    );
+}

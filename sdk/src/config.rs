@@ -397,8 +397,10 @@ impl Routing {
             )));
         }
         for (name, q) in &self.queues {
-            if name.is_empty() || name.len() > 255 {
-                return Err(invalid(format!("queue name {name:?}: 1..=255 bytes")));
+            if name.is_empty() || name.len() > 254 {
+                return Err(invalid(format!(
+                    "queue name {name:?}: 1..=254 bytes (the spool keeps the name in a byte, 255 marks a keyed record)"
+                )));
             }
             if q.ratio > 100 {
                 return Err(invalid(format!(
