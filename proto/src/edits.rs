@@ -27,3 +27,12 @@ pub fn apply(bytes: &mut Vec<u8>, edits: &[(usize, u8, u8)]) {
         }
     }
 }
+
+/// Cases of an arbitrary-input run: `FUZZ_CASES` when set (10 000 000 for the long
+/// runs in BENCHMARKS.md, release build), else 20 000 (the test suite's short run).
+pub fn cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}

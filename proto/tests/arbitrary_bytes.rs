@@ -9,13 +9,6 @@ use proptest::prelude::*;
 use prost::Message;
 use proto::v1::{DeadLetter, RewardEvent, RewardToken, UserInfo};
 
-fn fuzz_cases() -> u32 {
-    std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
-}
-
 /// A valid event's bytes, to edit.
 fn seed() -> Vec<u8> {
     RewardEvent {
@@ -53,7 +46,7 @@ fn decode_all(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proto::edits::cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

@@ -415,13 +415,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn fuzz_cases() -> u32 {
-        std::env::var("FUZZ_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20_000)
-    }
-
     fn parse_all(bytes: &[u8]) {
         let _ = serde_json::from_slice::<TokensBody>(bytes);
         let _ = serde_json::from_slice::<KeptBody>(bytes);
@@ -438,7 +431,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: proto::edits::cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
         /// Any body bytes: parsed or refused, never a panic.
         #[test]

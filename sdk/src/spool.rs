@@ -641,15 +641,8 @@ mod tests {
         }
     }
 
-    fn fuzz_cases() -> u32 {
-        std::env::var("FUZZ_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20_000)
-    }
-
     proptest! {
-        #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: proto::edits::cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
         /// Arbitrary bytes as a segment: never a panic, and whatever is read is a
         /// well-formed record (the reader stops at the first torn or corrupt one).

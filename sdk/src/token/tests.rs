@@ -258,17 +258,8 @@ proptest! {
     }
 }
 
-/// Cases of the arbitrary-input runs: `FUZZ_CASES` (the long runs behind BENCHMARKS.md
-/// set it to 10 000 000 in a release build), else a short run for the test suite.
-fn fuzz_cases() -> u32 {
-    std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proto::edits::cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Any text presented as a token: a typed refusal, never a panic.
     #[test]
