@@ -35,10 +35,7 @@ struct LosesAnswers {
 
 impl LosesAnswers {
     async fn new(lose: usize, honours_key: bool, status: bool) -> (Arc<Self>, Ledger) {
-        let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-        let strict = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-            .await
-            .unwrap();
+        let strict = strict_ledger().await;
         let d = Arc::new(Self {
             ledger: strict.clone().honouring_key(honours_key),
             lose: AtomicUsize::new(lose),
@@ -79,6 +76,14 @@ impl Downstream for LosesAnswers {
     fn status<'a>(&'a self, c: &'a Credit) -> StatusFuture<'a> {
         self.ledger.status(c)
     }
+}
+
+/// A strict ledger (it does not honour the key) under a fresh prefix.
+async fn strict_ledger() -> Ledger {
+    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
+    Ledger::connect(&redis_url(), &prefix, &HashMap::new())
+        .await
+        .unwrap()
 }
 
 fn archive() -> std::path::PathBuf {
@@ -232,10 +237,7 @@ async fn an_operator_who_finds_it_uncredited_lets_the_next_delivery_credit_it() 
             })
         }
     }
-    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-        .await
-        .unwrap();
+    let ledger = strict_ledger().await;
     let c = claims(2, 30_000).await;
     c.set_budget("rain", 1_000).await.unwrap();
     let g = granter_over(
@@ -263,10 +265,7 @@ async fn an_operator_who_finds_it_uncredited_lets_the_next_delivery_credit_it() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_owner_is_resolved_before_a_takeover_credits() {
-    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-        .await
-        .unwrap();
+    let ledger = strict_ledger().await;
     let c = claims(2, 300).await;
     c.set_budget("rain", 1_000).await.unwrap();
     let g = granter_over(Arc::new(ledger.clone()), c.clone()).await;
@@ -307,10 +306,7 @@ async fn a_vanished_owner_is_resolved_before_a_takeover_credits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trade_number_is_one_grant_across_scenes_and_activities() {
-    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-        .await
-        .unwrap();
+    let ledger = strict_ledger().await;
     let c = claims(4, 30_000).await;
     for scene in ["cny/rain", "cny/cards", "other/rain"] {
         c.set_budget(scene, 1_000).await.unwrap();
@@ -492,10 +488,7 @@ async fn a_permanent_refusal_of_a_repeat_holds_the_grant_never_refunds_it() {
             }
         }
     }
-    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-        .await
-        .unwrap();
+    let ledger = strict_ledger().await;
     let (c, g) = rain(Arc::new(ClosesAfterFirst(
         AtomicUsize::new(0),
         ledger.clone(),
@@ -572,10 +565,7 @@ async fn once_status_says_not_credited_a_permanent_refusal_fails_and_refunds() {
             self.0.status(c)
         }
     }
-    let prefix = format!("ledger-money-{:08x}", rand::random::<u32>());
-    let ledger = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
-        .await
-        .unwrap();
+    let ledger = strict_ledger().await;
     let c = claims(2, 300).await;
     c.set_budget("rain", 1_000).await.unwrap();
     let g = granter_over(Arc::new(Refuses(ledger)), c.clone()).await;
