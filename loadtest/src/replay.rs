@@ -375,9 +375,13 @@ async fn schedule(
                         reward_type: req.reward_type,
                         amount: req.amount,
                         sent_unix_ms,
-                        // A deferred write counts as stored: reconcile then expects
-                        // the token unless a write failure was counted.
-                        stored: issued.stored != sdk::Stored::Failed,
+                        // Every accepted token is expected in the store (a failed
+                        // write is retried); reconcile counts the missing ones, and
+                        // the SLO judges their share.
+                        stored: matches!(
+                            issued.stored,
+                            sdk::Stored::Yes | sdk::Stored::Retrying | sdk::Stored::Deferred
+                        ),
                     },
                     repeat,
                 )),

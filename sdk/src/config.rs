@@ -96,25 +96,34 @@ pub struct StoreConfig {
     pub pool_size: usize,
     /// Timeout of one store round trip.
     pub timeout_ms: u64,
+    /// Most token writes not yet answered by Redis (queued, in flight, waiting for a
+    /// retry). Past it `send_reward` waits `batch.enqueue_wait_ms` for one to finish,
+    /// then refuses with `Backpressure` (see [`crate::store`]).
+    pub max_pending: usize,
+    /// How long a failed token write is retried before it is given up, counted as
+    /// unstored, from its first attempt.
+    pub retry_for_ms: u64,
 }
 
 /// How the token store sends its writes. All run the same cap-checking script; direct
 /// and batched differ in how many task hops a write takes, deferred in whether
 /// `send_reward` waits for the answer at all (see [`crate::store`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WriteMode {
-    /// Each `send_reward` sends its script call itself, on a pooled connection; fred
-    /// already pipelines concurrent commands on one connection. Half the median
-    /// latency of `Batched` in the paced benchmark (≈0.4 ms against ≈0.9 ms) at the
-    /// same throughput.
+    /// Each `send_reward` sends its script call itself, on a pooled connection, and
+    /// waits for it; fred already pipelines concurrent commands on one connection.
+    /// The per-user cap can refuse the reward (`TooManyTokens`), and `strict` can fail
+    /// it when Redis does. Half the median latency of `Batched` in the paced benchmark
+    /// (≈0.4 ms against ≈0.9 ms) at the same throughput.
     Direct,
     /// One writer task gathers every caller's write and sends explicit pipelines of up
     /// to `pipeline_max`, at most `pool_size` at once.
     Batched,
-    /// As batched, but `send_reward` returns without waiting for Redis: no round trip
-    /// in the call. A failed or capped write is counted and the reward goes on; not
-    /// allowed with `strict`.
+    /// The default. As batched, but `send_reward` returns without waiting for Redis:
+    /// no round trip in the call. A failed write is retried in the background; a
+    /// capped one is counted and the reward goes on; not allowed with `strict`.
+    #[default]
     Deferred,
 }
 
@@ -126,10 +135,12 @@ impl Default for StoreConfig {
             ttl_secs: 7 * 24 * 3600,
             max_tokens_per_user: 500,
             strict: false,
-            write_mode: WriteMode::Direct,
+            write_mode: WriteMode::Deferred,
             pipeline_max: 512,
             pool_size: 4,
             timeout_ms: 2_000,
+            max_pending: 65_536,
+            retry_for_ms: 60_000,
         }
     }
 }
@@ -184,6 +195,9 @@ fn default_group() -> String {
 /// Upper bound of [`BatchConfig::in_flight_batches`] (a semaphore's permits are
 /// counted in a `u32`, and more than this is a typo, not a tuning).
 pub const MAX_IN_FLIGHT_BATCHES: usize = 65_536;
+
+/// Highest `store.max_pending`: a million unanswered writes is ~500 MB of tokens.
+pub const MAX_PENDING_WRITES: usize = 1 << 20;
 
 /// Async batching of events towards the brokers.
 #[derive(Debug, Clone, Deserialize)]
@@ -587,14 +601,26 @@ impl SdkConfig {
         if raw.store.max_tokens_per_user == 0
             || raw.store.pipeline_max == 0
             || raw.store.pool_size == 0
+            || raw.store.max_pending == 0
+            || raw.store.retry_for_ms == 0
         {
             return Err(invalid(
-                "store: max_tokens_per_user, pipeline_max and pool_size must be positive",
+                "store: max_tokens_per_user, pipeline_max, pool_size, max_pending and retry_for_ms must be positive",
+            ));
+        }
+        if raw.store.max_pending > MAX_PENDING_WRITES {
+            return Err(invalid(format!(
+                "store.max_pending is at most {MAX_PENDING_WRITES} (each unanswered write is held in memory)"
+            )));
+        }
+        if raw.store.retry_for_ms / 1000 >= raw.store.ttl_secs {
+            return Err(invalid(
+                "store.retry_for_ms must be shorter than store.ttl_secs (a write retried past the hash's lifetime would store an expired list)",
             ));
         }
         if raw.store.strict && raw.store.write_mode == WriteMode::Deferred {
             return Err(invalid(
-                "store: strict = true needs each write's answer, which write_mode = \"deferred\" does not wait for",
+                "store: strict = true needs each write's answer, which write_mode = \"deferred\" (the default) does not wait for; set write_mode = \"direct\"",
             ));
         }
         if raw.store.ttl_secs == 0 || raw.token.ttl_secs == 0 {
@@ -768,11 +794,15 @@ mod tests {
             ("[batch]\nin_flight_batches = 0", "in_flight_batches"),
             ("[batch]\nin_flight_batches = 70000", "in_flight_batches"),
             ("[store]\nmax_tokens_per_user = 0", "store"),
-            ("[store]\nwrite_mode = \"fast\"", "write_mode"),
+            ("[store]\nmax_pending = 0", "max_pending"),
+            ("[store]\nmax_pending = 2000000", "max_pending"),
+            ("[store]\nretry_for_ms = 0", "retry_for_ms"),
             (
-                "[store]\nwrite_mode = \"deferred\"\nstrict = true",
-                "strict = true needs",
+                "[store]\nttl_secs = 60\nretry_for_ms = 60000",
+                "retry_for_ms",
             ),
+            ("[store]\nwrite_mode = \"fast\"", "write_mode"),
+            ("[store]\nstrict = true", "strict = true needs"),
             ("[types.coin]\nmax_amount = 0", "max_amount"),
         ];
         for (extra, want) in bad {
@@ -798,6 +828,7 @@ mod tests {
                 ),
                 ("REWARD_SDK__STORE__REDIS_URL".into(), "redis://x:1".into()),
                 ("REWARD_SDK__STORE__STRICT".into(), "true".into()),
+                ("REWARD_SDK__STORE__WRITE_MODE".into(), "direct".into()),
                 ("OTHER".into(), "ignored".into()),
             ],
         )

@@ -12,23 +12,25 @@
 //!
 //! # What `send_reward` does, in order
 //! 1. validates the request and its reward type (typed [`SendError::Invalid`]);
-//! 2. reserves room in the reward type's virtual queue (waits at most
-//!    `batch.enqueue_wait_ms`, then [`SendError::Backpressure`]);
-//! 3. seals the token and writes it to Redis (a user over the per-activity cap gets
-//!    [`SendError::TooManyTokens`]; a Redis failure is counted and, unless
-//!    `store.strict`, does not fail the reward, as in the source design);
+//! 2. takes a place for its token write and reserves room in the reward type's
+//!    virtual queue (each waits at most `batch.enqueue_wait_ms`, then
+//!    [`SendError::Backpressure`]: the token writer or the queue is behind);
+//! 3. seals the token and hands its write to the store. In the default
+//!    (`store.write_mode = "deferred"`) the call does not wait for Redis
+//!    ([`Stored::Deferred`]): it holds no round trip, microseconds whatever Redis is
+//!    doing. In `direct` mode it waits, and a user over the per-activity cap gets
+//!    [`SendError::TooManyTokens`]. In every mode a write Redis fails or times out is
+//!    retried in the background until it lands (late rather than never) or
+//!    `store.retry_for_ms` passes; with `store.strict` (direct mode only) a failed
+//!    first attempt refuses the reward instead;
 //! 4. hands the event to the queue and returns the token. It never waits for a broker.
 //!
-//! A failure in steps 1-3 leaves nothing behind: the reserved slot is released, no
-//! event is sent, and a refused write stores no token. Once the slot is reserved,
-//! step 4 cannot fail, so a stored token always has its event.
-//!
-//! With `store.write_mode = "deferred"` step 3 hands the write over without waiting
-//! for Redis ([`Stored::Deferred`]), so the call holds no round trip at all: a
-//! microseconds-long call whatever Redis is doing. The cap and Redis failures then
-//! cannot refuse the reward (it has been answered already); they are counted in
-//! [`Sdk::token_write_failures`] and the token goes unlisted, as a failed write does
-//! in the default mode. The trade is written up in [`store`].
+//! A refusal in steps 1-3 leaves nothing behind: the place and the reserved slot are
+//! released, no event is sent, and a refused write stores no token. Once the slot is
+//! reserved, step 4 cannot fail, so a stored token always has its event. Why deferred
+//! is the default, with figures, and what it gives up is in [`store`]; tokens that
+//! were never stored are counted ([`Sdk::token_write_failures`]) and reported by
+//! [`Sdk::close`].
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,7 +59,7 @@ pub mod token;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -67,7 +69,7 @@ use prost::Message as _;
 use crate::config::{ConfigError, ProducerConfig, Routing, SdkConfig};
 use crate::queue::{CloseReport, Engine, EnqueueError, Envelope, Producer, StatsSnapshot};
 use crate::request::{RequestError, RewardRequest};
-use crate::store::{StoreError, TokenStore};
+use crate::store::{StoreError, Submitted, TokenStore};
 use crate::token::{KeyRing, KeyRingError, SealError, TokenCodec};
 
 /// A reward accepted by the SDK.
@@ -86,13 +88,25 @@ pub struct IssuedToken {
 /// What became of a token's write to the store when `send_reward` returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
-    /// Redis confirmed it.
+    /// Redis confirmed it (direct and batched modes).
     Yes,
-    /// Redis failed; counted, and the reward goes on (never in strict mode).
-    Failed,
+    /// The first attempt failed (direct and batched modes, not strict); the write is
+    /// retried in the background until it lands or `store.retry_for_ms` passes.
+    Retrying,
     /// Handed to the store's writer without waiting (`store.write_mode =
-    /// "deferred"`); a failure is counted when Redis answers.
+    /// "deferred"`, the default); retried in the background if Redis fails.
     Deferred,
+}
+
+/// What pushed back on a `send_reward`: slow down or retry later.
+#[derive(Debug, thiserror::Error)]
+pub enum Pushback {
+    /// The reward type's virtual queue stayed full for the whole wait.
+    #[error(transparent)]
+    Queue(EnqueueError),
+    /// The token writer is behind Redis ([`StoreError::Backlog`]).
+    #[error(transparent)]
+    TokenWrites(StoreError),
 }
 
 /// Why `send_reward` refused a reward. Nothing was sent for it.
@@ -101,9 +115,10 @@ pub enum SendError {
     /// The request is malformed.
     #[error(transparent)]
     Invalid(#[from] RequestError),
-    /// The queue stayed full for the whole wait: slow down or retry later.
+    /// The event queue or the token writer stayed full for the whole wait
+    /// (`batch.enqueue_wait_ms`): slow down or retry later. Nothing was kept.
     #[error(transparent)]
-    Backpressure(EnqueueError),
+    Backpressure(Pushback),
     /// `close` has begun.
     #[error("the SDK is closing")]
     Closed,
@@ -125,7 +140,7 @@ impl From<EnqueueError> for SendError {
     fn from(e: EnqueueError) -> Self {
         match e {
             EnqueueError::Closed => SendError::Closed,
-            other => SendError::Backpressure(other),
+            other => SendError::Backpressure(Pushback::Queue(other)),
         }
     }
 }
@@ -230,7 +245,6 @@ impl SdkBuilder {
             store,
             engine,
             routing,
-            token_write_failures: AtomicU64::new(0),
             watcher: std::sync::Mutex::new(None),
             config: cfg,
         });
@@ -248,7 +262,6 @@ struct Inner {
     store: TokenStore,
     engine: Arc<Engine>,
     routing: Arc<ArcSwap<Routing>>,
-    token_write_failures: AtomicU64,
     watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -327,6 +340,14 @@ impl Sdk {
             (queue.to_string(), max)
         };
         req.check_amount(max_amount)?;
+        // A place for the token write first: when the writer is behind Redis the
+        // reward is refused here, before anything is reserved or minted.
+        let wait = Duration::from_millis(inner.config.batch.enqueue_wait_ms);
+        let held = match inner.store.hold(wait).await {
+            Ok(h) => h,
+            Err(StoreError::Closed) => return Err(SendError::Closed),
+            Err(e) => return Err(SendError::Backpressure(Pushback::TokenWrites(e))),
+        };
         let slot = inner.engine.reserve(&queue).await?;
         let now = now_ms();
         let ttl_ms =
@@ -347,39 +368,28 @@ impl Sdk {
             engine: &inner.engine,
             parts: Some((slot, env)),
         };
-        let deferred = inner.config.store.write_mode == config::WriteMode::Deferred;
-        let write = if deferred {
-            inner
-                .store
-                .put_deferred(
-                    &req.user.user_id,
-                    &req.activity_id,
-                    &req.trade_no,
-                    sealed.clone(),
-                )
-                .await
-        } else {
-            inner
-                .store
-                .put(&req.user.user_id, &req.activity_id, &req.trade_no, &sealed)
-                .await
-        };
+        let write = inner
+            .store
+            .submit(
+                held,
+                &req.user.user_id,
+                &req.activity_id,
+                &req.trade_no,
+                sealed.clone(),
+            )
+            .await;
         let stored = match write {
-            Ok(()) if deferred => Stored::Deferred,
-            Ok(()) => Stored::Yes,
+            Ok(Submitted::Stored) => Stored::Yes,
+            Ok(Submitted::Deferred) => Stored::Deferred,
+            Ok(Submitted::Retrying) => Stored::Retrying,
             Err(StoreError::CapReached { cap }) => {
                 pending.cancel();
                 return Err(SendError::TooManyTokens { cap });
             }
-            Err(e) if inner.config.store.strict => {
+            // Only strict mode hears a failed write (else it is retried).
+            Err(e) => {
                 pending.cancel();
                 return Err(SendError::Store(e));
-            }
-            Err(e) => {
-                inner.token_write_failures.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
-                tracing::warn!(trade_no = %req.trade_no, error = %e, "token not stored; the reward goes on");
-                Stored::Failed
             }
         };
         pending.send();
@@ -503,16 +513,12 @@ impl Sdk {
         self.inner.engine.stats()
     }
 
-    /// Token writes that failed (outside strict mode) since start, deferred writes that
-    /// failed or that the cap refused included.
+    /// Token writes since start whose reward went on but whose token will never be
+    /// stored: given up after `store.retry_for_ms` of retries, or (deferred mode)
+    /// refused by the per-user cap. Writes still being retried are not counted here;
+    /// [`Sdk::close`] reports those left at its deadline.
     pub fn token_write_failures(&self) -> u64 {
-        self.inner.token_write_failures.load(Ordering::Relaxed)
-            + self
-                .inner
-                .store
-                .stats()
-                .deferred_failed
-                .load(Ordering::Relaxed)
+        self.inner.store.stats().unstored.load(Ordering::Relaxed)
     }
 
     /// Bytes waiting in the spool.
@@ -587,6 +593,14 @@ impl Sdk {
             .store
             .flush(until.saturating_duration_since(tokio::time::Instant::now()))
             .await;
+        report.tokens_unstored = self.token_write_failures();
+        if report.tokens_left > 0 || report.tokens_unstored > 0 {
+            tracing::warn!(
+                left = report.tokens_left,
+                given_up = report.tokens_unstored,
+                "closing with token writes not stored: their rewards went on without a listed token"
+            );
+        }
         report
     }
 }

@@ -10,48 +10,61 @@
 //! # Writes
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
 //! holds `max_tokens_per_user` (re-writing an existing trade number is always allowed:
-//! the same reward issued twice is one token). How writes travel is
-//! [`crate::config::WriteMode`]:
-//! - **direct** (default): the caller sends its script call on the next pooled
-//!   connection and awaits the reply. fred pipelines concurrent commands on a
-//!   connection by itself, so many callers still share round trips, and a write takes
-//!   no extra task hop. Measured (BENCHMARKS.md): median `send_reward` ≈0.4 ms against
-//!   ≈0.9 ms for batched, same throughput;
-//! - **batched**: one writer task gathers every caller's write and sends explicit
-//!   pipelines of up to `pipeline_max` scripts, at most `pool_size` at once; each
-//!   write then passes through two more tasks (writer, pipeline) before its reply;
-//! - **deferred**: the write goes to the same writer task, and the caller does not
-//!   wait for its reply ([`TokenStore::put_deferred`]). `send_reward` then costs no
-//!   Redis round trip at all: its latency is the SDK's own CPU work (validation, the
-//!   mint, two channel sends), a few microseconds, whatever Redis and the machine are
-//!   doing. The price, chosen knowingly by whoever sets the mode: the answer comes
-//!   after the call has returned, so a failed write or one refused by the cap cannot
-//!   fail the reward; both are counted ([`StoreStats::deferred_failed`], the SDK's
-//!   `token_write_failures`) and the reward goes on without a listed token, exactly
-//!   as a failed write does outside strict mode (the brief's own behaviour: the
-//!   source design never retried token writes either). The cap then bounds the
-//!   hash's size rather than refusing rewards. A deferred write is in memory until
-//!   Redis answers (usually well under a millisecond); `close` waits for them, but a
-//!   crash loses the unanswered ones, which is the same as a failed write. A wallet
-//!   that checks the token in the moment before its write lands is told `UNKNOWN`
-//!   (the reward service never credits an unknown token from the wallet: its event
-//!   is still on the way), and `LEGAL` once it has. Strict mode and deferred writes
-//!   contradict each other, so the config refuses the pair.
+//! the same reward issued twice is one token, which is also what makes a retried
+//! write harmless). How writes travel is [`crate::config::WriteMode`]:
+//! - **deferred** (default): the write goes to one writer task, which sends explicit
+//!   pipelines of up to `pipeline_max` scripts, at most `pool_size` at once, and the
+//!   caller does not wait for the reply ([`TokenStore::submit`] answers
+//!   [`Submitted::Deferred`]). `send_reward` then holds no Redis round trip: its
+//!   latency is the SDK's own CPU work (validation, the mint, two channel sends),
+//!   microseconds whatever Redis is doing. Measured (BENCHMARKS.md, `loadtest
+//!   bench`): call p99 at half load ≈20 µs deferred against ≈1.7 ms direct, and the
+//!   same or better throughput. What it gives up: the per-user cap can no longer
+//!   refuse the reward (the call has returned; a capped write is counted in
+//!   [`StoreStats::unstored`] instead), and a wallet that checks the token in the
+//!   millisecond before its write lands is told `UNKNOWN`, then `LEGAL`;
+//! - **direct**: the caller sends its script call on the next pooled connection and
+//!   awaits the reply (fred pipelines concurrent commands on a connection by itself).
+//!   The cap refuses the reward (`TooManyTokens`) and `strict` can fail it;
+//! - **batched**: as direct, but the call goes through the writer task's explicit
+//!   pipelines (two more task hops per write).
 //!
-//! In every mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads
-//! the script again and sends once more; the script is idempotent per field.
+//! # When Redis is slow or failing: retries and back-pressure
+//! A write that fails or times out is not dropped. It is retried in the background
+//! with capped exponential backoff (100 ms doubling to 2 s, with jitter) until it is
+//! stored, the cap refuses it, Redis refuses the command itself (a key of another
+//! type: that fails the same way every time), or `retry_for_ms` has passed since its
+//! first attempt (then it is given up: counted in [`StoreStats::unstored`], the
+//! `reward_sdk_token_write_failures_total` counter, and a log line at most once a
+//! second). Given up means "not confirmed": an attempt that timed out may still be in
+//! a socket and run when Redis recovers, so a given-up token can appear later.
+//! A timed-out write may have landed; sending it again is harmless (same field, same
+//! value). In direct and batched modes the first attempt is the caller's, and a
+//! failure hands the write to the same retry path ([`Submitted::Retrying`]) unless
+//! `strict` is on, in which case the reward is refused.
 //!
-//! Whether a failed write fails the reward is the caller's choice
-//! ([`crate::config::StoreConfig::strict`]); this module reports every outcome.
+//! Every write not yet answered (queued, in flight, waiting for its retry) holds one
+//! of `max_pending` places ([`TokenStore::hold`]). When all are taken the writer has
+//! fallen behind Redis, and a new write waits for a place at most the caller's wait
+//! (`send_reward`: `batch.enqueue_wait_ms`), then is refused with
+//! [`StoreError::Backlog`], which `send_reward` answers as `Backpressure`: the
+//! activity service is told to slow down instead of being handed rewards whose tokens
+//! would never be stored. The bound also caps the memory the backlog takes
+//! (`max_pending` × about 500 bytes).
+//!
+//! Unanswered writes live in memory: `close` waits for them (its report counts what is
+//! left, `tokens_left`), and a crash loses them, exactly as a failed write. In every
+//! mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads the
+//! script again and sends once more.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::config::{StoreConfig, WriteMode};
 
@@ -66,6 +79,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 ";
 
+/// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest delay between two attempts of a write.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
 /// Token store failures.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -78,6 +96,15 @@ pub enum StoreError {
         /// The cap.
         cap: u32,
     },
+    /// Every place for an unanswered write stayed taken for the whole wait: the
+    /// writer is behind Redis (see "retries and back-pressure" in the module doc).
+    #[error("token writer is behind: {pending} writes not yet stored, none answered in {waited:?}")]
+    Backlog {
+        /// Writes not yet answered (`store.max_pending`).
+        pending: u64,
+        /// How long the call waited for a place.
+        waited: Duration,
+    },
     /// The store is shutting down.
     #[error("token store closed")]
     Closed,
@@ -89,19 +116,53 @@ impl From<fred::error::Error> for StoreError {
     }
 }
 
+/// What became of a write handed to [`TokenStore::submit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// Redis confirmed it.
+    Stored,
+    /// The first attempt failed; it is being retried in the background.
+    Retrying,
+    /// Handed to the writer without waiting (deferred mode).
+    Deferred,
+}
+
+/// One place among `store.max_pending` for a write not yet answered; given back when
+/// the write is answered or given up (dropped).
+#[derive(Debug)]
+pub struct Held {
+    _permit: OwnedSemaphorePermit,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let stats = &self.shared.stats;
+        if stats.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.drained.notify_waiters();
+        }
+    }
+}
+
 struct Write {
     key: String,
     field: String,
     value: String,
     done: Reply,
+    /// Its place, given back when the write is dropped (answered or given up).
+    _held: Held,
+    /// Attempts made so far.
+    attempts: u32,
+    /// When the first attempt was made (retries stop `retry_for_ms` after it).
+    first: Instant,
 }
 
 /// Who hears a write's outcome.
 enum Reply {
-    /// A caller waiting for it.
-    Wait(oneshot::Sender<Result<(), StoreError>>),
-    /// Nobody: the writer counts it ([`TokenStore::put_deferred`]).
-    Deferred,
+    /// A caller waiting for it (batched mode's first attempt).
+    Wait(oneshot::Sender<Result<Submitted, StoreError>>),
+    /// Nobody: the writer counts it, and retries it while Redis fails.
+    Background,
 }
 
 /// Counts since start.
@@ -111,14 +172,53 @@ pub struct StoreStats {
     pub written: AtomicU64,
     /// Writes refused by the cap.
     pub capped: AtomicU64,
-    /// Writes that failed in Redis.
+    /// Attempts that failed in Redis (a write retried until it lands counts each).
     pub failed: AtomicU64,
+    /// Attempts that were retries of a failed one.
+    pub retried: AtomicU64,
+    /// Writes that will never be stored although their reward went on: given up after
+    /// `retry_for_ms`, or refused by the cap with nobody waiting (deferred mode).
+    pub unstored: AtomicU64,
     /// Pipelines sent.
     pub pipelines: AtomicU64,
-    /// Deferred writes handed over and not yet answered by Redis.
-    pub deferred_pending: AtomicU64,
-    /// Deferred writes that failed or that the cap refused (their rewards went on).
-    pub deferred_failed: AtomicU64,
+    /// Writes not yet answered (queued, in flight, waiting for a retry).
+    pub pending: AtomicU64,
+}
+
+/// What the writer task and every held place share.
+struct Shared {
+    stats: StoreStats,
+    /// Told when the last pending write is answered.
+    drained: Notify,
+    /// `max_pending` places.
+    room: Arc<Semaphore>,
+    cfg: Arc<StoreConfig>,
+    /// The writer's queue, for retries (weak: the store's handles own the queue).
+    requeue: mpsc::WeakUnboundedSender<Write>,
+    /// When the last give-up was logged (ms since `started`): one line a second at most.
+    logged_ms: AtomicU64,
+    started: Instant,
+}
+
+impl Shared {
+    /// Whether a warning may be logged now (at most one a second).
+    fn may_log(&self) -> bool {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.logged_ms.load(Ordering::Relaxed);
+        (last == 0 || now.saturating_sub(last) >= 1_000)
+            && self
+                .logged_ms
+                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A handle to the token store; cheap to clone.
@@ -127,18 +227,16 @@ pub struct TokenStore {
     sha: Arc<String>,
     pool: Pool,
     cfg: Arc<StoreConfig>,
-    /// The writer task's queue (batched and deferred writes).
-    tx: mpsc::Sender<Write>,
-    stats: Arc<StoreStats>,
-    /// Told when the last pending deferred write is answered.
-    drained: Arc<Notify>,
+    /// The writer task's queue (batched and deferred writes, retries).
+    tx: mpsc::UnboundedSender<Write>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenStore")
             .field("key_prefix", &self.cfg.key_prefix)
-            .field("stats", &self.stats)
+            .field("stats", &self.shared.stats)
             .finish_non_exhaustive()
     }
 }
@@ -161,29 +259,26 @@ impl TokenStore {
         pool.init().await?;
         let sha: String = pool.next().script_load(WRITE_LUA).await?;
         let cfg = Arc::new(cfg);
-        let stats = Arc::new(StoreStats::default());
         let sha = Arc::new(sha);
-        // The writer runs in every mode: direct mode's `put` does not use it, but
-        // `put_deferred` does.
-        let drained = Arc::new(Notify::new());
-        let (tx, rx) = mpsc::channel(cfg.pipeline_max * cfg.pool_size * 4);
-        tokio::spawn(writer(
-            pool.clone(),
-            cfg.clone(),
-            sha.clone(),
-            rx,
-            Counts {
-                stats: stats.clone(),
-                drained: drained.clone(),
-            },
-        ));
+        // Unbounded: the places (`max_pending`) bound what it can hold.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            stats: StoreStats::default(),
+            drained: Notify::new(),
+            room: Arc::new(Semaphore::new(cfg.max_pending)),
+            cfg: cfg.clone(),
+            requeue: tx.downgrade(),
+            logged_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        });
+        // The writer runs in every mode: retries go through it.
+        tokio::spawn(writer(pool.clone(), sha.clone(), rx, shared.clone()));
         Ok(Self {
             sha,
             pool,
             cfg,
             tx,
-            stats,
-            drained,
+            shared,
         })
     }
 
@@ -194,10 +289,86 @@ impl TokenStore {
 
     /// Counts since start.
     pub fn stats(&self) -> &StoreStats {
-        &self.stats
+        &self.shared.stats
     }
 
-    /// Stores a sealed token and waits for Redis's answer (in deferred mode too).
+    /// Takes a place for one write, waiting at most `wait` for one to free up;
+    /// [`StoreError::Backlog`] when none did (the writer is behind Redis).
+    pub async fn hold(&self, wait: Duration) -> Result<Held, StoreError> {
+        let room = self.shared.room.clone();
+        let permit = match room.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                match tokio::time::timeout(wait, room.acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(StoreError::Closed),
+                    Err(_) => {
+                        metrics::counter!("reward_sdk_token_write_backlog_refusals_total")
+                            .increment(1);
+                        return Err(StoreError::Backlog {
+                            pending: self.shared.stats.pending.load(Ordering::Acquire),
+                            waited: wait,
+                        });
+                    }
+                }
+            }
+        };
+        self.shared.stats.pending.fetch_add(1, Ordering::AcqRel);
+        Ok(Held {
+            _permit: permit,
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Writes a sealed token in the configured mode, holding `held` until Redis has
+    /// answered. Deferred: hands it over and answers [`Submitted::Deferred`]. Direct and
+    /// batched: makes the first attempt and waits for it; a cap refusal is returned; a
+    /// Redis failure is returned when `strict` is on, else the write is retried in the
+    /// background ([`Submitted::Retrying`]).
+    pub async fn submit(
+        &self,
+        held: Held,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+        sealed: String,
+    ) -> Result<Submitted, StoreError> {
+        let mode = self.cfg.write_mode;
+        let (done, answer) = match mode {
+            WriteMode::Batched => {
+                let (tx, rx) = oneshot::channel();
+                (Reply::Wait(tx), Some(rx))
+            }
+            WriteMode::Direct | WriteMode::Deferred => (Reply::Background, None),
+        };
+        let w = Write {
+            key: self.key(user_id, activity_id),
+            field: trade_no.to_string(),
+            value: sealed,
+            done,
+            _held: held,
+            attempts: 1,
+            first: Instant::now(),
+        };
+        match (mode, answer) {
+            (WriteMode::Direct, _) => {
+                let r = self.put_direct(&w.key, &w.field, &w.value).await;
+                settle(&self.shared, w, r, true)
+            }
+            (_, Some(rx)) => {
+                self.tx.send(w).map_err(|_| StoreError::Closed)?;
+                rx.await.map_err(|_| StoreError::Closed)?
+            }
+            (_, None) => {
+                self.tx.send(w).map_err(|_| StoreError::Closed)?;
+                Ok(Submitted::Deferred)
+            }
+        }
+    }
+
+    /// Stores a sealed token and waits for Redis's answer: one attempt, no retry, no
+    /// place taken (for tools and tests; `send_reward` uses [`TokenStore::submit`]).
     pub async fn put(
         &self,
         user_id: &str,
@@ -206,66 +377,35 @@ impl TokenStore {
         sealed: &str,
     ) -> Result<(), StoreError> {
         let key = self.key(user_id, activity_id);
-        if self.cfg.write_mode == WriteMode::Direct {
-            // Direct: no channel, no owned copies of the field and the token.
-            return self.put_direct(&key, trade_no, sealed).await;
-        }
-        let (done, rx) = oneshot::channel();
-        let w = Write {
-            key,
-            field: trade_no.to_string(),
-            value: sealed.to_string(),
-            done: Reply::Wait(done),
-        };
-        self.tx.send(w).await.map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        let r = self.put_direct(&key, trade_no, sealed).await;
+        outcome(r, self.cfg.max_tokens_per_user, &self.shared.stats)
     }
 
-    /// Hands a sealed token to the writer task and returns without waiting for Redis
-    /// (see "deferred" in the module doc). Waits only while the writer's queue is full,
-    /// which Redis's own timeout bounds. The outcome is counted in [`StoreStats`]: a
-    /// failure or a cap refusal in `deferred_failed`, and is logged.
-    pub async fn put_deferred(
-        &self,
-        user_id: &str,
-        activity_id: &str,
-        trade_no: &str,
-        sealed: String,
-    ) -> Result<(), StoreError> {
-        // Room first, then count, then hand over with no await in between: a caller
-        // that gives up (its future dropped) while waiting for room leaves neither a
-        // write nor a count behind.
-        let permit = self.tx.reserve().await.map_err(|_| StoreError::Closed)?;
-        self.stats.deferred_pending.fetch_add(1, Ordering::AcqRel);
-        permit.send(Write {
-            key: self.key(user_id, activity_id),
-            field: trade_no.to_string(),
-            value: sealed,
-            done: Reply::Deferred,
-        });
-        Ok(())
-    }
-
-    /// Waits until Redis has answered every deferred write, or `deadline` passes;
-    /// returns how many are still unanswered (0 on a clean flush).
+    /// Waits until Redis has answered every write taken so far (retries included), or
+    /// `deadline` passes; returns how many are still unanswered (0 on a clean flush).
     pub async fn flush(&self, deadline: Duration) -> u64 {
         let until = tokio::time::Instant::now() + deadline;
         loop {
-            let notified = self.drained.notified();
+            let notified = self.shared.drained.notified();
             tokio::pin!(notified);
             // Registered before the check, so an answer in between is not missed.
             notified.as_mut().enable();
-            let left = self.stats.deferred_pending.load(Ordering::Acquire);
+            let left = self.shared.stats.pending.load(Ordering::Acquire);
             if left == 0 {
                 return 0;
             }
             if tokio::time::timeout_at(until, notified).await.is_err() {
-                return self.stats.deferred_pending.load(Ordering::Acquire);
+                return self.shared.stats.pending.load(Ordering::Acquire);
             }
         }
     }
 
-    async fn put_direct(&self, key: &str, field: &str, value: &str) -> Result<(), StoreError> {
+    async fn put_direct(
+        &self,
+        key: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<i64, fred::error::Error> {
         let client = self.pool.next();
         let cap = self.cfg.max_tokens_per_user;
         let ttl = i64::try_from(self.cfg.ttl_secs).unwrap_or(i64::MAX);
@@ -277,17 +417,16 @@ impl TokenStore {
                 Value::from(ttl),
             ]
         };
-        let mut r: Result<i64, fred::error::Error> =
+        let r: Result<i64, fred::error::Error> =
             client.evalsha(self.sha.as_str(), key, args()).await;
         if matches!(&r, Err(e) if e.details().starts_with("NOSCRIPT")) {
-            r = match client.script_load::<String, _>(WRITE_LUA).await {
+            return match client.script_load::<String, _>(WRITE_LUA).await {
                 Ok(_) => client.evalsha(self.sha.as_str(), key, args()).await,
                 Err(e) => Err(e),
             };
         }
-        outcome(r, cap, &self.stats)
+        r
     }
-
     /// Every token of a user in an activity: trade number → sealed token.
     pub async fn list(
         &self,
@@ -336,22 +475,96 @@ impl TokenStore {
     }
 }
 
-/// The writer task's counters and the flush signal.
-#[derive(Clone)]
-struct Counts {
-    stats: Arc<StoreStats>,
-    drained: Arc<Notify>,
+/// What a write's answer means, counted; retries a Redis failure unless a waiting
+/// caller in strict mode takes the error. `caller` is true for a caller's own first
+/// attempt (it hears cap refusals and, in strict mode, failures).
+fn settle(
+    shared: &Arc<Shared>,
+    mut w: Write,
+    reply: Result<i64, fred::error::Error>,
+    caller: bool,
+) -> Result<Submitted, StoreError> {
+    let cfg = &shared.cfg;
+    let permanent = matches!(&reply, Err(e) if !transient(e));
+    match outcome(reply, cfg.max_tokens_per_user, &shared.stats) {
+        Ok(()) => Ok(Submitted::Stored),
+        Err(e @ StoreError::CapReached { .. }) => {
+            if !caller {
+                // Nobody to refuse: the reward went on without its token.
+                shared.stats.unstored.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
+            }
+            Err(e)
+        }
+        Err(e) if caller && cfg.strict => Err(e),
+        Err(e) => {
+            let retry_for = Duration::from_millis(cfg.retry_for_ms);
+            if permanent || w.first.elapsed() >= retry_for {
+                give_up(shared, 1, &e);
+                return Err(e);
+            }
+            w.done = Reply::Background;
+            w.attempts += 1;
+            let delay = backoff(w.attempts);
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let sent = match shared.requeue.upgrade() {
+                    Some(tx) => tx.send(w).is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    give_up(&shared, 1, &StoreError::Closed);
+                }
+            });
+            Ok(Submitted::Retrying)
+        }
+    }
+}
+
+/// Whether a failed attempt may succeed if sent again: a timeout, a dropped
+/// connection, a busy, loading or failing-over server. A refusal of the command itself
+/// (wrong type under the key, a malformed argument) fails the same way every time.
+fn transient(e: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind as K;
+    !matches!(
+        e.kind(),
+        K::InvalidArgument | K::InvalidCommand | K::Parse | K::Url | K::Config
+    )
+}
+
+/// Counts `n` writes as never to be stored, with one log line.
+fn give_up(shared: &Shared, n: u64, e: &StoreError) {
+    shared.stats.unstored.fetch_add(n, Ordering::Relaxed);
+    metrics::counter!("reward_sdk_token_write_failures_total").increment(n);
+    if !shared.may_log() {
+        return;
+    }
+    tracing::warn!(
+        writes = n,
+        error = %e,
+        retry_for_ms = shared.cfg.retry_for_ms,
+        total_given_up = shared.stats.unstored.load(Ordering::Relaxed),
+        "token writes given up after retrying; their rewards went on without a stored token"
+    );
+}
+
+/// The delay before attempt `attempts` (2 or more): 100 ms doubling to 2 s, then a
+/// random 50-100 % of it so a fleet of SDKs does not retry in step.
+fn backoff(attempts: u32) -> Duration {
+    let exp = attempts.saturating_sub(2).min(8);
+    let full = RETRY_FIRST.saturating_mul(1 << exp).min(RETRY_MAX);
+    full.mul_f64(rand::random_range(0.5..=1.0))
 }
 
 async fn writer(
     pool: Pool,
-    cfg: Arc<StoreConfig>,
     sha: Arc<String>,
-    mut rx: mpsc::Receiver<Write>,
-    counts: Counts,
+    mut rx: mpsc::UnboundedReceiver<Write>,
+    shared: Arc<Shared>,
 ) {
+    let cfg = shared.cfg.clone();
     let lanes = Arc::new(Semaphore::new(cfg.pool_size));
-    let ttl = i64::try_from(cfg.ttl_secs).unwrap_or(i64::MAX);
     loop {
         let Some(first) = rx.recv().await else {
             break;
@@ -365,30 +578,32 @@ async fn writer(
         }
         // Once a batch, not once a write: the backlog Redis has not answered yet.
         metrics::gauge!("reward_sdk_token_writes_pending")
-            .set(counts.stats.deferred_pending.load(Ordering::Relaxed) as f64);
+            .set(shared.stats.pending.load(Ordering::Relaxed) as f64);
         // At most pool_size pipelines in flight; the next batch gathers meanwhile.
         let Ok(permit) = lanes.clone().acquire_owned().await else {
             break;
         };
         let client = pool.next().clone();
-        let (sha, counts, cap) = (sha.clone(), counts.clone(), cfg.max_tokens_per_user);
+        let (sha, shared) = (sha.clone(), shared.clone());
         tokio::spawn(async move {
-            send_pipeline(&client, &sha, batch, cap, ttl, &counts).await;
+            send_pipeline(&client, &sha, batch, &shared).await;
             drop(permit);
         });
     }
 }
 
-async fn send_pipeline(
-    client: &Client,
-    sha: &str,
-    batch: Vec<Write>,
-    cap: u32,
-    ttl: i64,
-    counts: &Counts,
-) {
-    let stats = &*counts.stats;
+async fn send_pipeline(client: &Client, sha: &str, batch: Vec<Write>, shared: &Arc<Shared>) {
+    let stats = &shared.stats;
+    let (cap, ttl) = (
+        shared.cfg.max_tokens_per_user,
+        i64::try_from(shared.cfg.ttl_secs).unwrap_or(i64::MAX),
+    );
     stats.pipelines.fetch_add(1, Ordering::Relaxed);
+    let retries = batch.iter().filter(|w| w.attempts > 1).count() as u64;
+    if retries > 0 {
+        stats.retried.fetch_add(retries, Ordering::Relaxed);
+        metrics::counter!("reward_sdk_token_write_retries_total").increment(retries);
+    }
     let mut results = run_pipeline(client, sha, &batch, cap, ttl).await;
     let noscript = results
         .iter()
@@ -401,33 +616,28 @@ async fn send_pipeline(
             Err(e) => results = batch.iter().map(|_| Err(e.clone())).collect(),
         }
     }
-    let (mut answered, mut failed, mut first_error) = (0_u64, 0_u64, None);
-    for (w, r) in batch.into_iter().zip(results) {
-        let result = outcome(r, cap, stats);
-        match w.done {
-            // The caller may have given up waiting; nothing to do then.
-            Reply::Wait(tx) => {
-                let _ = tx.send(result);
-            }
-            Reply::Deferred => {
-                answered += 1;
-                if let Err(e) = result {
-                    failed += 1;
-                    first_error.get_or_insert(e);
-                }
-            }
+    let (mut retrying, mut first_error) = (0_u64, None);
+    for (mut w, r) in batch.into_iter().zip(results) {
+        let done = std::mem::replace(&mut w.done, Reply::Background);
+        let caller = matches!(done, Reply::Wait(_));
+        if let Err(e) = &r {
+            first_error.get_or_insert_with(|| e.to_string());
+        }
+        let result = settle(shared, w, r, caller);
+        if matches!(result, Ok(Submitted::Retrying)) {
+            retrying += 1;
+        }
+        if let Reply::Wait(tx) = done {
+            // The caller may have given up waiting; the write goes on regardless.
+            let _ = tx.send(result);
         }
     }
-    if failed > 0 {
-        stats.deferred_failed.fetch_add(failed, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_token_write_failures_total").increment(failed);
-        if let Some(e) = first_error {
-            // One line per pipeline, not per token: a Redis outage must not flood the log.
-            tracing::warn!(failed, error = %e, "deferred token writes not stored; their rewards go on");
-        }
-    }
-    if answered > 0 && stats.deferred_pending.fetch_sub(answered, Ordering::AcqRel) == answered {
-        counts.drained.notify_waiters();
+    if retrying > 0
+        && let Some(e) = first_error
+        && shared.may_log()
+    {
+        // One line per pipeline, not per token: a Redis outage must not flood the log.
+        tracing::warn!(retrying, error = %e, "token writes failed; retrying in the background");
     }
 }
 

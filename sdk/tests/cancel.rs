@@ -18,7 +18,8 @@ async fn a_send_cancelled_mid_write_still_sends_its_event() {
     let s = stack();
     let tag = unique("cancel");
     let spool = temp_dir("spool-cancel");
-    let sdk = started(&s, &tag, &spool, "", "").await;
+    // Direct mode: the call waits for its write (deferred calls do not wait at all).
+    let sdk = started(&s, &tag, &spool, "write_mode = \"direct\"", "").await;
     let activity = unique("act");
     let redis = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
         .build()

@@ -27,7 +27,10 @@ async fn create_topics(s: &common::Stack, tag: &str) {
     create_rocketmq_topics(&s.namesrv, &t).await.unwrap();
 }
 
-/// Sends `reqs` with `concurrency` callers; returns what was issued, in order.
+/// Sends `reqs` with `concurrency` callers, each a closed loop that, told to slow down
+/// (`Backpressure`: the queue or the token writer is behind), waits a millisecond and
+/// sends the same request again, as an activity service should; returns what was
+/// issued.
 async fn send_all(
     sdk: &Sdk,
     reqs: Vec<RewardRequest>,
@@ -40,10 +43,15 @@ async fn send_all(
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
             for r in reqs.iter().skip(w).step_by(concurrency) {
-                let issued = sdk
-                    .send_reward(r.clone())
-                    .await
-                    .unwrap_or_else(|e| panic!("send {}: {e}", r.trade_no));
+                let issued = loop {
+                    match sdk.send_reward(r.clone()).await {
+                        Ok(t) => break t,
+                        Err(SendError::Backpressure(_)) => {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => panic!("send {}: {e}", r.trade_no),
+                    }
+                };
                 out.push((r.clone(), issued));
             }
             out
@@ -343,7 +351,15 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     let tag = unique("bad");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-bad");
-    let sdk = started(&s, &tag, &spool, "max_tokens_per_user = 2", "").await;
+    // Direct mode: the call waits for its write, so the cap can refuse the reward.
+    let sdk = started(
+        &s,
+        &tag,
+        &spool,
+        "max_tokens_per_user = 2\nwrite_mode = \"direct\"",
+        "",
+    )
+    .await;
     let activity = unique("act");
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let u = User::new("77");
@@ -432,7 +448,9 @@ async fn deferred_writes_return_at_once_and_close_waits_for_them() {
             .all(|(_, t)| t.stored == sdk::Stored::Deferred)
     );
     // Over the cap: the reward is not refused (it was answered before Redis was),
-    // its event goes, and the refusal is counted.
+    // its event goes, and the refusal is counted. The cap counts writes in the order
+    // they land, so the 2 000 land first.
+    assert_eq!(sdk.store().flush(Duration::from_secs(30)).await, 0);
     let rain = RedEnvelopeRain::new(&activity, "cash");
     let over = sdk
         .send_reward(rain.grab(&User::new("1000"), 9_999, 5))

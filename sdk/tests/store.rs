@@ -1,5 +1,7 @@
-//! The token store's two write modes against the real Redis of the local stack
-//! (`ops/stack up`; fails, never skips): the same outcomes, the same counts.
+//! The token store's write modes against a real Redis: the stack's (`ops/stack up`;
+//! fails, never skips), and for the outage tests a private `redis-server` of this
+//! test's own, stopped with SIGSTOP (a hung server: connections stay open, nothing
+//! answers) and resumed with SIGCONT, so no other test sees the outage.
 
 // Helpers may unwrap: a failure here is a failed test (clippy's allow-unwrap-in-tests
 // covers only the test functions themselves).
@@ -7,33 +9,59 @@
 
 mod common;
 
-use sdk::config::{StoreConfig, WriteMode};
-use sdk::store::{StoreError, TokenStore};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-async fn store(mode: WriteMode, cap: u32) -> TokenStore {
-    let s = common::stack();
-    let cfg = StoreConfig {
-        redis_url: s.redis_url,
+use sdk::config::{StoreConfig, WriteMode};
+use sdk::store::{StoreError, Submitted, TokenStore};
+
+fn cfg(redis_url: String, mode: WriteMode, cap: u32) -> StoreConfig {
+    StoreConfig {
+        redis_url,
         key_prefix: common::unique("store-test"),
         max_tokens_per_user: cap,
         write_mode: mode,
         timeout_ms: 10_000,
         ..StoreConfig::default()
-    };
-    TokenStore::connect(cfg).await.unwrap()
+    }
+}
+
+async fn store(mode: WriteMode, cap: u32) -> TokenStore {
+    TokenStore::connect(cfg(common::stack().redis_url, mode, cap))
+        .await
+        .unwrap()
+}
+
+fn n(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// One write the way `send_reward` makes it: a place, then the mode's submit.
+async fn submit(
+    st: &TokenStore,
+    user: &str,
+    trade: &str,
+    sealed: &str,
+) -> Result<Submitted, StoreError> {
+    let held = st.hold(Duration::from_secs(10)).await?;
+    st.submit(held, user, "act", trade, sealed.to_string())
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_write_modes_store_cap_and_count_alike() {
+async fn waiting_write_modes_store_cap_and_count_alike() {
     for mode in [WriteMode::Direct, WriteMode::Batched] {
         let st = store(mode, 3).await;
         for i in 0..3 {
-            st.put("u1", "act", &format!("t{i}"), &format!("sealed{i}"))
-                .await
-                .unwrap_or_else(|e| panic!("{mode:?}: write {i}: {e}"));
+            let r = submit(&st, "u1", &format!("t{i}"), &format!("sealed{i}")).await;
+            assert!(
+                matches!(r, Ok(Submitted::Stored)),
+                "{mode:?}: write {i}: {r:?}"
+            );
         }
         // A fourth trade number is over the cap; re-writing a held one is not.
-        let over = st.put("u1", "act", "t3", "sealed3").await;
+        let over = submit(&st, "u1", "t3", "sealed3").await;
         assert!(
             matches!(over, Err(StoreError::CapReached { cap: 3 })),
             "{mode:?}: {over:?}"
@@ -44,31 +72,32 @@ async fn both_write_modes_store_cap_and_count_alike() {
         assert_eq!(held["t0"], "sealed0-again", "{mode:?}");
         assert_eq!(held["t2"], "sealed2", "{mode:?}");
         let stats = st.stats();
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             (n(&stats.written), n(&stats.capped), n(&stats.failed)),
             (4, 1, 0),
             "{mode:?}"
         );
+        // A refusal the caller heard is not an unstored token: its reward was refused.
+        assert_eq!((n(&stats.unstored), n(&stats.pending)), (0, 0), "{mode:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_write_modes_keep_every_concurrent_write() {
-    for mode in [WriteMode::Direct, WriteMode::Batched] {
-        let st = std::sync::Arc::new(store(mode, 500).await);
+async fn every_write_mode_keeps_every_concurrent_write() {
+    for mode in [WriteMode::Direct, WriteMode::Batched, WriteMode::Deferred] {
+        let st = Arc::new(store(mode, 500).await);
         let mut calls = Vec::new();
         for i in 0..2_000u32 {
             let st = st.clone();
             calls.push(tokio::spawn(async move {
                 let user = format!("u{}", i % 50);
-                st.put(&user, "act", &format!("t{i}"), &format!("s{i}"))
-                    .await
+                submit(&st, &user, &format!("t{i}"), &format!("s{i}")).await
             }));
         }
         for c in calls {
             c.await.unwrap().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         }
+        assert_eq!(st.flush(Duration::from_secs(30)).await, 0, "{mode:?}");
         let mut total = 0;
         for u in 0..50 {
             let held = st.list(&format!("u{u}"), "act").await.unwrap();
@@ -78,13 +107,15 @@ async fn both_write_modes_keep_every_concurrent_write() {
             total += held.len();
         }
         assert_eq!(total, 2_000, "{mode:?}: every write is in Redis once");
+        assert_eq!(n(&st.stats().written), 2_000, "{mode:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_writes_land_and_their_refusals_are_counted() {
-    let st = std::sync::Arc::new(store(WriteMode::Deferred, 40).await);
-    // A key of another type makes the script fail (WRONGTYPE): a failed write.
+    let st = Arc::new(store(WriteMode::Deferred, 40).await);
+    // A key of another type makes the script fail (WRONGTYPE): the same every time,
+    // so it is given up at once, not retried.
     let wrong = st.key("u-wrong", "act");
     let _: () = fred::interfaces::KeysInterface::set(
         st.pool().next(),
@@ -102,30 +133,27 @@ async fn deferred_writes_land_and_their_refusals_are_counted() {
         let st = st.clone();
         calls.push(tokio::spawn(async move {
             let user = format!("u{}", i % 20);
-            st.put_deferred(&user, "act", &format!("t{i}"), format!("s{i}"))
-                .await
+            submit(&st, &user, &format!("t{i}"), &format!("s{i}")).await
         }));
     }
     for c in calls {
-        c.await.unwrap().unwrap();
+        assert_eq!(c.await.unwrap().unwrap(), Submitted::Deferred);
     }
     for i in 0..3 {
-        st.put_deferred("u-wrong", "act", &format!("w{i}"), "x".into())
-            .await
-            .unwrap();
+        submit(&st, "u-wrong", &format!("w{i}"), "x").await.unwrap();
     }
-    assert_eq!(st.flush(std::time::Duration::from_secs(30)).await, 0);
-    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
     let stats = st.stats();
     assert_eq!(
         (
             n(&stats.written),
             n(&stats.capped),
             n(&stats.failed),
-            n(&stats.deferred_failed),
-            n(&stats.deferred_pending)
+            n(&stats.retried),
+            n(&stats.unstored),
+            n(&stats.pending)
         ),
-        (800, 200, 3, 203, 0)
+        (800, 200, 3, 0, 203, 0)
     );
     let mut total = 0;
     for u in 0..20 {
@@ -144,5 +172,139 @@ async fn deferred_writes_land_and_their_refusals_are_counted() {
         "{over:?}"
     );
     // Nothing pending: flush returns at once.
-    assert_eq!(st.flush(std::time::Duration::ZERO).await, 0);
+    assert_eq!(st.flush(Duration::ZERO).await, 0);
+}
+
+/// A `redis-server` of this test's own on a free loopback port, killed on drop.
+struct PrivateRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl PrivateRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (ops/stack up installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Self {
+                    child,
+                    url: format!("redis://127.0.0.1:{port}"),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the private redis-server did not answer on port {port}");
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
+    for mode in [WriteMode::Deferred, WriteMode::Direct] {
+        let redis = PrivateRedis::start();
+        let st = Arc::new(
+            TokenStore::connect(StoreConfig {
+                timeout_ms: 300,
+                max_pending: 100,
+                ..cfg(redis.url.clone(), mode, 500)
+            })
+            .await
+            .unwrap(),
+        );
+        // Redis hangs: every attempt times out and is retried in the background.
+        redis.signal("-STOP");
+        let mut calls = Vec::new();
+        for i in 0..100u32 {
+            let st = st.clone();
+            calls.push(tokio::spawn(async move {
+                submit(&st, &format!("u{}", i % 10), &format!("t{i}"), "s").await
+            }));
+        }
+        for c in calls {
+            let r = c.await.unwrap().unwrap();
+            let want = if mode == WriteMode::Deferred {
+                Submitted::Deferred
+            } else {
+                Submitted::Retrying
+            };
+            assert_eq!(r, want, "{mode:?}");
+        }
+        // All 100 places are taken: the 101st write is pushed back, not accepted.
+        let refused = st.hold(Duration::from_millis(200)).await;
+        assert!(
+            matches!(refused, Err(StoreError::Backlog { pending: 100, .. })),
+            "{mode:?}: {refused:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(
+            n(&st.stats().retried) > 0,
+            "{mode:?}: no retry while Redis hung"
+        );
+        // Redis is back: every token lands, late, none given up.
+        redis.signal("-CONT");
+        assert_eq!(st.flush(Duration::from_secs(30)).await, 0, "{mode:?}");
+        let mut total = 0;
+        for u in 0..10 {
+            total += st.list(&format!("u{u}"), "act").await.unwrap().len();
+        }
+        assert_eq!(total, 100, "{mode:?}: every accepted token is stored");
+        assert_eq!(n(&st.stats().unstored), 0, "{mode:?}");
+        // And the places are free again.
+        assert!(st.hold(Duration::ZERO).await.is_ok(), "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_given_up_after_retry_for_and_counted() {
+    let redis = PrivateRedis::start();
+    let st = TokenStore::connect(StoreConfig {
+        timeout_ms: 200,
+        retry_for_ms: 1_000,
+        ..cfg(redis.url.clone(), WriteMode::Deferred, 500)
+    })
+    .await
+    .unwrap();
+    redis.signal("-STOP");
+    for i in 0..20u32 {
+        submit(&st, "u1", &format!("t{i}"), "s").await.unwrap();
+    }
+    // Every write's retries end within retry_for plus one last attempt.
+    assert_eq!(st.flush(Duration::from_secs(20)).await, 0);
+    redis.signal("-CONT");
+    let stats = st.stats();
+    assert_eq!((n(&stats.unstored), n(&stats.written)), (20, 0));
+    assert!(n(&stats.retried) >= 20, "each was retried at least once");
+    // Given up means "not confirmed", not "certainly absent": an attempt that timed
+    // out was still in the socket, and the resumed server may run it. Whatever landed
+    // is one of the writes sent, with its own value.
+    for (trade, sealed) in st.list("u1", "act").await.unwrap() {
+        let i: u32 = trade[1..].parse().unwrap();
+        assert!(i < 20 && sealed == "s", "{trade} = {sealed}");
+    }
 }

@@ -220,10 +220,12 @@ pub struct CloseReport {
     pub left: u64,
     /// Bytes in the spool, waiting for the next start.
     pub spool_bytes: u64,
-    /// Deferred token writes Redis had not answered when the deadline passed (0 unless
-    /// `store.write_mode = "deferred"`). Their rewards are unaffected; the tokens may
-    /// be missing from the store, as after a failed write.
+    /// Token writes Redis had not answered when the deadline passed (queued, in
+    /// flight or waiting for a retry). Their rewards are unaffected; the tokens may be
+    /// missing from the store.
     pub tokens_left: u64,
+    /// Token writes given up since start (see [`crate::Sdk::token_write_failures`]).
+    pub tokens_unstored: u64,
 }
 
 /// Why an event was not accepted.
@@ -588,6 +590,7 @@ impl Engine {
             stats,
             spool_bytes: self.spool_bytes(),
             tokens_left: 0,
+            tokens_unstored: 0,
         }
     }
 }
