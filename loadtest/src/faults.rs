@@ -30,6 +30,12 @@
 //! action = "downstream-timeout-after-credit"   # the wallet credits, then answers
 //! share = 0.5                  # after the service's timeout, for this share of credits
 //! for_secs = 5
+//!
+//!
+//! [[faults]]
+//! at_secs = 20
+//! action = "redis-pause"       # `CLIENT PAUSE` the stack's Redis: every client's
+//! for_secs = 2                 # commands wait (at most 60 s), nothing is lost
 //! ```
 //!
 //! A plan with a downstream fault makes the replay credit through a stand-in wallet
@@ -60,6 +66,9 @@ pub enum Action {
     /// The downstream credits `share` of calls, then answers after the service's
     /// timeout: the in-doubt case.
     DownstreamTimeoutAfterCredit,
+    /// Redis holds every client's commands for `for_secs` (`CLIENT PAUSE ... ALL`):
+    /// a slow Redis, as the SDK's token writes, the claims and the ledger all see it.
+    RedisPause,
 }
 
 /// One fault.
@@ -127,6 +136,7 @@ impl Fault {
                 self.delay_ms.unwrap_or(0),
                 self.for_secs
             ),
+            Action::RedisPause => format!("Redis paused (CLIENT PAUSE) for {} s", self.for_secs),
             Action::DownstreamTimeoutAfterCredit => format!(
                 "downstream answers {:.0}% after crediting, past the timeout, for {} s",
                 self.share.unwrap_or(1.0) * 100.0,
@@ -169,6 +179,11 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
             Action::KillConsumer => {
                 if f.server.is_some() {
                     anyhow::bail!("faults[{i}]: kill-consumer takes no server");
+                }
+            }
+            Action::RedisPause => {
+                if !(f.for_secs > 0.0 && f.for_secs <= 60.0) {
+                    anyhow::bail!("faults[{i}]: redis-pause needs for_secs in (0, 60]");
                 }
             }
             Action::DownstreamFail => match f.share {

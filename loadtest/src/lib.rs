@@ -3,7 +3,7 @@
 //! - [`replay`]: a peak profile ([`profile`]) played through the real SDK with
 //!   open-model arrivals, the services as child processes ([`services`], configs by
 //!   [`setup`]), faults injected ([`faults`], [`wallet`]), then [`reconcile`] and the
-//!   reports ([`report`]);
+//!   reports ([`report`]), judged on money, service levels and validity ([`slo`]);
 //! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
 //!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
 //!   a bare rdkafka consumer);
@@ -25,6 +25,7 @@ pub mod replay;
 pub mod report;
 pub mod services;
 pub mod setup;
+pub mod slo;
 pub mod smoke;
 pub mod stack;
 pub mod wallet;

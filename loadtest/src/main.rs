@@ -34,8 +34,15 @@ struct Cli {
 enum Command {
     /// Replay a peak-traffic profile end to end through the real SDK (open-model
     /// arrivals), wait until every reward is credited, reconcile, and write
-    /// report.json and report.html into the run directory. Exits non-zero if the
-    /// reconciliation fails.
+    /// report.json and report.html into the run directory.
+    ///
+    /// Every run is judged three ways: money (the reconciliation), SLOs (tokens
+    /// stored, send_reward p99, end-to-end p99: the profile's [slo] targets, --slo
+    /// overrides) and validity (the load tester kept to its schedule). Exit status:
+    ///   0  money, SLOs passed, run valid
+    ///   1  money failed, or the run could not be made
+    ///   3  money passed, an SLO failed
+    ///   4  money passed, the run was invalid (the machine could not generate the load)
     ///
     /// Every run gets fresh Redis key prefixes, topics and consumer groups (a tag), so
     /// runs never see each other's data. With --with-services the reward service and
@@ -67,12 +74,21 @@ enum Command {
         /// `--limit coupon=50` to watch the valve hold.
         #[arg(long = "limit", value_name = "TYPE=RATE", value_parser = parse_limit)]
         limits: Vec<(String, f64)>,
+        /// Override one SLO target for this run, NAME=VALUE (repeatable): tokens_stored
+        /// (share, e.g. 0.999), send_p99_ms, end_to_end_p99_ms (a number or `off`),
+        /// start_lag_p99_ms (the validity bound, a number).
+        #[arg(long = "slo", value_name = "NAME=VALUE", value_parser = loadtest::slo::parse_override)]
+        slo: Vec<(String, String)>,
         /// Fault plan (TOML, see loadtest::faults): kill consumers, stop servers.
         #[arg(long)]
         faults: Option<PathBuf>,
         /// Where run directories are created.
         #[arg(long, default_value = "/var/tmp/reward-loadtest")]
         out: PathBuf,
+        /// Requests in flight past which the load tester sheds arrivals; the first shed
+        /// stops the schedule and marks the run invalid.
+        #[arg(long, default_value_t = loadtest::replay::MAX_IN_FLIGHT, value_parser = clap::value_parser!(u64).range(1..))]
+        max_in_flight: u64,
         /// Stop waiting for credits after this many seconds without progress.
         #[arg(long, default_value_t = 60)]
         drain_secs: u64,
@@ -298,8 +314,10 @@ async fn run(cli: Cli) -> ExitCode {
             consumers,
             rocketmq_consumers,
             limits,
+            slo,
             faults,
             out,
+            max_in_flight,
             drain_secs,
             partitions,
             stack_script,
@@ -323,13 +341,17 @@ async fn run(cli: Cli) -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
-            let plan = match Profile::load(&profile).and_then(|p| p.plan(scale, duration)) {
+            let mut plan = match Profile::load(&profile).and_then(|p| p.plan(scale, duration)) {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
+            if let Err(e) = loadtest::slo::apply(&mut plan.slo, &slo) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             let faults = match faults.map(|f| loadtest::faults::load(&f)).transpose() {
                 Ok(f) => f.unwrap_or_default(),
                 Err(e) => {
@@ -358,6 +380,7 @@ async fn run(cli: Cli) -> ExitCode {
                 partitions,
                 stack_script,
                 ceilings,
+                max_in_flight,
                 metrics: None,
             };
             let mut opts = opts;
@@ -412,13 +435,17 @@ async fn run(cli: Cli) -> ExitCode {
                             return ExitCode::FAILURE;
                         }
                     }
-                    if report.reconciliation.passed() {
-                        println!("replay: reconciliation PASS");
-                        ExitCode::SUCCESS
-                    } else {
-                        println!("replay: reconciliation FAIL");
-                        ExitCode::FAILURE
-                    }
+                    println!(
+                        "replay: reconciliation {}",
+                        if report.reconciliation.passed() {
+                            "PASS"
+                        } else {
+                            "FAIL"
+                        }
+                    );
+                    print!("{}", report.verdict.table());
+                    println!("replay: {}", report.verdict.headline);
+                    ExitCode::from(report.verdict.exit_code())
                 }
                 Err(e) => {
                     println!("replay FAILED: {e:#}");

@@ -131,6 +131,10 @@ pub struct Profile {
     pub duplicate_share: f64,
     /// The scenes.
     pub scenes: Vec<Scene>,
+    /// The service-level targets a replay of this profile is judged against
+    /// (`[slo]`; see [`crate::slo`] for the names and defaults).
+    #[serde(default)]
+    pub slo: crate::slo::Targets,
 }
 
 impl Profile {
@@ -168,6 +172,9 @@ impl Profile {
         }
         if self.users == 0 {
             return bad("users must be at least 1".into());
+        }
+        if let Err(e) = self.slo.check() {
+            return bad(format!("[slo]: {}", e.0));
         }
         if !(self.zipf_exponent.is_finite() && self.zipf_exponent >= 0.0) {
             return bad(format!(
@@ -261,6 +268,7 @@ impl Profile {
             zipf_exponent: self.zipf_exponent,
             duplicate_share: self.duplicate_share,
             scenes,
+            slo: self.slo.clone(),
         })
     }
 }
@@ -280,6 +288,8 @@ pub struct Plan {
     pub duplicate_share: f64,
     /// Each scene with its scaled curve.
     pub scenes: Vec<ScenePlan>,
+    /// The SLO targets (the profile's, with the run's overrides).
+    pub slo: crate::slo::Targets,
 }
 
 impl Plan {

@@ -112,6 +112,11 @@ pub struct Reconciliation {
     pub credited: u64,
     /// Sum of sent amounts.
     pub sent_amount: i64,
+    /// Sent trade numbers whose token is in neither the pending nor the credited hash.
+    pub tokens_missing: u64,
+    /// Send time (Unix ms) of each of them (for the timeline).
+    #[serde(skip)]
+    pub tokens_missing_sent_ms: Vec<i64>,
     /// Credit time minus send time of every credited trade, ms (for latency figures).
     #[serde(skip)]
     pub credit_delays_ms: Vec<(i64, i64, String)>,
@@ -216,6 +221,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let mut doubles = 0i64;
     let mut credited = 0u64;
     let mut token_missing = 0u64;
+    let mut token_missing_sent_ms = Vec::new();
     let mut token_unmoved = 0u64;
     let mut token_unsent = 0u64;
     let mut credited_by_scope: BTreeMap<String, i64> = BTreeMap::new();
@@ -272,6 +278,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
                 let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
                 if !pending && !moved && r.stored {
                     token_missing += 1;
+                    token_missing_sent_ms.push(r.sent_unix_ms);
                 }
                 if pending && account.credited.contains_key(&r.trade_no) {
                     token_unmoved += 1;
@@ -374,6 +381,8 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         repeats,
         credited,
         sent_amount: sent.values().map(|r| r.amount).sum(),
+        tokens_missing: token_missing,
         credit_delays_ms: delays,
+        tokens_missing_sent_ms: token_missing_sent_ms,
     })
 }

@@ -9,8 +9,15 @@
 //! (the approach of wrk2 and of k6's arrival-rate executors). Latency is taken from
 //! the request's **intended** start; the lag between intended and actual start (the
 //! load tester's own tardiness, e.g. when the machine is saturated) is reported
-//! beside it. Requests in flight are capped (`MAX_IN_FLIGHT`): past it a request is
-//! shed and counted, never silently dropped.
+//! beside it. Requests in flight are capped (`--max-in-flight`, default
+//! [`MAX_IN_FLIGHT`]): past it a request is shed and counted, never silently dropped.
+//!
+//! # A generator that cannot keep up
+//! When the machine cannot generate the schedule, latency figures describe the load
+//! tester, not the pipeline. The first shed arrival, or a request starting more than
+//! [`crate::slo::ABORT_LAG`] late, stops the schedule early (what was sent is still
+//! drained, credited and reconciled), and the run is reported **invalid**
+//! ([`crate::slo`]), never passed.
 //!
 //! # From send to credit
 //! The ledger keeps each credited trade number's credit time, and `sent.tsv` keeps
@@ -76,6 +83,8 @@ pub struct ReplayOptions {
     /// After the run, measure the parts' ceilings on the same stack (a bare rdkafka
     /// producer, `redis-benchmark` of the claim script) for the report.
     pub ceilings: bool,
+    /// Requests in flight past which arrivals are shed (and the run stops, invalid).
+    pub max_in_flight: u64,
     /// This process's metrics recorder (`--metrics-addr`), scraped at the end into
     /// the run directory beside the children's.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
@@ -109,6 +118,10 @@ pub struct Second {
     pub send_p50_us: u64,
     /// … p99.
     pub send_p99_us: u64,
+    /// The generator's start lag p99 of this second's arrivals, µs.
+    pub start_lag_p99_us: u64,
+    /// Rewards sent in this second whose token is not in the store at the end.
+    pub tokens_missing: u64,
     /// Credits made in this second, per type (filled after reconciliation).
     pub credited: BTreeMap<String, u64>,
     /// End-to-end p50 of the credits of this second, ms.
@@ -171,6 +184,8 @@ pub struct ReplayReport {
     pub profile: String,
     /// Run tag.
     pub tag: String,
+    /// Money, SLOs and validity, with the SLO table ([`crate::slo`]).
+    pub verdict: crate::slo::Verdict,
     /// Replay length, seconds (the schedule).
     pub duration_secs: f64,
     /// Users.
@@ -317,6 +332,8 @@ struct Counters {
     capped: AtomicU64,
     /// Sends the SDK refused (the progress bar's live error count).
     refused: AtomicU64,
+    /// A request started more than [`crate::slo::ABORT_LAG`] late: the schedule stops.
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 /// Runs the schedule of one scene until its curve ends.
@@ -328,6 +345,7 @@ async fn schedule(
     start: Instant,
     samples: mpsc::UnboundedSender<Sample>,
     counters: Arc<Counters>,
+    max_in_flight: u64,
 ) {
     let Counters {
         in_flight,
@@ -339,6 +357,9 @@ async fn schedule(
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut n: u64 = 0;
     while let Some(t) = curve.time_of((n + 1) as f64) {
+        if counters.aborted.load(Ordering::Relaxed) {
+            break;
+        }
         n += 1;
         let due = start + Duration::from_secs_f64(t);
         let now = Instant::now();
@@ -347,9 +368,11 @@ async fn schedule(
         }
         scheduled.fetch_add(1, Ordering::Relaxed);
         let intended_us = (due - start).as_micros() as u64;
-        if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+        if in_flight.load(Ordering::Relaxed) >= max_in_flight {
+            // The generator cannot keep up: the run is invalid; stop it.
             shed.fetch_add(1, Ordering::Relaxed);
-            continue;
+            counters.aborted.store(true, Ordering::Relaxed);
+            break;
         }
         let Some((req, repeat)) = generator.next(&mut rng, repeat_share) else {
             capped.fetch_add(1, Ordering::Relaxed);
@@ -361,6 +384,9 @@ async fn schedule(
         let counters = counters.clone();
         tokio::spawn(async move {
             let started = Instant::now();
+            if started.saturating_duration_since(due) > crate::slo::ABORT_LAG {
+                counters.aborted.store(true, Ordering::Relaxed);
+            }
             let sent_unix_ms = unix_ms();
             let r = sdk.send_reward(req.clone()).await;
             let end = Instant::now();
@@ -412,7 +438,8 @@ struct Collected {
     send: Option<Histogram<u64>>,
     call: Option<Histogram<u64>>,
     lag: Option<Histogram<u64>>,
-    per_second: Vec<(u64, u64, Histogram<u64>)>,
+    /// Per second: accepted, refused, send latency, start lag.
+    per_second: Vec<(u64, u64, Histogram<u64>, Histogram<u64>)>,
     refused: BTreeMap<String, u64>,
     sent: u64,
     repeats: u64,
@@ -692,7 +719,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         while let Some(s) = rx.recv().await {
             let idx = s.second as usize;
             while c.per_second.len() <= idx {
-                c.per_second.push((0, 0, hist()));
+                c.per_second.push((0, 0, hist(), hist()));
             }
             match s.outcome {
                 Ok((r, repeat)) => {
@@ -720,8 +747,10 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             if let Some(h) = c.call.as_mut() {
                 let _ = h.record(s.end_us.saturating_sub(s.start_us).max(1));
             }
+            let lag = s.start_us.saturating_sub(s.intended_us).max(1);
+            let _ = c.per_second[idx].3.record(lag);
             if let Some(h) = c.lag.as_mut() {
-                let _ = h.record(s.start_us.saturating_sub(s.intended_us).max(1));
+                let _ = h.record(lag);
             }
         }
         out.flush()?;
@@ -825,6 +854,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             start,
             tx.clone(),
             counters.clone(),
+            opts.max_in_flight,
         )));
     }
     drop(tx);
@@ -846,6 +876,12 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     bar.finish();
     let collected = collector.await??;
     let send_end = start.elapsed();
+    if counters.aborted.load(Ordering::Relaxed) {
+        eprintln!(
+            "replay: the load tester could not keep to the schedule (an arrival shed, or one started over {} s late); stopped early, the run is INVALID",
+            crate::slo::ABORT_LAG.as_secs()
+        );
+    }
     eprintln!(
         "replay: schedule done in {:.1} s: {} sent, {} refused, {} shed, {} capped draws",
         send_end.as_secs_f64(),
@@ -987,7 +1023,8 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         consumer_counters(&dir)
     };
     let close = sdk.close(Duration::from_secs(30)).await;
-    setup.manifest.token_write_failures = sdk.token_write_failures();
+    // Writes still unanswered at close are as unstored as those given up.
+    setup.manifest.token_write_failures = sdk.token_write_failures() + close.tokens_left;
     setup.manifest.save(&dir)?;
 
     let reconciliation = crate::reconcile::run(&dir).await?;
@@ -1011,7 +1048,8 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         counters.scheduled.load(Ordering::Relaxed),
         counters.shed.load(Ordering::Relaxed),
         &samples,
-        close.stats,
+        sdk_counters(&sdk, &close),
+        counters.aborted.load(Ordering::Relaxed),
         consumers_final,
         fault_log
             .lock()
@@ -1067,6 +1105,28 @@ async fn inject(
             }
             Ok(())
         }
+        Action::RedisPause => {
+            // One connection of its own: the pausing client is not paused.
+            let client = fred::prelude::Builder::from_config(fred::prelude::Config::from_url(
+                &env.redis_url,
+            )?)
+            .build()?;
+            fred::interfaces::ClientLike::init(&client).await?;
+            let ms = down.as_millis().to_string();
+            let _: String = fred::interfaces::ClientLike::custom(
+                &client,
+                fred::types::CustomCommand::new_static(
+                    "CLIENT",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec!["PAUSE", ms.as_str(), "ALL"],
+            )
+            .await?;
+            tokio::time::sleep(down).await;
+            let _ = fred::interfaces::ClientLike::quit(&client).await;
+            Ok(())
+        }
         Action::StopServer => {
             let server = f.server.as_deref().unwrap_or("kafka");
             crate::faults::stack(script, "stop", server).await?;
@@ -1112,6 +1172,31 @@ fn progress_bar(on: bool, len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// The SDK's final counters, named as the report's SDK table shows them.
+fn sdk_counters(sdk: &sdk::Sdk, close: &sdk::queue::CloseReport) -> BTreeMap<String, u64> {
+    let q = &close.stats;
+    let st = sdk.store().stats();
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    [
+        ("events accepted", q.accepted),
+        ("events delivered", q.delivered),
+        ("events failed over", q.failovers),
+        ("event send retries", q.retries),
+        ("events spooled", q.spooled),
+        ("events replayed from spool", q.replayed),
+        ("events only logged", q.logged),
+        ("events unsettled at close", q.unsettled),
+        ("tokens written", n(&st.written)),
+        ("token write attempts failed", n(&st.failed)),
+        ("token write retries", n(&st.retried)),
+        ("tokens given up", n(&st.unstored)),
+        ("tokens left at close", close.tokens_left),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build_report(
     plan: &Plan,
@@ -1120,7 +1205,8 @@ fn build_report(
     scheduled: u64,
     shed: u64,
     samples: &[(BTreeMap<String, u64>, sdk::queue::StatsSnapshot)],
-    sdk_final: sdk::queue::StatsSnapshot,
+    sdk_map: BTreeMap<String, u64>,
+    aborted: bool,
     consumers: BTreeMap<String, u64>,
     faults: Vec<(f64, String)>,
     reconciliation: crate::reconcile::Reconciliation,
@@ -1143,14 +1229,26 @@ fn build_report(
         let _ = per_sec_e2e[sec].record(d);
         last_credit = last_credit.max(*at);
     }
-    let len = credited.len().max(c.per_second.len()).max(samples.len());
+    let mut missing_by_sec: Vec<u64> = Vec::new();
+    for at in &reconciliation.tokens_missing_sent_ms {
+        let sec = usize::try_from((at - started).max(0) / 1000).unwrap_or(0);
+        if missing_by_sec.len() <= sec {
+            missing_by_sec.resize(sec + 1, 0);
+        }
+        missing_by_sec[sec] += 1;
+    }
+    let len = credited
+        .len()
+        .max(c.per_second.len())
+        .max(samples.len())
+        .max(missing_by_sec.len());
     let mut timeline = Vec::with_capacity(len);
     for t in 0..len {
         let mut s = Second {
             t: t as u64,
             ..Second::default()
         };
-        if let Some((sent, refused, h)) = c.per_second.get(t) {
+        if let Some((sent, refused, h, lag)) = c.per_second.get(t) {
             s.sent = *sent;
             s.refused = *refused;
             s.scheduled = sent + refused;
@@ -1158,7 +1256,11 @@ fn build_report(
                 s.send_p50_us = h.value_at_quantile(0.5);
                 s.send_p99_us = h.value_at_quantile(0.99);
             }
+            if !lag.is_empty() {
+                s.start_lag_p99_us = lag.value_at_quantile(0.99);
+            }
         }
+        s.tokens_missing = missing_by_sec.get(t).copied().unwrap_or(0);
         if let (Some(cr), Some(h)) = (credited.get(t), per_sec_e2e.get(t)) {
             s.credited = cr.clone();
             if !h.is_empty() {
@@ -1182,23 +1284,35 @@ fn build_report(
         timeline.push(s);
     }
     let span_secs = ((last_credit - started).max(1) as f64) / 1000.0;
-    let sdk_map: BTreeMap<String, u64> = [
-        ("accepted", sdk_final.accepted),
-        ("delivered", sdk_final.delivered),
-        ("failovers", sdk_final.failovers),
-        ("retries", sdk_final.retries),
-        ("spooled", sdk_final.spooled),
-        ("replayed", sdk_final.replayed),
-        ("logged", sdk_final.logged),
-        ("unsettled", sdk_final.unsettled),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let end_to_end_ms = Latency::of(&e2e);
+    let start_lag_us = c.lag.as_ref().map(Latency::of).unwrap_or_default();
+    let send_latency_us = c.send.as_ref().map(Latency::of).unwrap_or_default();
+    let measured = crate::slo::Measured {
+        accepted: reconciliation.sent,
+        tokens_missing: reconciliation.tokens_missing,
+        send_p99_us: send_latency_us.p99,
+        end_to_end_p99_ms: (end_to_end_ms.count > 0).then_some(end_to_end_ms.p99),
+        start_lag_p99_us: start_lag_us.p99,
+        shed,
+        aborted,
+        per_second: timeline
+            .iter()
+            .map(|s| {
+                (
+                    s.send_p99_us,
+                    s.e2e_p99_ms,
+                    s.start_lag_p99_us,
+                    s.tokens_missing,
+                )
+            })
+            .collect(),
+    };
+    let verdict = crate::slo::Verdict::judge(reconciliation.passed(), &plan.slo, &measured);
     let sched_secs = plan.duration_secs.max(0.001);
     ReplayReport {
         profile: plan.name.clone(),
         tag: setup.manifest.tag.clone(),
+        verdict,
         duration_secs: plan.duration_secs,
         users: plan.users,
         scheduled,
@@ -1206,10 +1320,10 @@ fn build_report(
         repeats: c.repeats,
         refused: c.refused.clone(),
         shed,
-        send_latency_us: c.send.as_ref().map(Latency::of).unwrap_or_default(),
+        send_latency_us,
         call_latency_us: c.call.as_ref().map(Latency::of).unwrap_or_default(),
-        start_lag_us: c.lag.as_ref().map(Latency::of).unwrap_or_default(),
-        end_to_end_ms: Latency::of(&e2e),
+        start_lag_us,
+        end_to_end_ms,
         credited: reconciliation.credited,
         credited_per_sec: reconciliation.credited as f64 / span_secs,
         credited_peak_per_sec: credited

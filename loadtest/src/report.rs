@@ -1,9 +1,13 @@
 //! A replay's reports: `report.json` (stable field names: those of
 //! [`ReplayReport`]) and `report.html`, one self-contained page (inline SVG, no
-//! scripts or fonts fetched from anywhere) with the summary, the reconciliation table
-//! and five charts: throughput, send latency, end-to-end latency, failovers and
-//! requeues, and the credited rate of each reward type against its limit. Faults are
-//! drawn on every chart's timeline.
+//! scripts or fonts fetched from anywhere). The page opens with the verdicts (money,
+//! SLOs, validity: [`crate::slo`]) and the SLO table, then the summary, the SDK's,
+//! consumers' and wallet's counters as named tables, the reconciliation table and
+//! five charts: throughput (with tokens missing), send latency (with start lag and
+//! the send target), end-to-end latency (with its target), failovers and requeues,
+//! and the credited rate of each reward type against its limit. Faults are drawn on
+//! every chart's timeline, and the seconds where an SLO was broken are shaded on the
+//! chart of that SLO.
 //!
 //! The charts are drawn here, as SVG, rather than by a charting script in the browser,
 //! so the page opens anywhere, offline, and its content is what the JSON says. A few
@@ -47,6 +51,7 @@ fn chart(
     series: &[Series],
     limits: &[(String, f64)],
     faults: &[(f64, String)],
+    broken: &[(String, Vec<u64>)],
 ) -> String {
     let (w, h, left, right, top, bottom) = (900.0, 260.0, 70.0, 180.0, 30.0, 30.0);
     let pw = w - left - right;
@@ -115,6 +120,21 @@ fn chart(
         top - 6.0,
         esc(unit)
     );
+    // Seconds where an SLO drawn on this chart was broken: shaded behind the lines.
+    let sec_w = pw / (len - 1) as f64;
+    for (name, secs) in broken {
+        for &t in secs {
+            if t as usize >= len {
+                continue;
+            }
+            let _ = write!(
+                s,
+                r##"<rect class="slo-broken" x="{bx:.1}" y="{top}" width="{sec_w:.1}" height="{ph}" fill="#d62728" fill-opacity="0.12"><title>{n} broken at {t} s</title></rect>"##,
+                bx = x(t as f64) - sec_w / 2.0,
+                n = esc(name)
+            );
+        }
+    }
     // Faults.
     for (at, label) in faults {
         if *at <= (len - 1) as f64 {
@@ -177,8 +197,107 @@ fn chart(
         );
         legend_y += 16.0;
     }
+    for (name, secs) in broken {
+        if !secs.is_empty() {
+            let _ = write!(
+                s,
+                r##"<rect x="{lx}" y="{ry}" width="12" height="8" fill="#d62728" fill-opacity="0.25"/><text x="{tx}" y="{legend_y}" class="legend">{} broken ({} s)</text>"##,
+                esc(name),
+                secs.len(),
+                lx = left + pw + 10.0,
+                ry = legend_y - 7.0,
+                tx = left + pw + 26.0
+            );
+            legend_y += 16.0;
+        }
+    }
     s.push_str("</svg></figure>\n");
     s
+}
+
+/// A two-column table of named counters.
+fn counters_table(caption: &str, m: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut t = format!(
+        "<table class=\"counters\"><caption>{}</caption><tr><th>counter</th><th>value</th></tr>",
+        esc(caption)
+    );
+    for (k, v) in m {
+        let _ = write!(t, "<tr><td>{}</td><td class=\"num\">{v}</td></tr>", esc(k));
+    }
+    if m.is_empty() {
+        t.push_str("<tr><td colspan=\"2\">none</td></tr>");
+    }
+    t.push_str("</table>\n");
+    t
+}
+
+/// The verdict section: the headline, the SLO table, why a run is invalid.
+fn verdict_section(r: &ReplayReport) -> String {
+    let v = &r.verdict;
+    let word = |b: bool| if b { "PASS" } else { "FAIL" };
+    let mut rows = String::new();
+    for c in &v.checks {
+        let secs = if c.broken_secs.is_empty() {
+            "none".to_string()
+        } else {
+            let shown: Vec<String> = c
+                .broken_secs
+                .iter()
+                .take(20)
+                .map(|t| format!("{t}"))
+                .collect();
+            let more = c.broken_secs.len().saturating_sub(20);
+            format!(
+                "{}{}",
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        };
+        let _ = write!(
+            rows,
+            r#"<tr class="{cls}" data-slo="{name}"><td>{name}</td><td>{res}</td><td>{target}</td><td>{actual}</td><td>{secs}</td></tr>"#,
+            cls = if c.pass { "pass" } else { "fail" },
+            name = esc(&c.name),
+            res = word(c.pass),
+            target = esc(&c.target),
+            actual = esc(&c.actual),
+            secs = esc(&secs),
+        );
+    }
+    let mut invalid = String::new();
+    for reason in &v.invalid_reasons {
+        let _ = write!(invalid, "<li>{}</li>", esc(reason));
+    }
+    format!(
+        r#"<section id="verdict" data-money="{money}" data-slo="{slo}" data-valid="{valid}">
+<h2>Verdict</h2>
+<p class="headline {overall}">{headline}</p>
+<table><tr><th>money (reconciliation)</th><td class="{money_cls}">{money}</td></tr>
+<tr><th>service levels</th><td class="{slo_cls}">{slo}</td></tr>
+<tr><th>run</th><td class="{valid_cls}">{valid}</td></tr></table>
+<table class="slo"><tr><th>SLO</th><th>result</th><th>target</th><th>actual</th><th>broken in seconds</th></tr>{rows}</table>
+{invalid}
+</section>"#,
+        money = word(v.money),
+        slo = word(v.slo),
+        valid = if v.valid { "VALID" } else { "INVALID" },
+        money_cls = if v.money { "ok" } else { "bad" },
+        slo_cls = if v.slo { "ok" } else { "bad" },
+        valid_cls = if v.valid { "ok" } else { "bad" },
+        overall = if v.passed() { "ok" } else { "bad" },
+        headline = esc(&v.headline),
+        invalid = if invalid.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<p>The run is invalid: its figures describe the load tester, not the pipeline.</p><ul class=\"invalid\">{invalid}</ul>"
+            )
+        },
+    )
 }
 
 fn human(v: f64) -> String {
@@ -209,6 +328,14 @@ pub fn html_page(r: &ReplayReport) -> String {
     let tl = &r.timeline;
     let col = |f: &dyn Fn(&crate::replay::Second) -> f64| tl.iter().map(f).collect::<Vec<f64>>();
     let types: BTreeSet<String> = tl.iter().flat_map(|s| s.credited.keys().cloned()).collect();
+    let broken = |name: &str| -> Vec<(String, Vec<u64>)> {
+        r.verdict
+            .checks
+            .iter()
+            .filter(|c| c.name == name && !c.broken_secs.is_empty())
+            .map(|c| (c.name.clone(), c.broken_secs.clone()))
+            .collect()
+    };
     let mut charts = String::new();
     charts.push_str(&chart(
         "Throughput",
@@ -226,9 +353,14 @@ pub fn html_page(r: &ReplayReport) -> String {
                 name: "refused".into(),
                 values: col(&|s| s.refused as f64),
             },
+            Series {
+                name: "tokens missing".into(),
+                values: col(&|s| s.tokens_missing as f64),
+            },
         ],
         &[],
         &r.faults,
+        &broken("tokens_stored"),
     ));
     charts.push_str(&chart(
         "Send latency (from intended start)",
@@ -242,9 +374,18 @@ pub fn html_page(r: &ReplayReport) -> String {
                 name: "p99".into(),
                 values: col(&|s| s.send_p99_us as f64 / 1000.0),
             },
+            Series {
+                name: "start lag p99".into(),
+                values: col(&|s| s.start_lag_p99_us as f64 / 1000.0),
+            },
         ],
-        &[],
+        &r.verdict
+            .targets
+            .send_p99_ms
+            .map(|t| vec![("send p99 target".to_string(), t)])
+            .unwrap_or_default(),
         &r.faults,
+        &broken("send_p99_ms"),
     ));
     charts.push_str(&chart(
         "End-to-end latency (send to credit), by credit second",
@@ -259,8 +400,13 @@ pub fn html_page(r: &ReplayReport) -> String {
                 values: col(&|s| s.e2e_p99_ms as f64 / 1000.0),
             },
         ],
-        &[],
+        &r.verdict
+            .targets
+            .end_to_end_p99_ms
+            .map(|t| vec![("end-to-end p99 target".to_string(), t / 1000.0)])
+            .unwrap_or_default(),
         &r.faults,
+        &broken("end_to_end_p99_ms"),
     ));
     let cum =
         |f: &dyn Fn(&crate::replay::Second) -> u64| deltas(&tl.iter().map(f).collect::<Vec<u64>>());
@@ -295,6 +441,7 @@ pub fn html_page(r: &ReplayReport) -> String {
         ],
         &[],
         &r.faults,
+        &[],
     ));
     let per_type: Vec<Series> = types
         .iter()
@@ -313,6 +460,7 @@ pub fn html_page(r: &ReplayReport) -> String {
         &per_type,
         &limits,
         &r.faults,
+        &[],
     ));
 
     let mut table = String::new();
@@ -326,10 +474,23 @@ pub fn html_page(r: &ReplayReport) -> String {
             cls = if c.pass { "pass" } else { "fail" }
         );
     }
-    let verdict = if r.reconciliation.passed() {
-        "PASS"
+    let verdict = esc(&r.verdict.headline);
+    let mut counters = counters_table("SDK (this process, at close)", &r.sdk);
+    counters.push_str(&counters_table(
+        "Consumers (summed over members and restarts)",
+        &r.consumers,
+    ));
+    if !r.wallet.is_empty() {
+        counters.push_str(&counters_table("Stand-in wallet", &r.wallet));
+    }
+    let refused = if r.refused.is_empty() {
+        "none".to_string()
     } else {
-        "FAIL"
+        r.refused
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let lat = |l: &crate::replay::Latency, unit: &str| {
         format!(
@@ -352,21 +513,28 @@ body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }}
 table {{ border-collapse: collapse; margin: 8px 0 16px; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 tr.fail td {{ background: #fdd; }} tr.pass td:nth-child(2) {{ color: #080; }}
+td.ok {{ color: #080; font-weight: 600; }} td.bad {{ color: #b00; font-weight: 600; }}
+p.headline {{ font-size: 16px; font-weight: 600; padding: 6px 10px; }}
+p.headline.ok {{ background: #e6f4e6; }} p.headline.bad {{ background: #fde2e2; }}
+table.counters {{ display: inline-table; vertical-align: top; margin-right: 24px; }}
+caption {{ text-align: left; font-weight: 600; }} td.num {{ text-align: right; }}
 .title {{ font-weight: 600; font-size: 14px; }} .tick, .legend {{ font-size: 11px; fill: #444; }}
 figure {{ margin: 8px 0; }}
 </style></head><body>
-<h1>Replay <code>{profile}</code> <small>run {tag}</small>: {verdict}</h1>
+<h1>Replay <code>{profile}</code> <small>run {tag}</small></h1>
+{verdict_section}
+<h2>Summary</h2>
 <table>
 <tr><th>scheduled</th><td>{scheduled} over {duration:.0} s, {users} users</td></tr>
-<tr><th>sent</th><td>{sent} ({sent_rate:.0}/s; {repeats} deliberate repeats), refused {refused:?}, shed {shed}</td></tr>
+<tr><th>sent</th><td>{sent} ({sent_rate:.0}/s; {repeats} deliberate repeats), refused: {refused}, shed {shed}</td></tr>
 <tr><th>credited</th><td>{credited} distinct rewards in {span:.1} s: {credited_rate:.0}/s, peak {peak}/s</td></tr>
 <tr><th>send latency</th><td>{send_lat}</td></tr>
 <tr><th>start lag</th><td>{lag}</td></tr>
 <tr><th>end to end</th><td>{e2e}</td></tr>
-<tr><th>SDK</th><td>{sdk:?}</td></tr>
-<tr><th>consumers</th><td>{consumers:?}</td></tr>
 <tr><th>ceilings</th><td>{ceilings}</td></tr>
 </table>
+<h2>Counters</h2>
+{counters}
 <h2>Reconciliation</h2>
 <table><tr><th>check</th><th>result</th><th>detail</th></tr>{table}</table>
 <h2>Faults</h2><ul>{faults}</ul>
@@ -396,7 +564,8 @@ window.addEventListener('load', function () {{
         sent = r.sent,
         sent_rate = r.sent_per_sec,
         repeats = r.repeats,
-        refused = r.refused,
+        refused = esc(&refused),
+        verdict_section = verdict_section(r),
         shed = r.shed,
         credited = r.credited,
         span = r.span_secs,
@@ -405,8 +574,6 @@ window.addEventListener('load', function () {{
         send_lat = lat(&r.send_latency_us, "µs"),
         lag = lat(&r.start_lag_us, "µs"),
         e2e = lat(&r.end_to_end_ms, "ms"),
-        sdk = r.sdk,
-        consumers = r.consumers,
         ceilings = match &r.ceilings {
             Some(c) => esc(&format!(
                 "raw rdkafka producer {:.0}/s (end-to-end {:.3} of it); claim script alone {:.0}/s (end-to-end {:.3} of it)",

@@ -113,7 +113,10 @@ async fn wallet_validates_lists_and_withdraws_only_legal_uncredited_tokens() {
             .iter()
             .all(|t| t.stored == sdk::Stored::Deferred)
     );
-    assert_eq!(sdk.store().flush(std::time::Duration::from_secs(30)).await, 0);
+    assert_eq!(
+        sdk.store().flush(std::time::Duration::from_secs(30)).await,
+        0
+    );
     // Opens (sealed with the service's own keys) but was never stored or granted.
     let stray = sdk
         .codec()

@@ -1,0 +1,478 @@
+//! Service-level verdicts of a replay, beside the money reconciliation.
+//!
+//! A replay can move every cent correctly and still fail its users: tokens that never
+//! reached the store (the user cannot see or withdraw the reward), a `send_reward`
+//! that answers in seconds, credits that arrive minutes late. So every replay is
+//! judged three ways, and the headline says all three:
+//!
+//! | verdict | from | fails when |
+//! | --- | --- | --- |
+//! | money | [`crate::reconcile`] | any reconciliation check fails |
+//! | SLOs | this module | a target below is missed |
+//! | validity | the generator's own timing | the load tester could not keep to the schedule |
+//!
+//! The targets ([`Targets`]) come from the profile's `[slo]` table, with the defaults
+//! below, and `loadtest replay --slo NAME=VALUE` overrides one for a run (`off` turns a
+//! target off; the validity bound can be changed, not turned off):
+//!
+//! | name | default | measures |
+//! | --- | --- | --- |
+//! | `tokens_stored` | 0.999 | share of accepted rewards whose token is in the store at the end (read from Redis) |
+//! | `send_p99_ms` | 50 | `send_reward` p99, from each request's intended start (the source design's budget) |
+//! | `end_to_end_p99_ms` | per profile (rain: 10 000) | send to credit, p99 |
+//! | `start_lag_p99_ms` | 100 | validity: the generator's start lag p99 |
+//!
+//! A run is **invalid** when the generator's start lag p99 is over its bound, when it
+//! shed arrivals (too many in flight), or when it stopped the schedule early because
+//! it fell more than [`ABORT_LAG`] behind: its latency figures then describe the load
+//! tester, not the pipeline. An invalid run is never reported as passed.
+//!
+//! Exit status of `loadtest replay`: 0 all passed; 1 money failed (or the run
+//! failed); 3 money passed, an SLO failed; 4 money passed, the run was invalid.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A request that starts this late stops the schedule: the run is invalid anyway, and
+/// sending the rest would only take longer.
+pub const ABORT_LAG: Duration = Duration::from_secs(5);
+
+/// Exit status when money passed and an SLO failed.
+pub const EXIT_SLO_FAILED: u8 = 3;
+/// Exit status when money passed and the run was invalid.
+pub const EXIT_INVALID: u8 = 4;
+
+/// The targets a run is judged against; `None` is off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Targets {
+    /// Least share (0..=1) of accepted rewards whose token is in the store at the end.
+    pub tokens_stored: Option<f64>,
+    /// Highest `send_reward` p99, ms, from intended start.
+    pub send_p99_ms: Option<f64>,
+    /// Highest end-to-end (send to credit) p99, ms.
+    pub end_to_end_p99_ms: Option<f64>,
+    /// Highest generator start lag p99, ms (validity).
+    pub start_lag_p99_ms: f64,
+}
+
+impl Default for Targets {
+    fn default() -> Self {
+        Self {
+            tokens_stored: Some(0.999),
+            send_p99_ms: Some(50.0),
+            end_to_end_p99_ms: Some(10_000.0),
+            start_lag_p99_ms: 100.0,
+        }
+    }
+}
+
+/// A bad `--slo` or `[slo]` setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--slo {0}")]
+pub struct BadTarget(pub String);
+
+impl Targets {
+    /// The names `--slo` takes.
+    pub const NAMES: [&'static str; 4] = [
+        "tokens_stored",
+        "send_p99_ms",
+        "end_to_end_p99_ms",
+        "start_lag_p99_ms",
+    ];
+
+    /// Checks ranges: shares in (0, 1], times positive and finite.
+    pub fn check(&self) -> Result<(), BadTarget> {
+        if let Some(s) = self.tokens_stored
+            && !(s > 0.0 && s <= 1.0)
+        {
+            return Err(BadTarget(format!("tokens_stored={s}: a share in (0, 1]")));
+        }
+        for (name, v) in [
+            ("send_p99_ms", self.send_p99_ms),
+            ("end_to_end_p99_ms", self.end_to_end_p99_ms),
+            ("start_lag_p99_ms", Some(self.start_lag_p99_ms)),
+        ] {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(BadTarget(format!("{name}={v}: a positive number of ms")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one `NAME=VALUE` override (`VALUE` a number, or `off`).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), BadTarget> {
+        let num = || -> Result<f64, BadTarget> {
+            value
+                .parse::<f64>()
+                .map_err(|_| BadTarget(format!("{name}={value}: not a number (or `off`)")))
+        };
+        let off = value == "off";
+        let opt = || if off { Ok(None) } else { num().map(Some) };
+        match name {
+            "tokens_stored" => self.tokens_stored = opt()?,
+            "send_p99_ms" => self.send_p99_ms = opt()?,
+            "end_to_end_p99_ms" => self.end_to_end_p99_ms = opt()?,
+            "start_lag_p99_ms" if off => {
+                return Err(BadTarget(
+                    "start_lag_p99_ms cannot be off: it decides whether the run measured the pipeline at all".into(),
+                ));
+            }
+            "start_lag_p99_ms" => self.start_lag_p99_ms = num()?,
+            _ => {
+                return Err(BadTarget(format!(
+                    "{name}: unknown (known: {})",
+                    Self::NAMES.join(", ")
+                )));
+            }
+        }
+        self.check()
+    }
+}
+
+/// What a run measured, for the verdicts.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Distinct rewards accepted (each expects its token).
+    pub accepted: u64,
+    /// Of them, tokens not in the store at the end.
+    pub tokens_missing: u64,
+    /// `send_reward` p99 from intended start, µs.
+    pub send_p99_us: u64,
+    /// End-to-end p99, ms (`None`: nothing was credited).
+    pub end_to_end_p99_ms: Option<u64>,
+    /// The generator's start lag p99, µs.
+    pub start_lag_p99_us: u64,
+    /// Arrivals shed (too many in flight).
+    pub shed: u64,
+    /// Whether the schedule was stopped early (a start lag over [`ABORT_LAG`]).
+    pub aborted: bool,
+    /// Per second of the run: (send p99 µs, end-to-end p99 ms by credit second,
+    /// start lag p99 µs, tokens missing among that second's sends).
+    pub per_second: Vec<(u64, u64, u64, u64)>,
+}
+
+/// One SLO's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct SloCheck {
+    /// The target's name (as `--slo` takes it).
+    pub name: String,
+    /// The target, readable (`>= 99.9 %`, `<= 50 ms`).
+    pub target: String,
+    /// What the run measured, readable.
+    pub actual: String,
+    /// Whether the target was met.
+    pub pass: bool,
+    /// Seconds of the run where it was broken (for the timeline).
+    pub broken_secs: Vec<u64>,
+}
+
+/// The three verdicts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The reconciliation passed.
+    pub money: bool,
+    /// Every SLO that is on was met.
+    pub slo: bool,
+    /// The generator kept to its schedule.
+    pub valid: bool,
+    /// Why the run is invalid (empty when valid).
+    pub invalid_reasons: Vec<String>,
+    /// Each SLO (targets that are off are left out).
+    pub checks: Vec<SloCheck>,
+    /// The targets used.
+    pub targets: Targets,
+    /// One line: all three verdicts.
+    pub headline: String,
+}
+
+impl Verdict {
+    /// Judges a run.
+    pub fn judge(money: bool, t: &Targets, m: &Measured) -> Self {
+        let mut checks = Vec::new();
+        let secs = |f: &dyn Fn(&(u64, u64, u64, u64)) -> bool| -> Vec<u64> {
+            m.per_second
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| f(s))
+                .map(|(i, _)| i as u64)
+                .collect()
+        };
+        if let Some(min) = t.tokens_stored {
+            let share = if m.accepted == 0 {
+                1.0
+            } else {
+                (m.accepted - m.tokens_missing.min(m.accepted)) as f64 / m.accepted as f64
+            };
+            checks.push(SloCheck {
+                name: "tokens_stored".into(),
+                target: format!(">= {} %", pct(min)),
+                actual: format!(
+                    "{} % ({} of {} missing)",
+                    pct(share),
+                    m.tokens_missing,
+                    m.accepted
+                ),
+                pass: share >= min,
+                broken_secs: secs(&|s| s.3 > 0),
+            });
+        }
+        if let Some(max) = t.send_p99_ms {
+            let ms = m.send_p99_us as f64 / 1000.0;
+            checks.push(SloCheck {
+                name: "send_p99_ms".into(),
+                target: format!("<= {max} ms"),
+                actual: format!("{ms:.1} ms"),
+                pass: ms <= max,
+                broken_secs: secs(&|s| s.0 as f64 / 1000.0 > max),
+            });
+        }
+        if let Some(max) = t.end_to_end_p99_ms {
+            let (actual, pass) = match m.end_to_end_p99_ms {
+                Some(v) => (format!("{v} ms"), v as f64 <= max),
+                None => ("nothing credited".to_string(), false),
+            };
+            checks.push(SloCheck {
+                name: "end_to_end_p99_ms".into(),
+                target: format!("<= {max} ms"),
+                actual,
+                pass,
+                broken_secs: secs(&|s| s.1 as f64 > max),
+            });
+        }
+        let mut invalid_reasons = Vec::new();
+        let lag_ms = m.start_lag_p99_us as f64 / 1000.0;
+        if lag_ms > t.start_lag_p99_ms {
+            invalid_reasons.push(format!(
+                "the generator's start lag p99 was {lag_ms:.1} ms (bound {} ms): the machine could not keep to the schedule",
+                t.start_lag_p99_ms
+            ));
+        }
+        if m.shed > 0 {
+            invalid_reasons.push(format!(
+                "{} arrivals were shed (too many requests in flight)",
+                m.shed
+            ));
+        }
+        if m.aborted {
+            invalid_reasons.push(format!(
+                "the schedule was stopped early: a request started more than {} s late",
+                ABORT_LAG.as_secs()
+            ));
+        }
+        let slo = checks.iter().all(|c| c.pass);
+        let valid = invalid_reasons.is_empty();
+        let broken: Vec<String> = checks
+            .iter()
+            .filter(|c| !c.pass)
+            .map(|c| format!("{} {} (target {})", c.name, c.actual, c.target))
+            .collect();
+        let headline = format!(
+            "money {}, SLOs {}{}, run {}",
+            if money { "PASS" } else { "FAIL" },
+            if slo { "PASS" } else { "FAIL" },
+            if broken.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", broken.join("; "))
+            },
+            if valid { "VALID" } else { "INVALID" },
+        );
+        Self {
+            money,
+            slo,
+            valid,
+            invalid_reasons,
+            checks,
+            targets: t.clone(),
+            headline,
+        }
+    }
+
+    /// Everything passed and the run was valid.
+    pub fn passed(&self) -> bool {
+        self.money && self.slo && self.valid
+    }
+
+    /// The process exit status for this verdict (see the module doc).
+    pub fn exit_code(&self) -> u8 {
+        if !self.money {
+            1
+        } else if !self.valid {
+            EXIT_INVALID
+        } else if !self.slo {
+            EXIT_SLO_FAILED
+        } else {
+            0
+        }
+    }
+
+    /// The SLO table as text.
+    pub fn table(&self) -> String {
+        let mut s = format!("{:<18} {:<6} {:<14} actual\n", "SLO", "result", "target");
+        for c in &self.checks {
+            s.push_str(&format!(
+                "{:<18} {:<6} {:<14} {}\n",
+                c.name,
+                if c.pass { "PASS" } else { "FAIL" },
+                c.target,
+                c.actual
+            ));
+        }
+        for r in &self.invalid_reasons {
+            s.push_str(&format!("INVALID: {r}\n"));
+        }
+        s
+    }
+}
+
+/// A share as a percentage with enough digits to tell 99.9 from 100.
+fn pct(share: f64) -> String {
+    let p = share * 100.0;
+    if p >= 99.0 && p < 100.0 {
+        format!("{:.2}", (p * 100.0).floor() / 100.0)
+    } else {
+        format!("{p:.1}")
+    }
+}
+
+/// Parses `--slo NAME=VALUE` for clap.
+pub fn parse_override(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| {
+        format!(
+            "{s:?}: expected NAME=VALUE (names: {})",
+            Targets::NAMES.join(", ")
+        )
+    })?;
+    let mut probe = Targets::default();
+    probe.set(k, v).map_err(|e| e.to_string())?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Applies overrides in order.
+pub fn apply(t: &mut Targets, overrides: &[(String, String)]) -> Result<(), BadTarget> {
+    for (k, v) in overrides {
+        t.set(k, v)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured() -> Measured {
+        Measured {
+            accepted: 10_000,
+            tokens_missing: 0,
+            send_p99_us: 2_000,
+            end_to_end_p99_ms: Some(800),
+            start_lag_p99_us: 1_500,
+            shed: 0,
+            aborted: false,
+            per_second: vec![(2_000, 800, 1_500, 0); 10],
+        }
+    }
+
+    #[test]
+    fn a_run_within_every_target_passes_with_exit_zero() {
+        let v = Verdict::judge(true, &Targets::default(), &measured());
+        assert!(v.passed(), "{v:?}");
+        assert_eq!(v.exit_code(), 0);
+        assert_eq!(v.headline, "money PASS, SLOs PASS, run VALID");
+        assert_eq!(v.checks.len(), 3);
+    }
+
+    #[test]
+    fn money_can_pass_while_slos_fail_and_the_headline_says_both() {
+        let mut m = measured();
+        m.tokens_missing = 11; // 99.89 %
+        m.per_second[4].3 = 11;
+        m.send_p99_us = 50_001;
+        m.per_second[7].0 = 60_000;
+        let v = Verdict::judge(true, &Targets::default(), &m);
+        assert!(v.money && !v.slo && v.valid);
+        assert_eq!(v.exit_code(), EXIT_SLO_FAILED);
+        assert!(
+            v.headline.starts_with("money PASS, SLOs FAIL ("),
+            "{}",
+            v.headline
+        );
+        assert!(
+            v.headline.contains("tokens_stored 99.89 %"),
+            "{}",
+            v.headline
+        );
+        let tokens = &v.checks[0];
+        assert_eq!((tokens.pass, tokens.broken_secs.clone()), (false, vec![4]));
+        let send = &v.checks[1];
+        assert_eq!((send.pass, send.broken_secs.clone()), (false, vec![7]));
+        // Exactly at the target passes.
+        m.tokens_missing = 10;
+        m.send_p99_us = 50_000;
+        assert!(Verdict::judge(true, &Targets::default(), &m).slo);
+    }
+
+    #[test]
+    fn a_generator_that_fell_behind_makes_the_run_invalid_never_passed() {
+        for (lag_us, shed, aborted) in [(100_001, 0, false), (0, 1, false), (0, 0, true)] {
+            let mut m = measured();
+            m.start_lag_p99_us = lag_us;
+            m.shed = shed;
+            m.aborted = aborted;
+            let v = Verdict::judge(true, &Targets::default(), &m);
+            assert!(!v.valid && !v.passed(), "{v:?}");
+            assert_eq!(v.exit_code(), EXIT_INVALID);
+            assert_eq!(v.invalid_reasons.len(), 1, "{v:?}");
+            assert!(v.headline.ends_with("run INVALID"));
+        }
+        // Money failing outranks everything.
+        let mut m = measured();
+        m.shed = 5;
+        assert_eq!(
+            Verdict::judge(false, &Targets::default(), &m).exit_code(),
+            1
+        );
+    }
+
+    #[test]
+    fn overrides_set_or_turn_off_targets_and_bad_ones_are_refused() {
+        let mut t = Targets::default();
+        t.set("send_p99_ms", "off").unwrap();
+        t.set("end_to_end_p99_ms", "2500").unwrap();
+        t.set("tokens_stored", "1").unwrap();
+        assert_eq!(t.send_p99_ms, None);
+        assert_eq!(t.end_to_end_p99_ms, Some(2500.0));
+        let v = Verdict::judge(true, &t, &measured());
+        assert_eq!(v.checks.len(), 2, "an off target is not judged");
+        for (k, v) in [
+            ("start_lag_p99_ms", "off"),
+            ("tokens_stored", "1.5"),
+            ("tokens_stored", "0"),
+            ("send_p99_ms", "-1"),
+            ("send_p99_ms", "NaN"),
+            ("send_p99_ms", "fast"),
+            ("p42", "1"),
+        ] {
+            assert!(Targets::default().set(k, v).is_err(), "{k}={v} accepted");
+            assert!(parse_override(&format!("{k}={v}")).is_err());
+        }
+        assert!(parse_override("send_p99_ms").is_err());
+        assert_eq!(
+            parse_override("send_p99_ms=20"),
+            Ok(("send_p99_ms".into(), "20".into()))
+        );
+    }
+
+    #[test]
+    fn nothing_credited_fails_the_end_to_end_target() {
+        let mut m = measured();
+        m.end_to_end_p99_ms = None;
+        let v = Verdict::judge(true, &Targets::default(), &m);
+        assert!(!v.slo);
+        assert_eq!(v.checks[2].actual, "nothing credited");
+    }
+}
