@@ -210,10 +210,10 @@ enum Command {
         /// SDK's defaults and the stack's (e.g. `--kafka-setting linger.ms=50`).
         #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
         kafka_settings: Vec<(String, String)>,
-        /// The SDK's token store write mode: `direct` (the default: each call awaits
-        /// its script call), `batched` (through a writer task) or `deferred` (the call
-        /// does not wait for Redis at all; see the sdk::store docs).
-        #[arg(long, default_value = "direct", value_parser = ["direct", "batched", "deferred"])]
+        /// The SDK's token store write mode: `deferred` (the SDK's default: the call
+        /// does not wait for Redis at all), `direct` (each call awaits its script call)
+        /// or `batched` (through a writer task); see the sdk::store docs.
+        #[arg(long, default_value = "deferred", value_parser = ["direct", "batched", "deferred"])]
         write_mode: String,
     },
     /// Measure the reward service's `GrantBatch` (served in this process over gRPC on

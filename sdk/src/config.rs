@@ -85,8 +85,9 @@ pub struct StoreConfig {
     pub ttl_secs: u64,
     /// Most tokens one user may hold in one activity (the brief: 500 in fireworks).
     pub max_tokens_per_user: u32,
-    /// When true, a failed token write fails the reward; when false (the brief's
-    /// behaviour) it is counted and the reward goes on.
+    /// When true (direct and batched modes only), a failed first token write fails the
+    /// reward; when false, the write is retried in the background and the reward goes
+    /// on (see [`crate::store`]).
     pub strict: bool,
     /// How token writes reach Redis (see [`WriteMode`]).
     pub write_mode: WriteMode,
