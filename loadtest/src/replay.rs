@@ -334,6 +334,8 @@ struct Counters {
     refused: AtomicU64,
     /// A request started more than [`crate::slo::ABORT_LAG`] late: the schedule stops.
     aborted: std::sync::atomic::AtomicBool,
+    /// Requests in flight past which arrivals are shed (set once, at start).
+    max_in_flight: u64,
 }
 
 /// Runs the schedule of one scene until its curve ends.
@@ -345,7 +347,6 @@ async fn schedule(
     start: Instant,
     samples: mpsc::UnboundedSender<Sample>,
     counters: Arc<Counters>,
-    max_in_flight: u64,
 ) {
     let Counters {
         in_flight,
@@ -368,7 +369,7 @@ async fn schedule(
         }
         scheduled.fetch_add(1, Ordering::Relaxed);
         let intended_us = (due - start).as_micros() as u64;
-        if in_flight.load(Ordering::Relaxed) >= max_in_flight {
+        if in_flight.load(Ordering::Relaxed) >= counters.max_in_flight {
             // The generator cannot keep up: the run is invalid; stop it.
             shed.fetch_add(1, Ordering::Relaxed);
             counters.aborted.store(true, Ordering::Relaxed);
@@ -831,7 +832,10 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     };
 
     // The schedule.
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(Counters {
+        max_in_flight: opts.max_in_flight,
+        ..Counters::default()
+    });
     let expected = opts.plan.expected_sends();
     let bar = progress_bar(opts.progress, expected as u64, "sending");
     let mut scenes = Vec::new();
@@ -854,7 +858,6 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
             start,
             tx.clone(),
             counters.clone(),
-            opts.max_in_flight,
         )));
     }
     drop(tx);
@@ -1297,13 +1300,11 @@ fn build_report(
         aborted,
         per_second: timeline
             .iter()
-            .map(|s| {
-                (
-                    s.send_p99_us,
-                    s.e2e_p99_ms,
-                    s.start_lag_p99_us,
-                    s.tokens_missing,
-                )
+            .map(|s| crate::slo::SecondFigures {
+                send_p99_us: s.send_p99_us,
+                e2e_p99_ms: s.e2e_p99_ms,
+                start_lag_p99_us: s.start_lag_p99_us,
+                tokens_missing: s.tokens_missing,
             })
             .collect(),
     };

@@ -150,9 +150,21 @@ pub struct Measured {
     pub shed: u64,
     /// Whether the schedule was stopped early (a start lag over [`ABORT_LAG`]).
     pub aborted: bool,
-    /// Per second of the run: (send p99 µs, end-to-end p99 ms by credit second,
-    /// start lag p99 µs, tokens missing among that second's sends).
-    pub per_second: Vec<(u64, u64, u64, u64)>,
+    /// Per second of the run.
+    pub per_second: Vec<SecondFigures>,
+}
+
+/// One second's figures, for marking where an SLO was broken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SecondFigures {
+    /// `send_reward` p99 of the arrivals due in it, µs.
+    pub send_p99_us: u64,
+    /// End-to-end p99 of the credits made in it, ms.
+    pub e2e_p99_ms: u64,
+    /// The generator's start lag p99 of its arrivals, µs.
+    pub start_lag_p99_us: u64,
+    /// Tokens missing among the rewards sent in it.
+    pub tokens_missing: u64,
 }
 
 /// One SLO's verdict.
@@ -193,7 +205,7 @@ impl Verdict {
     /// Judges a run.
     pub fn judge(money: bool, t: &Targets, m: &Measured) -> Self {
         let mut checks = Vec::new();
-        let secs = |f: &dyn Fn(&(u64, u64, u64, u64)) -> bool| -> Vec<u64> {
+        let secs = |f: &dyn Fn(&SecondFigures) -> bool| -> Vec<u64> {
             m.per_second
                 .iter()
                 .enumerate()
@@ -217,7 +229,7 @@ impl Verdict {
                     m.accepted
                 ),
                 pass: share >= min,
-                broken_secs: secs(&|s| s.3 > 0),
+                broken_secs: secs(&|s| s.tokens_missing > 0),
             });
         }
         if let Some(max) = t.send_p99_ms {
@@ -227,7 +239,7 @@ impl Verdict {
                 target: format!("<= {max} ms"),
                 actual: format!("{ms:.1} ms"),
                 pass: ms <= max,
-                broken_secs: secs(&|s| s.0 as f64 / 1000.0 > max),
+                broken_secs: secs(&|s| s.send_p99_us as f64 / 1000.0 > max),
             });
         }
         if let Some(max) = t.end_to_end_p99_ms {
@@ -240,7 +252,7 @@ impl Verdict {
                 target: format!("<= {max} ms"),
                 actual,
                 pass,
-                broken_secs: secs(&|s| s.1 as f64 > max),
+                broken_secs: secs(&|s| s.e2e_p99_ms as f64 > max),
             });
         }
         let mut invalid_reasons = Vec::new();
@@ -332,7 +344,7 @@ impl Verdict {
 /// A share as a percentage with enough digits to tell 99.9 from 100.
 fn pct(share: f64) -> String {
     let p = share * 100.0;
-    if p >= 99.0 && p < 100.0 {
+    if (99.0..100.0).contains(&p) {
         format!("{:.2}", (p * 100.0).floor() / 100.0)
     } else {
         format!("{p:.1}")
@@ -373,7 +385,15 @@ mod tests {
             start_lag_p99_us: 1_500,
             shed: 0,
             aborted: false,
-            per_second: vec![(2_000, 800, 1_500, 0); 10],
+            per_second: vec![
+                SecondFigures {
+                    send_p99_us: 2_000,
+                    e2e_p99_ms: 800,
+                    start_lag_p99_us: 1_500,
+                    tokens_missing: 0,
+                };
+                10
+            ],
         }
     }
 
@@ -390,9 +410,9 @@ mod tests {
     fn money_can_pass_while_slos_fail_and_the_headline_says_both() {
         let mut m = measured();
         m.tokens_missing = 11; // 99.89 %
-        m.per_second[4].3 = 11;
+        m.per_second[4].tokens_missing = 11;
         m.send_p99_us = 50_001;
-        m.per_second[7].0 = 60_000;
+        m.per_second[7].send_p99_us = 60_000;
         let v = Verdict::judge(true, &Targets::default(), &m);
         assert!(v.money && !v.slo && v.valid);
         assert_eq!(v.exit_code(), EXIT_SLO_FAILED);

@@ -295,9 +295,15 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
     let summary = dom.find("<h2>Summary</h2>").unwrap();
     let first_chart = dom.find("<svg class=\"chart\"").unwrap();
     assert!(verdict < summary && summary < first_chart);
-    for slo in ["tokens_stored"] {
-        assert!(dom.contains(&format!("data-slo=\"{slo}\"")), "no {slo} row");
-    }
+    // (send and end-to-end are off in these debug runs; tokens is judged.)
+    assert!(
+        dom.contains("data-slo=\"tokens_stored\""),
+        "no tokens_stored row"
+    );
+    assert!(
+        !dom.contains("data-slo=\"send_p99_ms\""),
+        "an off target was judged"
+    );
     assert!(dom.contains("money PASS, SLOs PASS, run VALID"));
     // Counters are named tables, not debug dumps.
     assert!(dom.contains("<caption>SDK (this process, at close)</caption>"));

@@ -188,7 +188,7 @@ impl PrivateRedis {
             .local_addr()
             .unwrap()
             .port();
-        let child = std::process::Command::new("redis-server")
+        let mut child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
@@ -203,6 +203,8 @@ impl PrivateRedis {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("the private redis-server did not answer on port {port}");
     }
 
