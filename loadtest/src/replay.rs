@@ -1291,11 +1291,14 @@ fn build_report(
     let start_lag_us = c.lag.as_ref().map(Latency::of).unwrap_or_default();
     let send_latency_us = c.send.as_ref().map(Latency::of).unwrap_or_default();
     let measured = crate::slo::Measured {
+        calls_accepted: c.sent,
+        calls_refused: c.refused.values().sum(),
         accepted: reconciliation.sent,
         tokens_missing: reconciliation.tokens_missing,
         send_p99_us: send_latency_us.p99,
         end_to_end_p99_ms: (end_to_end_ms.count > 0).then_some(end_to_end_ms.p99),
         start_lag_p99_us: start_lag_us.p99,
+        start_lag_p999_us: start_lag_us.p999,
         shed,
         aborted,
         per_second: timeline

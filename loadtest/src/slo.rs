@@ -17,12 +17,14 @@
 //!
 //! | name | default | measures |
 //! | --- | --- | --- |
+//! | `accepted` | 0.99 | share of `send_reward` calls the SDK accepted (the rest refused: back-pressure, closed, ...); fails when nothing was accepted |
 //! | `tokens_stored` | 0.999 | share of accepted rewards whose token is in the store at the end (read from Redis) |
 //! | `send_p99_ms` | 50 | `send_reward` p99, from each request's intended start (the source design's budget) |
 //! | `end_to_end_p99_ms` | per profile (rain: 10 000) | send to credit, p99 |
-//! | `start_lag_p99_ms` | 100 | validity: the generator's start lag p99 |
+//! | `start_lag_p99_ms` | 100 | validity: the generator's start lag p99 (and its p99.9 within 5 times that) |
 //!
-//! A run is **invalid** when the generator's start lag p99 is over its bound, when it
+//! A run is **invalid** when the generator's start lag p99 is over its bound (or its
+//! p99.9 over five times the bound: a tail of very late starts), when it
 //! shed arrivals (too many in flight), or when it stopped the schedule early because
 //! it fell more than [`ABORT_LAG`] behind: its latency figures then describe the load
 //! tester, not the pipeline. An invalid run is never reported as passed.
@@ -47,6 +49,8 @@ pub const EXIT_INVALID: u8 = 4;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Targets {
+    /// Least share (0..=1) of `send_reward` calls accepted.
+    pub accepted: Option<f64>,
     /// Least share (0..=1) of accepted rewards whose token is in the store at the end.
     pub tokens_stored: Option<f64>,
     /// Highest `send_reward` p99, ms, from intended start.
@@ -60,6 +64,7 @@ pub struct Targets {
 impl Default for Targets {
     fn default() -> Self {
         Self {
+            accepted: Some(0.99),
             tokens_stored: Some(0.999),
             send_p99_ms: Some(50.0),
             end_to_end_p99_ms: Some(10_000.0),
@@ -75,7 +80,8 @@ pub struct BadTarget(pub String);
 
 impl Targets {
     /// The names `--slo` takes.
-    pub const NAMES: [&'static str; 4] = [
+    pub const NAMES: [&'static str; 5] = [
+        "accepted",
         "tokens_stored",
         "send_p99_ms",
         "end_to_end_p99_ms",
@@ -84,10 +90,15 @@ impl Targets {
 
     /// Checks ranges: shares in (0, 1], times positive and finite.
     pub fn check(&self) -> Result<(), BadTarget> {
-        if let Some(s) = self.tokens_stored
-            && !(s > 0.0 && s <= 1.0)
-        {
-            return Err(BadTarget(format!("tokens_stored={s}: a share in (0, 1]")));
+        for (name, share) in [
+            ("accepted", self.accepted),
+            ("tokens_stored", self.tokens_stored),
+        ] {
+            if let Some(s) = share
+                && !(s > 0.0 && s <= 1.0)
+            {
+                return Err(BadTarget(format!("{name}={s}: a share in (0, 1]")));
+            }
         }
         for (name, v) in [
             ("send_p99_ms", self.send_p99_ms),
@@ -113,6 +124,7 @@ impl Targets {
         let off = value == "off";
         let opt = || if off { Ok(None) } else { num().map(Some) };
         match name {
+            "accepted" => self.accepted = opt()?,
             "tokens_stored" => self.tokens_stored = opt()?,
             "send_p99_ms" => self.send_p99_ms = opt()?,
             "end_to_end_p99_ms" => self.end_to_end_p99_ms = opt()?,
@@ -136,6 +148,10 @@ impl Targets {
 /// What a run measured, for the verdicts.
 #[derive(Debug, Clone, Default)]
 pub struct Measured {
+    /// `send_reward` calls the SDK accepted (repeats included).
+    pub calls_accepted: u64,
+    /// `send_reward` calls it refused.
+    pub calls_refused: u64,
     /// Distinct rewards accepted (each expects its token).
     pub accepted: u64,
     /// Of them, tokens not in the store at the end.
@@ -146,6 +162,8 @@ pub struct Measured {
     pub end_to_end_p99_ms: Option<u64>,
     /// The generator's start lag p99, µs.
     pub start_lag_p99_us: u64,
+    /// … p99.9.
+    pub start_lag_p999_us: u64,
     /// Arrivals shed (too many in flight).
     pub shed: u64,
     /// Whether the schedule was stopped early (a start lag over [`ABORT_LAG`]).
@@ -213,6 +231,26 @@ impl Verdict {
                 .map(|(i, _)| i as u64)
                 .collect()
         };
+        if let Some(min) = t.accepted {
+            let calls = m.calls_accepted + m.calls_refused;
+            let share = if calls == 0 {
+                0.0
+            } else {
+                m.calls_accepted as f64 / calls as f64
+            };
+            checks.push(SloCheck {
+                name: "accepted".into(),
+                target: format!(">= {} %", pct(min)),
+                actual: format!(
+                    "{} % ({} of {} calls refused)",
+                    pct(share),
+                    m.calls_refused,
+                    calls
+                ),
+                pass: m.calls_accepted > 0 && share >= min,
+                broken_secs: Vec::new(),
+            });
+        }
         if let Some(min) = t.tokens_stored {
             let share = if m.accepted == 0 {
                 1.0
@@ -260,6 +298,13 @@ impl Verdict {
         if lag_ms > t.start_lag_p99_ms {
             invalid_reasons.push(format!(
                 "the generator's start lag p99 was {lag_ms:.1} ms (bound {} ms): the machine could not keep to the schedule",
+                t.start_lag_p99_ms
+            ));
+        }
+        let lag_999_ms = m.start_lag_p999_us as f64 / 1000.0;
+        if lag_999_ms > 5.0 * t.start_lag_p99_ms {
+            invalid_reasons.push(format!(
+                "the generator's start lag p99.9 was {lag_999_ms:.1} ms (bound 5 x {} ms): a tail of requests started far behind the schedule",
                 t.start_lag_p99_ms
             ));
         }
@@ -378,11 +423,14 @@ mod tests {
 
     fn measured() -> Measured {
         Measured {
+            calls_accepted: 10_100,
+            calls_refused: 0,
             accepted: 10_000,
             tokens_missing: 0,
             send_p99_us: 2_000,
             end_to_end_p99_ms: Some(800),
             start_lag_p99_us: 1_500,
+            start_lag_p999_us: 3_000,
             shed: 0,
             aborted: false,
             per_second: vec![
@@ -403,7 +451,7 @@ mod tests {
         assert!(v.passed(), "{v:?}");
         assert_eq!(v.exit_code(), 0);
         assert_eq!(v.headline, "money PASS, SLOs PASS, run VALID");
-        assert_eq!(v.checks.len(), 3);
+        assert_eq!(v.checks.len(), 4);
     }
 
     #[test]
@@ -426,9 +474,9 @@ mod tests {
             "{}",
             v.headline
         );
-        let tokens = &v.checks[0];
+        let tokens = &v.checks[1];
         assert_eq!((tokens.pass, tokens.broken_secs.clone()), (false, vec![4]));
-        let send = &v.checks[1];
+        let send = &v.checks[2];
         assert_eq!((send.pass, send.broken_secs.clone()), (false, vec![7]));
         // Exactly at the target passes.
         m.tokens_missing = 10;
@@ -438,9 +486,15 @@ mod tests {
 
     #[test]
     fn a_generator_that_fell_behind_makes_the_run_invalid_never_passed() {
-        for (lag_us, shed, aborted) in [(100_001, 0, false), (0, 1, false), (0, 0, true)] {
+        for (lag_us, lag_999_us, shed, aborted) in [
+            (100_001, 0, 0, false),
+            (0, 500_001, 0, false),
+            (0, 0, 1, false),
+            (0, 0, 0, true),
+        ] {
             let mut m = measured();
             m.start_lag_p99_us = lag_us;
+            m.start_lag_p999_us = lag_999_us;
             m.shed = shed;
             m.aborted = aborted;
             let v = Verdict::judge(true, &Targets::default(), &m);
@@ -467,7 +521,7 @@ mod tests {
         assert_eq!(t.send_p99_ms, None);
         assert_eq!(t.end_to_end_p99_ms, Some(2500.0));
         let v = Verdict::judge(true, &t, &measured());
-        assert_eq!(v.checks.len(), 2, "an off target is not judged");
+        assert_eq!(v.checks.len(), 3, "an off target is not judged");
         for (k, v) in [
             ("start_lag_p99_ms", "off"),
             ("tokens_stored", "1.5"),
@@ -493,6 +547,21 @@ mod tests {
         m.end_to_end_p99_ms = None;
         let v = Verdict::judge(true, &Targets::default(), &m);
         assert!(!v.slo);
-        assert_eq!(v.checks[2].actual, "nothing credited");
+        assert_eq!(v.checks[3].actual, "nothing credited");
+    }
+
+    #[test]
+    fn refused_calls_count_against_the_accepted_share_and_none_accepted_fails() {
+        let mut m = measured();
+        m.calls_refused = 103; // 98.99 % accepted
+        let v = Verdict::judge(true, &Targets::default(), &m);
+        assert!(!v.slo && !v.checks[0].pass, "{:?}", v.checks[0]);
+        m.calls_refused = 102; // 99.00 %
+        assert!(Verdict::judge(true, &Targets::default(), &m).slo);
+        // Everything refused: no token can be missing, and still a failure.
+        m.calls_accepted = 0;
+        m.accepted = 0;
+        let v = Verdict::judge(true, &Targets::default(), &m);
+        assert!(!v.slo && !v.checks[0].pass);
     }
 }

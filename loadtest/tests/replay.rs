@@ -540,10 +540,30 @@ fn a_paused_redis_delays_tokens_but_every_accepted_one_is_stored() {
     );
     assert_eq!(sdk["tokens given up"], 0, "{sdk}");
     assert_eq!(sdk["tokens left at close"], 0, "{sdk}");
-    // Whatever was refused was refused with back-pressure, nothing else.
+    // Whatever was refused was refused with back-pressure, nothing else (the
+    // accepted-share SLO, judged in small_replay, bounds how many).
     for (kind, n) in r["refused"].as_object().unwrap() {
         assert_eq!(kind, "backpressure", "{n} refused as {kind}");
     }
+    // Rewards kept being accepted through the pause and after it.
+    let timeline = r["timeline"].as_array().unwrap();
+    for second in &timeline[4..=8] {
+        assert!(second["sent"].as_u64().unwrap() > 0, "{second}");
+    }
+    // No late or retried write put a credited reward's token back in the pending list.
+    let tokens = r["reconciliation"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "tokens")
+        .unwrap();
+    assert!(
+        tokens["detail"]
+            .as_str()
+            .unwrap()
+            .contains(", 0 credited still pending"),
+        "{tokens}"
+    );
     // The timeline carries the per-second figures the SLOs are drawn from, and no
     // second of the run lost a token.
     for s in r["timeline"].as_array().unwrap() {
@@ -594,4 +614,55 @@ fn tempdir(what: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("loadtest-{what}-{:08x}", rand::random::<u32>()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+#[test]
+fn a_run_that_misses_an_slo_says_so_and_exits_3() {
+    // Money passes; a send target no call can meet (1 µs) fails: exit 3, and the
+    // headline, the table and the page all say which SLO failed.
+    let env = stack_env();
+    let out = tempdir("slo");
+    let (code, text, dir) = replay(
+        &env,
+        &[
+            "--scale",
+            "0.0002",
+            "--duration",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+            "--slo",
+            "send_p99_ms=0.001",
+            "--slo",
+            "end_to_end_p99_ms=off",
+            "--slo",
+            "start_lag_p99_ms=2000",
+        ],
+    );
+    assert_eq!(code, Some(3), "run directory {}:\n{text}", dir.display());
+    assert!(text.contains("replay: reconciliation PASS"), "{text}");
+    assert!(
+        text.contains("replay: money PASS, SLOs FAIL (send_p99_ms "),
+        "{text}"
+    );
+    assert!(text.contains("send_p99_ms        FAIL"), "{text}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let send = r["verdict"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "send_p99_ms")
+        .unwrap();
+    assert_eq!(send["pass"], false);
+    assert!(
+        !send["broken_secs"].as_array().unwrap().is_empty(),
+        "{send}"
+    );
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("data-money=\"PASS\" data-slo=\"FAIL\" data-valid=\"VALID\""));
+    assert!(
+        html.contains("class=\"slo-broken\""),
+        "no broken second shaded"
+    );
 }

@@ -107,7 +107,7 @@ impl Tokens {
     }
 
     fn credited_key(&self, user_id: &str, activity_id: &str) -> String {
-        format!("{}:credited", self.store.key(user_id, activity_id))
+        self.store.credited_key(user_id, activity_id)
     }
 
     /// Moves a credited reward's token out of the pending hash. Never fails the

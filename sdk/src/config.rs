@@ -614,6 +614,11 @@ impl SdkConfig {
                 "store.max_pending is at most {MAX_PENDING_WRITES} (each unanswered write is held in memory)"
             )));
         }
+        if raw.store.retry_for_ms < 2 * raw.store.timeout_ms {
+            return Err(invalid(
+                "store.retry_for_ms must be at least twice store.timeout_ms (time for a retry after a timed-out attempt)",
+            ));
+        }
         if raw.store.retry_for_ms / 1000 >= raw.store.ttl_secs {
             return Err(invalid(
                 "store.retry_for_ms must be shorter than store.ttl_secs (a write retried past the hash's lifetime would store an expired list)",

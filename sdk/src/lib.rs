@@ -12,17 +12,17 @@
 //!
 //! # What `send_reward` does, in order
 //! 1. validates the request and its reward type (typed [`SendError::Invalid`]);
-//! 2. takes a place for its token write and reserves room in the reward type's
-//!    virtual queue (each waits at most `batch.enqueue_wait_ms`, then
-//!    [`SendError::Backpressure`]: the token writer or the queue is behind);
+//! 2. reserves room in the reward type's virtual queue and takes a place for its
+//!    token write (both within `batch.enqueue_wait_ms`, then
+//!    [`SendError::Backpressure`]: the queue or the token writer is behind);
 //! 3. seals the token and hands its write to the store. In the default
 //!    (`store.write_mode = "deferred"`) the call does not wait for Redis
 //!    ([`Stored::Deferred`]): it holds no round trip, microseconds whatever Redis is
-//!    doing. In `direct` mode it waits, and a user over the per-activity cap gets
-//!    [`SendError::TooManyTokens`]. In every mode a write Redis fails or times out is
-//!    retried in the background until it lands (late rather than never) or
-//!    `store.retry_for_ms` passes; with `store.strict` (direct mode only) a failed
-//!    first attempt refuses the reward instead;
+//!    doing. In `direct` and `batched` modes it waits, and a user over the
+//!    per-activity cap gets [`SendError::TooManyTokens`]. In every mode a write Redis
+//!    fails or times out is retried in the background until it lands (late rather
+//!    than never) or `store.retry_for_ms` passes; with `store.strict` (direct and
+//!    batched modes) a failed first attempt refuses the reward instead;
 //! 4. hands the event to the queue and returns the token. It never waits for a broker.
 //!
 //! A refusal in steps 1-3 leaves nothing behind: the place and the reserved slot are
@@ -340,15 +340,18 @@ impl Sdk {
             (queue.to_string(), max)
         };
         req.check_amount(max_amount)?;
-        // A place for the token write first: when the writer is behind Redis the
-        // reward is refused here, before anything is reserved or minted.
-        let wait = Duration::from_millis(inner.config.batch.enqueue_wait_ms);
+        // Room in the queue, then a place for the token write, both within one wait:
+        // when either is behind, the reward is refused before anything is minted (a
+        // refused place drops the slot, which gives it back).
+        let started = tokio::time::Instant::now();
+        let slot = inner.engine.reserve(&queue).await?;
+        let wait = Duration::from_millis(inner.config.batch.enqueue_wait_ms)
+            .saturating_sub(started.elapsed());
         let held = match inner.store.hold(wait).await {
             Ok(h) => h,
             Err(StoreError::Closed) => return Err(SendError::Closed),
             Err(e) => return Err(SendError::Backpressure(Pushback::TokenWrites(e))),
         };
-        let slot = inner.engine.reserve(&queue).await?;
         let now = now_ms();
         let ttl_ms =
             i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
@@ -386,7 +389,8 @@ impl Sdk {
                 pending.cancel();
                 return Err(SendError::TooManyTokens { cap });
             }
-            // Only strict mode hears a failed write (else it is retried).
+            // A failure the caller hears: strict mode, or Redis refusing the command
+            // itself (else a failed write is retried in the background).
             Err(e) => {
                 pending.cancel();
                 return Err(SendError::Store(e));

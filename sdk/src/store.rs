@@ -11,7 +11,9 @@
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
 //! holds `max_tokens_per_user` (re-writing an existing trade number is always allowed:
 //! the same reward issued twice is one token, which is also what makes a retried
-//! write harmless). How writes travel is [`crate::config::WriteMode`]:
+//! write harmless), and writes nothing when the reward is already credited (its token
+//! moved to the credited hash beside the pending one, [`TokenStore::credited_key`]): a
+//! write that lands late must not list a credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
 //! - **deferred** (default): the write goes to one writer task, which sends explicit
 //!   pipelines of up to `pipeline_max` scripts, at most `pool_size` at once, and the
 //!   caller does not wait for the reply ([`TokenStore::submit`] answers
@@ -21,11 +23,13 @@
 //!   bench`): call p99 at half load ≈20 µs deferred against ≈1.7 ms direct, and the
 //!   same or better throughput. What it gives up: the per-user cap can no longer
 //!   refuse the reward (the call has returned; a capped write is counted in
-//!   [`StoreStats::unstored`] instead), and a wallet that checks the token in the
-//!   millisecond before its write lands is told `UNKNOWN`, then `LEGAL`;
+//!   [`StoreStats::unstored`] instead), and a wallet that checks the token before its
+//!   write lands (usually a millisecond; while Redis fails, up to `retry_for_ms`) is
+//!   told `UNKNOWN`, then `LEGAL`;
 //! - **direct**: the caller sends its script call on the next pooled connection and
 //!   awaits the reply (fred pipelines concurrent commands on a connection by itself).
-//!   The cap refuses the reward (`TooManyTokens`) and `strict` can fail it;
+//!   The cap refuses the reward (`TooManyTokens`), and so does a refusal of the command
+//!   itself or, with `strict`, any failure;
 //! - **batched**: as direct, but the call goes through the writer task's explicit
 //!   pipelines (two more task hops per write).
 //!
@@ -68,9 +72,15 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::config::{StoreConfig, WriteMode};
 
-/// The cap-checking write. KEYS[1] hash; ARGV: field, value, cap, ttl seconds.
-/// Returns 1 when stored (new or replaced), 0 when the cap refused it.
+/// The cap-checking write. KEYS[1] the pending hash, KEYS[2] its credited hash (same
+/// hash tag); ARGV: field, value, cap, ttl seconds. Returns 1 when stored (new or
+/// replaced), 0 when the cap refused it, 2 when the reward is already credited (its
+/// token was moved to the credited hash: a late or retried write must not put it back
+/// in the pending list, where the wallet would offer it again).
 const WRITE_LUA: &str = r"
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
   return 0
 end
@@ -78,6 +88,11 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 ";
+
+/// The credited hash beside a pending hash.
+fn credited_key(pending: &str) -> String {
+    format!("{pending}:credited")
+}
 
 /// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -287,6 +302,12 @@ impl TokenStore {
         format!("{}:{{{user_id}}}:{activity_id}", self.cfg.key_prefix)
     }
 
+    /// The hash the reward service moves a token to once its reward is credited
+    /// (same hash tag as [`TokenStore::key`], so the same cluster slot).
+    pub fn credited_key(&self, user_id: &str, activity_id: &str) -> String {
+        credited_key(&self.key(user_id, activity_id))
+    }
+
     /// Counts since start.
     pub fn stats(&self) -> &StoreStats {
         &self.shared.stats
@@ -353,8 +374,21 @@ impl TokenStore {
         };
         match (mode, answer) {
             (WriteMode::Direct, _) => {
-                let r = self.put_direct(&w.key, &w.field, &w.value).await;
-                settle(&self.shared, w, r, true)
+                // If the caller gives up while the attempt is in flight (its future is
+                // dropped), the guard hands the write to the background, which sends
+                // it again: it may or may not have landed.
+                let mut guard = Unsettled {
+                    shared: &self.shared,
+                    write: Some(w),
+                };
+                let r = match guard.write.as_ref() {
+                    Some(w) => self.put_direct(&w.key, &w.field, &w.value).await,
+                    None => return Err(StoreError::Closed),
+                };
+                match guard.write.take() {
+                    Some(w) => settle(&self.shared, w, r, true),
+                    None => Err(StoreError::Closed),
+                }
             }
             (_, Some(rx)) => {
                 self.tx.send(w).map_err(|_| StoreError::Closed)?;
@@ -417,11 +451,12 @@ impl TokenStore {
                 Value::from(ttl),
             ]
         };
+        let keys = || vec![key.to_string(), credited_key(key)];
         let r: Result<i64, fred::error::Error> =
-            client.evalsha(self.sha.as_str(), key, args()).await;
+            client.evalsha(self.sha.as_str(), keys(), args()).await;
         if matches!(&r, Err(e) if e.details().starts_with("NOSCRIPT")) {
             return match client.script_load::<String, _>(WRITE_LUA).await {
-                Ok(_) => client.evalsha(self.sha.as_str(), key, args()).await,
+                Ok(_) => client.evalsha(self.sha.as_str(), keys(), args()).await,
                 Err(e) => Err(e),
             };
         }
@@ -475,6 +510,28 @@ impl TokenStore {
     }
 }
 
+/// A caller's write whose first attempt has not been settled; dropped unsettled (the
+/// caller gave up mid-attempt), it goes to the background as a retry.
+struct Unsettled<'a> {
+    shared: &'a Arc<Shared>,
+    write: Option<Write>,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.write.take() {
+            w.attempts += 1;
+            let sent = match self.shared.requeue.upgrade() {
+                Some(tx) => tx.send(w).is_ok(),
+                None => false,
+            };
+            if !sent {
+                give_up(self.shared, 1, &StoreError::Closed);
+            }
+        }
+    }
+}
+
 /// What a write's answer means, counted; retries a Redis failure unless a waiting
 /// caller in strict mode takes the error. `caller` is true for a caller's own first
 /// attempt (it hears cap refusals and, in strict mode, failures).
@@ -496,10 +553,15 @@ fn settle(
             }
             Err(e)
         }
-        Err(e) if caller && cfg.strict => Err(e),
+        // A waiting caller hears a strict-mode failure, and a refusal of the command
+        // itself (sending it again cannot help): its reward is refused, so nothing is
+        // counted as unstored.
+        Err(e) if caller && (cfg.strict || permanent) => Err(e),
         Err(e) => {
+            // A caller's own first attempt is always retried once more, however long
+            // it took: only the background gives up.
             let retry_for = Duration::from_millis(cfg.retry_for_ms);
-            if permanent || w.first.elapsed() >= retry_for {
+            if !caller && (permanent || w.first.elapsed() >= retry_for) {
                 give_up(shared, 1, &e);
                 return Err(e);
             }
@@ -545,7 +607,7 @@ fn give_up(shared: &Shared, n: u64, e: &StoreError) {
         error = %e,
         retry_for_ms = shared.cfg.retry_for_ms,
         total_given_up = shared.stats.unstored.load(Ordering::Relaxed),
-        "token writes given up after retrying; their rewards went on without a stored token"
+        "token writes given up (Redis refused the command, or retry_for_ms passed); their rewards went on without a stored token"
     );
 }
 
@@ -627,9 +689,13 @@ async fn send_pipeline(client: &Client, sha: &str, batch: Vec<Write>, shared: &A
         if matches!(result, Ok(Submitted::Retrying)) {
             retrying += 1;
         }
-        if let Reply::Wait(tx) = done {
-            // The caller may have given up waiting; the write goes on regardless.
-            let _ = tx.send(result);
+        if let Reply::Wait(tx) = done
+            && let Err(Err(e)) = tx.send(result)
+            && !matches!(e, StoreError::CapReached { .. })
+        {
+            // The caller gave up waiting and will never hear this failure: its reward
+            // went on (the event guard sent it), so the token is counted as unstored.
+            give_up(shared, 1, &e);
         }
     }
     if retrying > 0
@@ -648,7 +714,8 @@ fn outcome(
     stats: &StoreStats,
 ) -> Result<(), StoreError> {
     match reply {
-        Ok(1) => {
+        // 2: already credited, nothing to store; the reward's token has done its job.
+        Ok(1 | 2) => {
             stats.written.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
@@ -674,8 +741,9 @@ async fn run_pipeline(
         .iter()
         .map(|w| {
             vec![
-                Value::from(1_i64),
+                Value::from(2_i64),
                 Value::from(w.key.as_str()),
+                Value::from(credited_key(&w.key)),
                 Value::from(w.field.as_str()),
                 Value::from(w.value.as_str()),
                 Value::from(i64::from(cap)),

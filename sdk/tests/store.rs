@@ -310,3 +310,30 @@ async fn writes_are_given_up_after_retry_for_and_counted() {
         assert!(i < 20 && sealed == "s", "{trade} = {sealed}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_landing_after_its_credit_does_not_list_the_token_again() {
+    for mode in [WriteMode::Direct, WriteMode::Deferred] {
+        let st = store(mode, 500).await;
+        submit(&st, "u1", "t1", "sealed1").await.unwrap();
+        assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
+        // The reward service credits the reward and moves its token.
+        let pool = st.pool().next();
+        let (pending, credited) = (st.key("u1", "act"), st.credited_key("u1", "act"));
+        let _: () = fred::interfaces::HashesInterface::hset(pool, &credited, ("t1", "sealed1"))
+            .await
+            .unwrap();
+        let _: () = fred::interfaces::HashesInterface::hdel(pool, &pending, "t1")
+            .await
+            .unwrap();
+        // A retried or late write of the same token arrives afterwards.
+        let r = submit(&st, "u1", "t1", "sealed1").await;
+        assert!(r.is_ok(), "{mode:?}: {r:?}");
+        assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
+        assert!(
+            st.list("u1", "act").await.unwrap().is_empty(),
+            "{mode:?}: a credited token is pending again"
+        );
+        assert_eq!(n(&st.stats().unstored), 0, "{mode:?}");
+    }
+}
