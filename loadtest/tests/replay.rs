@@ -509,7 +509,7 @@ fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
     for (slo, want) in [
         ("start_lag_p99_ms=off", "cannot be off"),
         ("tokens_stored=2", "a share in (0, 1]"),
-        ("send_p99=5", "unknown (known: tokens_stored"),
+        ("send_p99=5", "unknown (known: accepted, tokens_stored"),
         ("send_p99_ms", "expected NAME=VALUE"),
     ] {
         let (ok, text) = loadtest(&["replay", "--with-services", "--slo", slo], &[]);
