@@ -95,6 +95,20 @@ fn replay(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String, Path
     (out.status.code(), text, dir)
 }
 
+/// A run directory's report.json.
+fn report_json(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+/// The row `name` of a report's `list` (`["verdict"]["checks"]` or the reconciliation's).
+fn row<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} row in {list}"))
+}
+
 /// A small rain replay (scale 0.0002, services as children, one RocketMQ consumer)
 /// of `secs` seconds with the fault plan `faults`; asserts it passed and returns its
 /// run directory, its JSON report and its output.
@@ -149,16 +163,9 @@ fn small_replay(
         "{text}"
     );
     assert!(text.contains("report: "), "{text}");
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let r = report_json(&dir);
     // The tokens SLO was judged on what Redis holds: every accepted token is there.
-    let tokens = r["verdict"]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "tokens_stored")
-        .cloned()
-        .unwrap_or_else(|| panic!("no tokens_stored verdict: {}", r["verdict"]));
+    let tokens = row(&r["verdict"]["checks"], "tokens_stored");
     assert_eq!(tokens["pass"], true, "{tokens}");
     assert!(
         tokens["actual"]
@@ -551,12 +558,7 @@ fn a_paused_redis_delays_tokens_but_every_accepted_one_is_stored() {
         assert!(second["sent"].as_u64().unwrap() > 0, "{second}");
     }
     // No late or retried write put a credited reward's token back in the pending list.
-    let tokens = r["reconciliation"]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "tokens")
-        .unwrap();
+    let tokens = row(&r["reconciliation"]["checks"], "tokens");
     assert!(
         tokens["detail"]
             .as_str()
@@ -599,8 +601,7 @@ fn a_replay_faster_than_the_machine_is_reported_invalid() {
         text.contains("INVALID: ") && text.contains("arrivals were shed"),
         "{text}"
     );
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let r = report_json(&dir);
     assert_eq!(r["verdict"]["valid"], false);
     assert!(r["shed"].as_u64().unwrap() >= 1);
     // Stopped early: far fewer than the ~100 000 the schedule asked for.
@@ -646,14 +647,8 @@ fn a_run_that_misses_an_slo_says_so_and_exits_3() {
         "{text}"
     );
     assert!(text.contains("send_p99_ms        FAIL"), "{text}");
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
-    let send = r["verdict"]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "send_p99_ms")
-        .unwrap();
+    let r = report_json(&dir);
+    let send = row(&r["verdict"]["checks"], "send_p99_ms");
     assert_eq!(send["pass"], false);
     assert!(
         !send["broken_secs"].as_array().unwrap().is_empty(),
