@@ -710,7 +710,7 @@ fn print_bench(r: &BenchReport) {
             );
         }
         println!(
-            "{:<6} sdk/raw ratio {:.2} (target >= 0.7)",
+            "{:<6} sdk/raw ratio {:.2} (target >= 0.9)",
             i + 1,
             round.ratio()
         );
