@@ -316,12 +316,12 @@ impl TokenStore {
     /// Takes a place for one write, waiting at most `wait` for one to free up;
     /// [`StoreError::Backlog`] when none did (the writer is behind Redis).
     pub async fn hold(&self, wait: Duration) -> Result<Held, StoreError> {
-        let room = self.shared.room.clone();
+        let room = &self.shared.room;
         let permit = match room.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
             Err(tokio::sync::TryAcquireError::NoPermits) => {
-                match tokio::time::timeout(wait, room.acquire_owned()).await {
+                match tokio::time::timeout(wait, room.clone().acquire_owned()).await {
                     Ok(Ok(p)) => p,
                     Ok(Err(_)) => return Err(StoreError::Closed),
                     Err(_) => {
