@@ -47,6 +47,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use reward_runtime::credential::Credential;
 use serde::Deserialize;
 
 use crate::limits::{LimitsConfig, LimitsError};
@@ -57,14 +58,9 @@ pub const ENV_PREFIX: &str = "REWARD_CONSUMER__";
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file could not be read, is not TOML, or an override does not fit it.
+    #[error(transparent)]
+    Document(#[from] reward_runtime::env::DocumentError),
     /// Not valid TOML, or a field of the wrong type or name.
     #[error("parsing: {0}")]
     Parse(String),
@@ -233,23 +229,6 @@ impl Default for DelayConfig {
     }
 }
 
-/// The bearer credential sent to the reward service; `Debug` shows its length only.
-#[derive(Clone)]
-pub struct Credential(String);
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credential({} bytes)", self.0.len())
-    }
-}
-
-impl Credential {
-    /// The `authorization` header value.
-    pub fn header(&self) -> String {
-        format!("Bearer {}", self.0)
-    }
-}
-
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -267,7 +246,7 @@ pub struct ConsumerConfig {
     pub dynamic: sdk::config::DynamicConfig,
     /// The SDK (requeues, dead letters).
     pub sdk: sdk::config::SdkConfig,
-    /// The reward service's credential.
+    /// The reward service's credential (`REWARD_SERVICE_TOKEN[_FILE]`).
     pub credential: Credential,
 }
 
@@ -290,20 +269,13 @@ struct Raw {
 impl ConsumerConfig {
     /// Reads `path` with the process environment's overrides and credential.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let env: Vec<(String, String)> = std::env::vars().collect();
+        let (text, env) = reward_runtime::env::read_file(path)?;
         Self::from_toml_str(&text, &env)
     }
 
     /// Parses a document; `env` supplies overrides and the credential.
     pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let doc = sdk::config::service_document(text, env, ENV_PREFIX).map_err(|e| match e {
-            sdk::config::ConfigError::Parse(m) => ConfigError::Parse(m),
-            other => other.into(),
-        })?;
+        let doc = reward_runtime::env::service_document(text, env, ENV_PREFIX)?;
         let raw: Raw = toml::Value::Table(doc)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
@@ -380,34 +352,10 @@ impl ConsumerConfig {
             limits,
             dynamic: raw.dynamic,
             sdk,
-            credential: credential(env)?,
+            credential: Credential::from_env(env, "REWARD_SERVICE_TOKEN")
+                .map_err(|e| ConfigError::Credential(e.to_string()))?,
         })
     }
-}
-
-fn credential(env: &[(String, String)]) -> Result<Credential, ConfigError> {
-    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let value = match (
-        get("REWARD_SERVICE_TOKEN"),
-        get("REWARD_SERVICE_TOKEN_FILE"),
-    ) {
-        (Some(v), _) => v,
-        (None, Some(path)) => std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError::Credential(format!("REWARD_SERVICE_TOKEN_FILE {path}: {e}")))?
-            .trim_end()
-            .to_string(),
-        (None, None) => {
-            return Err(ConfigError::Credential(
-                "set REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE".into(),
-            ));
-        }
-    };
-    if value.len() < 16 || value.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        return Err(ConfigError::Credential(
-            "the credential must be at least 16 bytes, without spaces or control characters".into(),
-        ));
-    }
-    Ok(Credential(value))
 }
 
 #[cfg(test)]

@@ -243,14 +243,14 @@ fn watch_limits(
     if d.file.is_none() && d.redis_key.is_none() {
         return None;
     }
-    let sources = sdk::dynamic::Sources {
+    let sources = reward_runtime::dynamic::Sources {
         base: cfg.limits.as_document(),
         file: d.file.clone(),
         redis: d.redis_key.clone().map(|k| (sdk.store().pool().clone(), k)),
         poll: Duration::from_millis(d.poll_ms.unwrap_or(500)),
     };
     let limits = limits.clone();
-    let apply: sdk::dynamic::Apply =
+    let apply: reward_runtime::dynamic::Apply =
         Arc::new(move |doc: &toml::Table| limits.apply(doc).map_err(|e| e.to_string()));
     Some(sources.watch(vec![apply]))
 }

@@ -117,7 +117,7 @@ impl LimitsConfig {
     /// with `self`, or why a running consumer would refuse them.
     pub fn with_overrides(&self, overrides: &toml::Table) -> Result<Self, LimitsError> {
         let mut doc = self.as_document();
-        sdk::dynamic::merge(&mut doc, overrides);
+        reward_runtime::dynamic::merge(&mut doc, overrides);
         Self::from_document(&doc)
     }
 

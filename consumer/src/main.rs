@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use reward_runtime::service::{self, Binary};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free took
 /// about a third of this process's CPU (docs/allocator.md).
@@ -77,57 +78,23 @@ fn write_stats(
     }
 }
 
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(code) | Err(code) => code,
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
-    if args.json_logs {
-        fmt.json().init();
-    } else {
-        fmt.init();
-    }
-    let cfg = match reward_consumer::config::ConsumerConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("reward-consumer: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let running = match reward_consumer::start(&cfg).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("reward-consumer: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+async fn run(args: Args) -> Result<ExitCode, ExitCode> {
+    let bin = Binary("reward-consumer");
+    service::init_tracing(args.json_logs);
+    let cfg = bin.config(reward_consumer::config::ConsumerConfig::load(&args.config))?;
+    let running = bin.start(reward_consumer::start(&cfg).await)?;
     let assigned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     if let Some(addr) = args.metrics_addr {
-        let handle = match sdk::admin::install_metrics() {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("reward-consumer: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        let handle = bin.start(reward_runtime::admin::install_metrics())?;
         let seen = assigned.clone();
-        let ready: sdk::admin::ReadyCheck = std::sync::Arc::new(move || {
+        let ready: reward_runtime::admin::ReadyCheck = std::sync::Arc::new(move || {
             let n = seen.load(std::sync::atomic::Ordering::Relaxed);
             Box::pin(async move {
                 if n > 0 {
@@ -137,11 +104,11 @@ async fn main() -> ExitCode {
                 }
             })
         });
-        match sdk::admin::serve(addr, handle, ready).await {
+        match reward_runtime::admin::serve(addr, handle, ready).await {
             Ok((bound, _)) => println!("reward-consumer: metrics on http://{bound}/metrics"),
             Err(e) => {
                 eprintln!("reward-consumer: cannot serve metrics on {addr}: {e}");
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     }
@@ -195,7 +162,7 @@ async fn main() -> ExitCode {
         }
     };
     tokio::select! {
-        () = stop_signal() => {}
+        () = service::stop_signal() => {}
         () = progress => {}
         () = stats_file => {}
         () = track_assigned => {}
@@ -214,7 +181,7 @@ async fn main() -> ExitCode {
             "reward-consumer: {} messages unsettled (re-delivered to the next owner), {} requeues not on a broker, consumer closed: {}",
             report.unsettled, report.sdk_left, report.closed
         );
-        return ExitCode::FAILURE;
+        return Ok(ExitCode::FAILURE);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

@@ -65,8 +65,11 @@ use sdk::queue::Settled;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tonic::transport::Channel;
 
-use crate::config::{Credential, PipelineConfig};
-use crate::delay::{DelayQueue, now_ms};
+use reward_runtime::clock::now_ms;
+use reward_runtime::credential::Credential;
+
+use crate::config::PipelineConfig;
+use crate::delay::DelayQueue;
 use crate::limits::{Limits, Verdict};
 use crate::tracker::{Generation, TrackError, Window};
 

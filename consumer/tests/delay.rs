@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reward_consumer::delay::{DelayQueue, now_ms};
+use reward_consumer::delay::DelayQueue;
+use reward_runtime::clock::now_ms;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_leased_removed_or_returned() {

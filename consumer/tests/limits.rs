@@ -20,20 +20,13 @@ struct Rate {
     peak_1s: usize,
 }
 
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap()
-}
-
 /// The credits of `user` over the next `secs`, measured from the credit time the
 /// ledger stamps on each one, not from when this test process happened to read a
 /// balance: on a busy machine the test's own reads can be late by hundreds of ms,
 /// which skewed a 5 s sample by 10 % and more. The window closes 500 ms before the
 /// read, so every credit stamped in it has landed.
 async fn rate(ledger: &reward_service::downstream::Ledger, user: &str, secs: f64) -> Rate {
-    let from = unix_ms();
+    let from = reward_runtime::clock::now_ms();
     tokio::time::sleep(Duration::from_secs_f64(secs + 0.5)).await;
     let to = from + (secs * 1000.0) as i64;
     let mut at: Vec<i64> = ledger

@@ -334,7 +334,7 @@ impl Control {
     fn document(
         pairs: &std::collections::BTreeMap<String, String>,
     ) -> Result<toml::Table, ControlError> {
-        sdk::dynamic::from_dotted(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        reward_runtime::dynamic::from_dotted(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .map_err(ControlError::Refused)
     }
 
@@ -470,7 +470,7 @@ impl Control {
         new: Option<String>,
     ) -> Result<(), ControlError> {
         let e = AuditEntry {
-            at_unix_ms: crate::unix_ms(),
+            at_unix_ms: reward_runtime::clock::now_ms(),
             who: self.who.clone(),
             key: key.to_string(),
             old,

@@ -278,7 +278,9 @@ async fn redis_benchmark(
     use fred::prelude::*;
     let client = Builder::from_config(Config::from_url(&env.redis_url)?).build()?;
     client.init().await?;
-    let sha: String = client.script_load(reward_service::claim::CLAIM_LUA).await?;
+    let script =
+        reward_runtime::script::Script::load(&client, reward_service::claim::CLAIM_LUA).await?;
+    let sha = script.sha();
     let scene = format!("redisbench-{tag}");
     let budget = claims.budget_key(&scene, 0);
     let _: () = client.hset(&budget, ("cap", i64::MAX / 4)).await?;
@@ -305,7 +307,7 @@ async fn redis_benchmark(
         "1000000000",
         "--csv",
         "EVALSHA",
-        &sha,
+        sha,
         "2",
         &record,
         &budget,

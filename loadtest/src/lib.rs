@@ -29,10 +29,3 @@ pub mod slo;
 pub mod smoke;
 pub mod stack;
 pub mod wallet;
-
-/// Now, Unix milliseconds (0 before 1970).
-pub fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}

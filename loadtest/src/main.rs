@@ -425,12 +425,12 @@ async fn replay_cmd(args: ReplayArgs) -> ExitCode {
     let mut opts = opts;
     // The recorder is always installed (the final scrape goes to the run
     // directory); the endpoint only with --metrics-addr.
-    match sdk::admin::install_metrics() {
+    match reward_runtime::admin::install_metrics() {
         Ok(handle) => {
             if let Some(addr) = metrics_addr {
-                let ready: sdk::admin::ReadyCheck =
+                let ready: reward_runtime::admin::ReadyCheck =
                     std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
-                match sdk::admin::serve(addr, handle.clone(), ready).await {
+                match reward_runtime::admin::serve(addr, handle.clone(), ready).await {
                     Ok((bound, _)) => println!("metrics on http://{bound}/metrics"),
                     Err(e) => {
                         eprintln!("error: cannot serve metrics on {addr}: {e}");
@@ -858,7 +858,8 @@ async fn clean(
     }
     println!("clean: {} keys removed", done.removed);
     if let Some(out) = leftovers {
-        let marked = loadtest::clean::mark_runs_cleaned(out, &url, loadtest::unix_ms())?;
+        let marked =
+            loadtest::clean::mark_runs_cleaned(out, &url, reward_runtime::clock::now_ms())?;
         println!(
             "clean: {} run directories under {} marked cleaned",
             marked.len(),
@@ -867,7 +868,7 @@ async fn clean(
     }
     for dir in dirs {
         let mut m = loadtest::setup::Manifest::load(dir)?;
-        m.cleaned_unix_ms = Some(loadtest::unix_ms());
+        m.cleaned_unix_ms = Some(reward_runtime::clock::now_ms());
         m.save(dir)?;
     }
     Ok(())

@@ -50,7 +50,7 @@ use crate::reconcile::SentReward;
 use crate::services::{Child, Spec};
 use crate::setup::{self, Broker, Setup};
 use crate::stack::{Server, StackEnv, check_reachable};
-use crate::unix_ms;
+use reward_runtime::clock::now_ms as unix_ms;
 
 /// Requests in flight above which new arrivals are shed (counted).
 pub const MAX_IN_FLIGHT: u64 = 100_000;
@@ -87,7 +87,7 @@ pub struct ReplayOptions {
     pub max_in_flight: u64,
     /// This process's metrics recorder (`--metrics-addr`), scraped at the end into
     /// the run directory beside the children's.
-    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub metrics: Option<reward_runtime::admin::PrometheusHandle>,
 }
 
 /// The parts' ceilings, measured right after the replay on the same stack.

@@ -74,7 +74,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     let key = format!("cbcfg-{tag}");
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    let changed_at = loadtest::unix_ms();
+    let changed_at = reward_runtime::clock::now_ms();
     let (code, out) = ctl(&key, &["set", "limits.types.cash.rate", "50"]);
     assert_eq!(code, 0, "{out}");
     assert!(

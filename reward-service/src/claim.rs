@@ -62,6 +62,7 @@
 use std::sync::Arc;
 
 use fred::prelude::*;
+use reward_runtime::script::Script;
 
 /// The largest amount or budget: every integer up to it is exact in the scripts'
 /// double-precision numbers, and so is every comparison against it.
@@ -499,18 +500,24 @@ const MAX_ID: usize = proto::ids::MAX_ID_LEN;
 /// Longest scene: a budget scope `activity/scene` of two ids.
 const MAX_SCENE: usize = 2 * proto::ids::MAX_ID_LEN + 1;
 
+/// The claim store's scripts, loaded once per store.
+#[derive(Debug)]
+struct Scripts {
+    claim: Script,
+    release: Script,
+    claim_many: Script,
+    finish_many: Script,
+    hold: Script,
+    unhold: Script,
+    sweep: Script,
+}
+
 /// The claim store.
 #[derive(Clone)]
 pub struct Claims {
     pool: Pool,
     cfg: Arc<ClaimConfig>,
-    claim_sha: Arc<String>,
-    release_sha: Arc<String>,
-    claim_many_sha: Arc<String>,
-    finish_many_sha: Arc<String>,
-    hold_sha: Arc<String>,
-    unhold_sha: Arc<String>,
-    sweep_sha: Arc<String>,
+    scripts: Arc<Scripts>,
 }
 
 impl std::fmt::Debug for Claims {
@@ -583,17 +590,26 @@ impl Claims {
         pool.init().await?;
         let load = |script: &'static str| {
             let client = pool.next().clone();
-            async move { client.script_load::<String, _>(script).await }
+            async move { Script::load(&client, script).await }
         };
-        let (claim_sha, release_sha, claim_many_sha, finish_many_sha, hold_sha, unhold_sha) = tokio::try_join!(
+        let (claim, release, claim_many, finish_many, hold, unhold, sweep) = tokio::try_join!(
             load(CLAIM_LUA),
             load(RELEASE_LUA),
             load(CLAIM_MANY_LUA),
             load(FINISH_MANY_LUA),
             load(HOLD_LUA),
             load(UNHOLD_LUA),
+            load(SWEEP_LUA),
         )?;
-        let sweep_sha = load(SWEEP_LUA).await?;
+        let scripts = Arc::new(Scripts {
+            claim,
+            release,
+            claim_many,
+            finish_many,
+            hold,
+            unhold,
+            sweep,
+        });
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;
         if exists == 0 && Self::old_layout(&pool, &cfg.key_prefix).await? {
@@ -620,13 +636,7 @@ impl Claims {
         Ok(Self {
             pool,
             cfg: Arc::new(cfg),
-            claim_sha: Arc::new(claim_sha),
-            release_sha: Arc::new(release_sha),
-            claim_many_sha: Arc::new(claim_many_sha),
-            finish_many_sha: Arc::new(finish_many_sha),
-            hold_sha: Arc::new(hold_sha),
-            unhold_sha: Arc::new(unhold_sha),
-            sweep_sha: Arc::new(sweep_sha),
+            scripts,
         })
     }
 
@@ -699,8 +709,10 @@ impl Claims {
         let mut spent = Vec::with_capacity(self.cfg.shards as usize);
         let mut outcome = Ok(());
         for shard in 0..self.cfg.shards {
-            let s: Result<i64, ClaimError> =
-                crate::eval_loaded(self.pool.next(), &self.hold_sha, HOLD_LUA, || {
+            let s: Result<i64, ClaimError> = self
+                .scripts
+                .hold
+                .eval(self.pool.next(), || {
                     (
                         vec![self.budget_key(scene, shard)],
                         vec![secs(BUDGET_HOLD_MS), Value::from(holder.as_str())],
@@ -738,8 +750,10 @@ impl Claims {
                 }
                 _ => String::new(),
             };
-            let unheld: Result<i64, fred::error::Error> =
-                crate::eval_loaded(self.pool.next(), &self.unhold_sha, UNHOLD_LUA, || {
+            let unheld: Result<i64, fred::error::Error> = self
+                .scripts
+                .unhold
+                .eval(self.pool.next(), || {
                     (
                         vec![self.budget_key(scene, shard)],
                         vec![Value::from(holder.as_str()), Value::from(cap.as_str())],
@@ -873,8 +887,10 @@ impl Claims {
         check_grant(g)?;
         let shard = self.shard_of(&g.trade_no);
         let claim_id = new_claim_id();
-        let reply: Vec<String> =
-            crate::eval_loaded(self.pool.next(), &self.claim_sha, CLAIM_LUA, || {
+        let reply: Vec<String> = self
+            .scripts
+            .claim
+            .eval(self.pool.next(), || {
                 (
                     vec![
                         self.record_key(shard, &g.trade_no),
@@ -1022,11 +1038,10 @@ impl Claims {
         };
         let shard = self.shard_of(&first.trade_no);
         let ids: Vec<String> = part.iter().map(|_| new_claim_id()).collect();
-        let reply: Vec<String> = crate::eval_loaded(
-            self.pool.next(),
-            &self.claim_many_sha,
-            CLAIM_MANY_LUA,
-            || {
+        let reply: Vec<String> = self
+            .scripts
+            .claim_many
+            .eval(self.pool.next(), || {
                 let mut keys = vec![self.budget_key(&first.scene, shard)];
                 let mut args = vec![
                     secs(self.cfg.lease_ms),
@@ -1042,9 +1057,8 @@ impl Claims {
                     args.push(Value::from(id.as_str()));
                 }
                 (keys, args)
-            },
-        )
-        .await?;
+            })
+            .await?;
         if reply.len() != part.len() * 2 {
             return Err(ClaimError::Reply(reply));
         }
@@ -1105,11 +1119,10 @@ impl Claims {
             check_id("trade number", &g.trade_no)?;
         }
         let shard = self.shard_of(&first.trade_no);
-        let reply: Vec<i64> = crate::eval_loaded(
-            self.pool.next(),
-            &self.finish_many_sha,
-            FINISH_MANY_LUA,
-            || {
+        let reply: Vec<i64> = self
+            .scripts
+            .finish_many
+            .eval(self.pool.next(), || {
                 let mut keys = vec![self.doubt_key(shard)];
                 let mut args = vec![secs(self.cfg.retention_secs)];
                 for (g, id, result) in part {
@@ -1121,9 +1134,8 @@ impl Claims {
                     args.push(Value::from(g.trade_no.as_str()));
                 }
                 (keys, args)
-            },
-        )
-        .await?;
+            })
+            .await?;
         if reply.len() != part.len() {
             return Err(ClaimError::Reply(
                 reply.iter().map(i64::to_string).collect(),
@@ -1188,8 +1200,10 @@ impl Claims {
     ) -> Result<Finish, ClaimError> {
         check_id("trade number", &g.trade_no)?;
         let shard = self.shard_of(&g.trade_no);
-        let done: i64 =
-            crate::eval_loaded(self.pool.next(), &self.release_sha, RELEASE_LUA, || {
+        let done: i64 = self
+            .scripts
+            .release
+            .eval(self.pool.next(), || {
                 (
                     vec![self.record_key(shard, &g.trade_no), self.doubt_key(shard)],
                     vec![
@@ -1243,8 +1257,10 @@ impl Claims {
                     .as_ref()
                     .is_none_or(|r| r.state != ClaimState::InDoubt)
                 {
-                    let _: i64 =
-                        crate::eval_loaded(self.pool.next(), &self.sweep_sha, SWEEP_LUA, || {
+                    let _: i64 = self
+                        .scripts
+                        .sweep
+                        .eval(self.pool.next(), || {
                             (
                                 vec![self.doubt_key(shard), self.record_key(shard, &trade_no)],
                                 vec![Value::from(trade_no.as_str())],

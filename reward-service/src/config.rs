@@ -80,6 +80,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 
+use reward_runtime::credential::Credential;
 use serde::Deserialize;
 
 use crate::claim::ClaimConfig;
@@ -87,14 +88,9 @@ use crate::claim::ClaimConfig;
 /// Configuration failures, each naming what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("config {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The file could not be read, is not TOML, or an override does not fit it.
+    #[error("config: {0}")]
+    Document(#[from] reward_runtime::env::DocumentError),
     /// The TOML does not parse or has the wrong shape.
     #[error("config: {0}")]
     Parse(String),
@@ -319,20 +315,13 @@ impl ServiceConfig {
     /// Reads `path`, applies `REWARD_SERVICE__*` (and, to the `[sdk]` section,
     /// `REWARD_SDK__*`) overrides and the credential from the environment, validates.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let vars: Vec<(String, String)> = std::env::vars().collect();
-        Self::from_toml_str(&text, &vars)
+        let (text, env) = reward_runtime::env::read_file(path)?;
+        Self::from_toml_str(&text, &env)
     }
 
     /// Parses a document with the given environment (overrides and credential).
     pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let doc = sdk::config::service_document(text, env, ENV_PREFIX).map_err(|e| match e {
-            sdk::config::ConfigError::Parse(m) => ConfigError::Parse(m),
-            other => other.into(),
-        })?;
+        let doc = reward_runtime::env::service_document(text, env, ENV_PREFIX)?;
         let raw: Raw = toml::Value::Table(doc)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
@@ -466,24 +455,21 @@ impl ServiceConfig {
                 "failures.queue {failure_queue:?} is not a queue of [sdk.queues]"
             )));
         }
-        let credential = credential(env, "REWARD_SERVICE_TOKEN")?;
+        let credential = credential_named(env, "REWARD_SERVICE_TOKEN")?;
         let wallet_credential = credential_named(env, "REWARD_WALLET_TOKEN")?;
-        let metrics_credential = if env
-            .iter()
-            .any(|(k, _)| k == "REWARD_METRICS_TOKEN" || k == "REWARD_METRICS_TOKEN_FILE")
-        {
+        let metrics_credential = if Credential::is_set(env, "REWARD_METRICS_TOKEN") {
             Some(credential_named(env, "REWARD_METRICS_TOKEN")?)
         } else {
             None
         };
         if let Some(m) = &metrics_credential
-            && (credential.matches(m.0.as_bytes()) || wallet_credential.matches(m.0.as_bytes()))
+            && (credential.same_as(m) || wallet_credential.same_as(m))
         {
             return Err(ConfigError::Credential(
                 "REWARD_METRICS_TOKEN must differ from the grant and wallet credentials".into(),
             ));
         }
-        if credential.matches(wallet_credential.0.as_bytes()) {
+        if credential.same_as(&wallet_credential) {
             return Err(ConfigError::Credential(
                 "REWARD_WALLET_TOKEN must differ from REWARD_SERVICE_TOKEN: a wallet credential must not open Grant".into(),
             ));
@@ -509,56 +495,9 @@ impl ServiceConfig {
     }
 }
 
-/// The shortest credential accepted.
-const MIN_CREDENTIAL: usize = 16;
-
-fn credential(env: &[(String, String)], var: &str) -> Result<Credential, ConfigError> {
-    credential_named(env, var)
-}
-
-/// The credential in `var`, or in the file `var_FILE` names.
+/// The credential in `var`, or in the file `{var}_FILE` names.
 fn credential_named(env: &[(String, String)], var: &str) -> Result<Credential, ConfigError> {
-    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let file_var = format!("{var}_FILE");
-    let value = match (get(var), get(&file_var)) {
-        (Some(v), _) => v,
-        (None, Some(path)) => std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError::Credential(format!("{file_var} {path}: {e}")))?
-            .trim_end_matches(['\n', '\r'])
-            .to_string(),
-        (None, None) => {
-            return Err(ConfigError::Credential(format!("set {var} or {file_var}")));
-        }
-    };
-    if value.len() < MIN_CREDENTIAL || value.chars().any(char::is_whitespace) {
-        return Err(ConfigError::Credential(format!(
-            "{var} must be at least {MIN_CREDENTIAL} bytes without whitespace"
-        )));
-    }
-    Ok(Credential(value))
-}
-
-/// The bearer credential: compared in constant time, never printed.
-#[derive(Clone)]
-pub struct Credential(String);
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credential({} bytes)", self.0.len())
-    }
-}
-
-impl Credential {
-    /// Whether `presented` equals the credential; the time taken does not depend on
-    /// where they first differ.
-    pub fn matches(&self, presented: &[u8]) -> bool {
-        let want = self.0.as_bytes();
-        let mut diff = u8::from(want.len() != presented.len());
-        for (i, w) in want.iter().enumerate() {
-            diff |= w ^ presented.get(i).copied().unwrap_or(0);
-        }
-        diff == 0
-    }
+    Credential::from_env(env, var).map_err(|e| ConfigError::Credential(e.to_string()))
 }
 
 #[cfg(test)]

@@ -61,6 +61,8 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use reward_runtime::clock::now_ms;
+use reward_runtime::script::Script;
 
 /// One credit to perform.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,7 +303,7 @@ pub struct Account {
 pub struct Ledger {
     client: Client,
     prefix: String,
-    sha: Arc<String>,
+    script: Script,
     limits: Arc<HashMap<String, DefaultDirectRateLimiter>>,
     incidents: Arc<AtomicU64>,
     honours_key: bool,
@@ -339,7 +341,9 @@ impl Ledger {
             .build()
             .map_err(unavailable)?;
         client.init().await.map_err(unavailable)?;
-        let sha: String = client.script_load(LEDGER_LUA).await.map_err(unavailable)?;
+        let script = Script::load(&client, LEDGER_LUA)
+            .await
+            .map_err(unavailable)?;
         let limits = capacity
             .iter()
             .map(|(t, per_sec)| (t.clone(), RateLimiter::direct(Quota::per_second(*per_sec))))
@@ -347,7 +351,7 @@ impl Ledger {
         Ok(Self {
             client,
             prefix: prefix.to_string(),
-            sha: Arc::new(sha),
+            script,
             limits: Arc::new(limits),
             incidents: Arc::new(AtomicU64::new(0)),
             honours_key: false,
@@ -500,11 +504,11 @@ impl Ledger {
 
     async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
         self.precheck(c)?;
-        let now = crate::grant::now_ms();
-        let reply = crate::eval_loaded(&self.client, &self.sha, LEDGER_LUA, || {
-            (self.keys(c), self.args(c, now))
-        })
-        .await;
+        let now = now_ms();
+        let reply = self
+            .script
+            .eval(&self.client, || (self.keys(c), self.args(c, now)))
+            .await;
         self.settle(c, reply)
     }
 
@@ -515,23 +519,8 @@ impl Ledger {
         let mut out: Vec<Option<Result<Receipt, CreditError>>> =
             cs.iter().map(|c| self.precheck(c).err().map(Err)).collect();
         let send: Vec<usize> = (0..cs.len()).filter(|&i| out[i].is_none()).collect();
-        let now = crate::grant::now_ms();
-        let mut replies = self.pipelined(cs, &send, now).await;
-        // Redis restarted and lost its script cache: load it, send those again.
-        // (Positions in `replies`, which follows `send`.)
-        let lost: Vec<usize> = (0..replies.len())
-            .filter(|&p| matches!(&replies[p], Err(e) if e.details().starts_with("NOSCRIPT")))
-            .collect();
-        if !lost.is_empty() {
-            let which: Vec<usize> = lost.iter().map(|&p| send[p]).collect();
-            let again = match self.client.script_load::<String, _>(LEDGER_LUA).await {
-                Ok(_) => self.pipelined(cs, &which, now).await,
-                Err(e) => which.iter().map(|_| Err(e.clone())).collect(),
-            };
-            for (p, a) in lost.into_iter().zip(again) {
-                replies[p] = a;
-            }
-        }
+        let now = now_ms();
+        let replies = self.pipelined(cs, &send, now).await;
         for (&i, reply) in send.iter().zip(replies) {
             out[i] = Some(self.settle(&cs[i], reply));
         }
@@ -564,8 +553,8 @@ impl Ledger {
                 call.extend(self.args(c, now));
                 call
             })
-            .collect();
-        sdk::store::evalsha_pipeline(&self.client, &self.sha, calls).await
+            .collect::<Vec<_>>();
+        self.script.eval_pipeline(&self.client, &calls).await
     }
 
     async fn status_now(&self, c: &Credit) -> Result<CreditStatus, CreditError> {

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use prost::Message as _;
 use proto::v1::{DeadLetter, RewardEvent, UserInfo};
+use reward_runtime::clock::now_ms;
 use sdk::Sdk;
 
 use crate::claim::{Claim, ClaimError, Claims, Finish, Grant, Prior};
@@ -72,12 +73,6 @@ const NO_CONTRACT: Contract = Contract {
 
 /// Added to a downstream's longest call before an in-doubt grant may be resolved.
 pub const SETTLE_MARGIN_MS: u64 = 1_000;
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// What a grant came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

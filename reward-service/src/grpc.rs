@@ -26,8 +26,8 @@ use proto::v1::{
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
-use crate::config::Credential;
 use crate::service::Service;
+use reward_runtime::credential::Credential;
 
 /// The tonic service.
 #[derive(Debug, Clone)]

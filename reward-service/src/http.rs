@@ -41,8 +41,8 @@ use proto::v1::{GrantOutcome, GrantResult, RewardToken, TokenValidity};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::config::Credential;
 use crate::service::{Checked, Rewards, Service, ServiceError};
+use reward_runtime::credential::Credential;
 
 /// What the routes share.
 #[derive(Debug, Clone)]
@@ -386,7 +386,7 @@ async fn check(credential: &Credential, req: Request, next: Next) -> Response {
 pub fn router(
     state: HttpState,
     max_body_bytes: usize,
-    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    metrics: Option<reward_runtime::admin::PrometheusHandle>,
 ) -> Router {
     let st = Arc::new(state);
     let api = Router::new()
@@ -402,7 +402,7 @@ pub fn router(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(metrics.map_or_else(Router::new, |h| {
-            sdk::admin::metrics_router(h)
+            reward_runtime::admin::metrics_router(h)
                 .route_layer(middleware::from_fn_with_state(st.clone(), metrics_auth))
         }))
         .layer(DefaultBodyLimit::max(max_body_bytes))

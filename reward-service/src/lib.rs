@@ -19,25 +19,3 @@ pub mod http;
 pub mod server;
 pub mod service;
 pub mod tokens;
-
-use fred::prelude::{Client, FromValue, LuaInterface, Value};
-
-/// Runs a loaded Lua script by its SHA; when Redis answers `NOSCRIPT` (a restart lost
-/// its script cache) it loads `script` again and sends once more. `call` builds the
-/// keys and arguments, so the usual single send makes no spare copy of them.
-pub(crate) async fn eval_loaded<R: FromValue>(
-    client: &Client,
-    sha: &str,
-    script: &str,
-    call: impl Fn() -> (Vec<String>, Vec<Value>),
-) -> Result<R, fred::error::Error> {
-    let (keys, args) = call();
-    match client.evalsha(sha, keys, args).await {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            let _: String = client.script_load(script).await?;
-            let (keys, args) = call();
-            client.evalsha(sha, keys, args).await
-        }
-        other => other,
-    }
-}

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use reward_runtime::service::{self, Binary};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free took
 /// about a third of this process's CPU (docs/allocator.md).
@@ -39,72 +40,26 @@ struct Args {
     json_logs: bool,
 }
 
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(code) | Err(code) => code,
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
-    if args.json_logs {
-        fmt.json().init();
-    } else {
-        fmt.init();
-    }
-    let cfg = match reward_service::config::ServiceConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("reward-service: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let metrics = match sdk::admin::install_metrics() {
-        Ok(h) => Some(h),
-        Err(e) => {
-            eprintln!("reward-service: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let service = match reward_service::server::build(&cfg).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("reward-service: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let running = match reward_service::server::serve_with_metrics(service, &cfg, metrics).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("reward-service: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+async fn run(args: Args) -> Result<ExitCode, ExitCode> {
+    let bin = Binary("reward-service");
+    service::init_tracing(args.json_logs);
+    let cfg = bin.config(reward_service::config::ServiceConfig::load(&args.config))?;
+    let metrics = bin.start(reward_runtime::admin::install_metrics())?;
+    let built = bin.start(reward_service::server::build(&cfg).await)?;
+    let running =
+        bin.start(reward_service::server::serve_with_metrics(built, &cfg, Some(metrics)).await)?;
     println!(
         "reward-service: gRPC on {}, HTTP on {}",
         running.grpc_addr, running.http_addr
     );
-    stop_signal().await;
+    service::stop_signal().await;
     tracing::info!("stopping: finishing calls in flight");
     let report = running.shutdown().await;
     tracing::info!(drained = report.drained, left = report.left, "stopped");
@@ -113,7 +68,7 @@ async fn main() -> ExitCode {
             "reward-service: {} queued events were neither delivered nor spooled",
             report.left
         );
-        return ExitCode::FAILURE;
+        return Ok(ExitCode::FAILURE);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

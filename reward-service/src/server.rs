@@ -143,14 +143,14 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
 }
 
 /// Serves an already built service, with `/metrics` on the HTTP port when given the
-/// process's recorder ([`sdk::admin::install_metrics`]), and a task that keeps the
+/// process's recorder ([`reward_runtime::admin::install_metrics`]), and a task that keeps the
 /// budget gauges (`reward_service_budget_spent`, `reward_service_budget_remaining` per
 /// scene, from the live budget) and the `reward_service_in_doubt` gauge fresh every
 /// 5 s.
 pub async fn serve_with_metrics(
     service: Service,
     cfg: &ServiceConfig,
-    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    metrics: Option<reward_runtime::admin::PrometheusHandle>,
 ) -> Result<Running, StartError> {
     if metrics.is_some() {
         let claims = service.granter().claims().clone();

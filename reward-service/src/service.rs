@@ -42,10 +42,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message as _;
 use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
+use reward_runtime::clock::now_ms;
 use sdk::Sdk;
 
 use crate::claim::{ClaimError, ClaimState, Grant};
-use crate::grant::{self, GrantError, Granter, Outcome};
+use crate::grant::{GrantError, Granter, Outcome};
 use crate::tokens::Tokens;
 use proto::ids;
 
@@ -294,8 +295,7 @@ impl Service {
         let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
-        if ev.created_at_ms > 0 && grant::now_ms() >= ev.created_at_ms.saturating_add(retention_ms)
-        {
+        if ev.created_at_ms > 0 && now_ms() >= ev.created_at_ms.saturating_add(retention_ms) {
             return Err(format!(
                 "the event was created at {} (Unix ms), longer ago than grant records are kept",
                 ev.created_at_ms
@@ -432,7 +432,7 @@ impl Service {
         let granted = record.as_ref().filter(|r| r.state == ClaimState::Granted);
         let credited = granted.is_some() || credited_hash;
         let legal = pending || credited_hash || record.is_some();
-        let expired = self.expired(&token, grant::now_ms());
+        let expired = self.expired(&token, now_ms());
         let validity = match (legal, &expired) {
             // A credited token stays legal (its record answers a repeat); an
             // uncredited one past its life is never credited.
@@ -542,7 +542,7 @@ impl Service {
         // A token can sit in the pending hash while its record already says GRANTED
         // (the move after the credit failed): show it as credited.
         let mut still_pending = Vec::with_capacity(out.pending.len());
-        let now = grant::now_ms();
+        let now = now_ms();
         for t in std::mem::take(&mut out.pending) {
             let granted = self
                 .granter

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fred::prelude::*;
+use reward_runtime::script::Script;
 use sdk::store::TokenStore;
 
 /// KEYS: pending and credited hash of each token, in pairs. ARGV: TTL seconds, then
@@ -71,7 +72,7 @@ pub type Move<'a> = (&'a str, &'a str, &'a str);
 pub struct Tokens {
     store: TokenStore,
     ttl_secs: i64,
-    sha: Arc<String>,
+    script: Script,
     move_failures: Arc<AtomicU64>,
 }
 
@@ -97,11 +98,11 @@ impl Tokens {
     /// Wraps the SDK's store (same Redis, same key prefix); `ttl_secs` is the store's
     /// token TTL.
     pub async fn new(store: TokenStore, ttl_secs: u64) -> Result<Self, fred::error::Error> {
-        let sha: String = store.pool().next().script_load(MOVE_MANY_LUA).await?;
+        let script = Script::load(store.pool().next(), MOVE_MANY_LUA).await?;
         Ok(Self {
             store,
             ttl_secs: i64::try_from(ttl_secs).unwrap_or(i64::MAX),
-            sha: Arc::new(sha),
+            script,
             move_failures: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -169,19 +170,20 @@ impl Tokens {
         moves: &[Move<'_>],
         idx: &[usize],
     ) -> Result<Vec<i64>, fred::error::Error> {
-        crate::eval_loaded(self.store.pool().next(), &self.sha, MOVE_MANY_LUA, || {
-            let mut keys = Vec::with_capacity(idx.len() * 2);
-            let mut args = Vec::with_capacity(idx.len() + 1);
-            args.push(Value::from(self.ttl_secs));
-            for &i in idx {
-                let (user, activity, trade) = moves[i];
-                keys.push(self.store.key(user, activity));
-                keys.push(self.credited_key(user, activity));
-                args.push(Value::from(trade));
-            }
-            (keys, args)
-        })
-        .await
+        self.script
+            .eval(self.store.pool().next(), || {
+                let mut keys = Vec::with_capacity(idx.len() * 2);
+                let mut args = Vec::with_capacity(idx.len() + 1);
+                args.push(Value::from(self.ttl_secs));
+                for &i in idx {
+                    let (user, activity, trade) = moves[i];
+                    keys.push(self.store.key(user, activity));
+                    keys.push(self.credited_key(user, activity));
+                    args.push(Value::from(trade));
+                }
+                (keys, args)
+            })
+            .await
     }
 
     /// Moves that failed since start.

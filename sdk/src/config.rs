@@ -657,85 +657,14 @@ impl SdkConfig {
     }
 }
 
-/// Applies `REWARD_SDK__A__B=value` overrides to `doc`.
+/// Applies `REWARD_SDK__A__B=value` overrides to `doc` (see [`reward_runtime::env`]).
 pub fn apply_env(
     doc: &mut toml::Table,
     vars: impl IntoIterator<Item = (String, String)>,
 ) -> Result<(), ConfigError> {
-    const PREFIX: &str = "REWARD_SDK__";
-    for (name, value) in vars {
-        let Some(path) = name.strip_prefix(PREFIX) else {
-            continue;
-        };
-        let parts: Vec<&str> = path.split("__").collect();
-        set_path(doc, &parts, &value)
-            .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
-    }
-    Ok(())
-}
-
-/// Parses the TOML document of a service that embeds the SDK and applies its
-/// environment overrides: `{prefix}SECTION__KEY=value` anywhere in the document,
-/// then `REWARD_SDK__SECTION__KEY=value` inside its `[sdk]` section.
-pub fn service_document(
-    text: &str,
-    env: &[(String, String)],
-    prefix: &str,
-) -> Result<toml::Table, ConfigError> {
-    let mut doc: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-    for (name, value) in env {
-        if let Some(path) = name.strip_prefix(prefix) {
-            let parts: Vec<&str> = path.split("__").collect();
-            set_path(&mut doc, &parts, value)
-                .map_err(|e| ConfigError::Parse(format!("override {name}: {e}")))?;
-        }
-    }
-    if let Some(toml::Value::Table(sdk_doc)) = doc.get_mut("sdk") {
-        apply_env(sdk_doc, env.iter().cloned())?;
-    }
-    Ok(doc)
-}
-
-/// Sets the key at `parts` (matched case-insensitively against existing keys; new
-/// keys in lower case) to `value`, parsed as a TOML scalar when it can be.
-pub fn set_path(doc: &mut toml::Table, parts: &[&str], value: &str) -> Result<(), String> {
-    if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
-        return Err("empty path segment".into());
-    }
-    let mut table = doc;
-    for (i, part) in parts.iter().enumerate() {
-        let key = table
-            .keys()
-            .find(|k| k.eq_ignore_ascii_case(part))
-            .cloned()
-            .unwrap_or_else(|| part.to_ascii_lowercase());
-        if i + 1 == parts.len() {
-            table.insert(key, scalar(value));
-            break;
-        }
-        let entry = table
-            .entry(key.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        table = entry
-            .as_table_mut()
-            .ok_or_else(|| format!("{key} is not a table"))?;
-    }
-    Ok(())
-}
-
-fn scalar(s: &str) -> toml::Value {
-    if let Ok(i) = s.parse::<i64>() {
-        return toml::Value::Integer(i);
-    }
-    if let Ok(b) = s.parse::<bool>() {
-        return toml::Value::Boolean(b);
-    }
-    if let Ok(f) = s.parse::<f64>() {
-        return toml::Value::Float(f);
-    }
-    toml::Value::String(s.to_string())
+    let vars: Vec<(String, String)> = vars.into_iter().collect();
+    reward_runtime::env::overlay(doc, &vars, reward_runtime::env::SDK_PREFIX)
+        .map_err(|e| ConfigError::Parse(e.to_string()))
 }
 
 #[cfg(test)]

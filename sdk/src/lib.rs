@@ -7,7 +7,8 @@
 //! - [`queue`]: the virtual queue over a primary and a backup broker.
 //! - [`spool`]: the durable local spool for rewards no broker takes.
 //! - [`readback`]: reading back what reached the brokers; creating topics.
-//! - [`config`], [`dynamic`]: the TOML configuration, env overrides, runtime changes.
+//! - [`config`]: the TOML configuration and its `REWARD_SDK__*` overrides; live
+//!   changes come through [`reward_runtime::dynamic`] and [`check_dynamic`].
 //! - [`request`]: reward requests, validation, scene helpers and trade numbers.
 //!
 //! # What `send_reward` does, in order
@@ -46,10 +47,7 @@
 //! # Ok(()) }
 //! ```
 
-#[cfg(feature = "admin")]
-pub mod admin;
 pub mod config;
-pub mod dynamic;
 pub mod queue;
 pub mod readback;
 pub mod request;
@@ -60,7 +58,7 @@ pub mod token;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -279,12 +277,6 @@ impl std::fmt::Debug for Sdk {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// An event waiting on its token write: sent when the write is done, or when the
 /// `send_reward` future is dropped mid-write; dropped unsent only by [`cancel`].
 ///
@@ -352,7 +344,7 @@ impl Sdk {
             Err(StoreError::Closed) => return Err(SendError::Closed),
             Err(e) => return Err(SendError::Backpressure(Pushback::TokenWrites(e))),
         };
-        let now = now_ms();
+        let now = reward_runtime::clock::now_ms();
         let ttl_ms =
             i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let token = req.token(now, now.saturating_add(ttl_ms));
@@ -549,7 +541,7 @@ impl Sdk {
         if dynamic.file.is_none() && dynamic.redis_key.is_none() {
             return;
         }
-        let sources = dynamic::Sources {
+        let sources = reward_runtime::dynamic::Sources {
             base: toml::Table::new(),
             file: dynamic.file.clone(),
             redis: dynamic
@@ -559,14 +551,14 @@ impl Sdk {
             poll: Duration::from_millis(dynamic.poll_ms.unwrap_or(500)),
         };
         let me = Arc::downgrade(&self.inner);
-        let apply: dynamic::Apply = Arc::new(move |doc: &toml::Table| {
+        let apply: reward_runtime::dynamic::Apply = Arc::new(move |doc: &toml::Table| {
             let Some(inner) = me.upgrade() else {
                 return Ok(());
             };
             // The sources carry changes: lay them over the start-up routing, so a key
             // removed from the sources goes back to its start-up value.
             let mut full = routing_table(&inner.config.routing);
-            dynamic::merge(&mut full, doc);
+            reward_runtime::dynamic::merge(&mut full, doc);
             Sdk { inner }.apply_config(&full).map_err(|e| e.to_string())
         });
         let handle = sources.watch(vec![apply]);
@@ -642,14 +634,14 @@ fn routing_of(config: &SdkConfig, doc: &toml::Table) -> Result<Routing, ConfigEr
 ///     backup = "kafka"
 ///     [types.cash]
 /// "#).unwrap();
-/// let ok = sdk::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
+/// let ok = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
 /// assert_eq!(sdk::check_dynamic(&cfg, &ok).unwrap().queues["massive"].ratio, 80);
-/// let bad = sdk::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
+/// let bad = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
 /// assert!(sdk::check_dynamic(&cfg, &bad).is_err());
 /// ```
 pub fn check_dynamic(config: &SdkConfig, overrides: &toml::Table) -> Result<Routing, ConfigError> {
     let mut full = routing_table(&config.routing);
-    dynamic::merge(&mut full, overrides);
+    reward_runtime::dynamic::merge(&mut full, overrides);
     routing_of(config, &full)
 }
 

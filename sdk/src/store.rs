@@ -67,7 +67,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::types::{ClusterHash, CustomCommand};
+use reward_runtime::script::Script;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::config::{StoreConfig, WriteMode};
@@ -239,7 +239,7 @@ impl std::fmt::Debug for Shared {
 /// A handle to the token store; cheap to clone.
 #[derive(Clone)]
 pub struct TokenStore {
-    sha: Arc<String>,
+    script: Script,
     pool: Pool,
     cfg: Arc<StoreConfig>,
     /// The writer task's queue (batched and deferred writes, retries).
@@ -272,9 +272,8 @@ impl TokenStore {
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
             .build_pool(cfg.pool_size)?;
         pool.init().await?;
-        let sha: String = pool.next().script_load(WRITE_LUA).await?;
+        let script = Script::load(pool.next(), WRITE_LUA).await?;
         let cfg = Arc::new(cfg);
-        let sha = Arc::new(sha);
         // Unbounded: the places (`max_pending`) bound what it can hold.
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -287,9 +286,9 @@ impl TokenStore {
             started: Instant::now(),
         });
         // The writer runs in every mode: retries go through it.
-        tokio::spawn(writer(pool.clone(), sha.clone(), rx, shared.clone()));
+        tokio::spawn(writer(pool.clone(), script.clone(), rx, shared.clone()));
         Ok(Self {
-            sha,
+            script,
             pool,
             cfg,
             tx,
@@ -452,15 +451,7 @@ impl TokenStore {
             ]
         };
         let keys = || vec![key.to_string(), credited_key(key)];
-        let r: Result<i64, fred::error::Error> =
-            client.evalsha(self.sha.as_str(), keys(), args()).await;
-        if matches!(&r, Err(e) if e.details().starts_with("NOSCRIPT")) {
-            return match client.script_load::<String, _>(WRITE_LUA).await {
-                Ok(_) => client.evalsha(self.sha.as_str(), keys(), args()).await,
-                Err(e) => Err(e),
-            };
-        }
-        r
+        self.script.eval(client, || (keys(), args())).await
     }
     /// Every token of a user in an activity: trade number → sealed token.
     pub async fn list(
@@ -621,7 +612,7 @@ fn backoff(attempts: u32) -> Duration {
 
 async fn writer(
     pool: Pool,
-    sha: Arc<String>,
+    script: Script,
     mut rx: mpsc::UnboundedReceiver<Write>,
     shared: Arc<Shared>,
 ) {
@@ -646,15 +637,15 @@ async fn writer(
             break;
         };
         let client = pool.next().clone();
-        let (sha, shared) = (sha.clone(), shared.clone());
+        let (script, shared) = (script.clone(), shared.clone());
         tokio::spawn(async move {
-            send_pipeline(&client, &sha, batch, &shared).await;
+            send_pipeline(&client, &script, batch, &shared).await;
             drop(permit);
         });
     }
 }
 
-async fn send_pipeline(client: &Client, sha: &str, batch: Vec<Write>, shared: &Arc<Shared>) {
+async fn send_pipeline(client: &Client, script: &Script, batch: Vec<Write>, shared: &Arc<Shared>) {
     let stats = &shared.stats;
     let (cap, ttl) = (
         shared.cfg.max_tokens_per_user,
@@ -666,18 +657,7 @@ async fn send_pipeline(client: &Client, sha: &str, batch: Vec<Write>, shared: &A
         stats.retried.fetch_add(retries, Ordering::Relaxed);
         metrics::counter!("reward_sdk_token_write_retries_total").increment(retries);
     }
-    let mut results = run_pipeline(client, sha, &batch, cap, ttl).await;
-    let noscript = results
-        .iter()
-        .any(|r| matches!(r, Err(e) if e.details().starts_with("NOSCRIPT")));
-    if noscript {
-        // Redis restarted and lost its script cache: load again, send again (the
-        // script is idempotent per field).
-        match client.script_load::<String, _>(WRITE_LUA).await {
-            Ok(_) => results = run_pipeline(client, sha, &batch, cap, ttl).await,
-            Err(e) => results = batch.iter().map(|_| Err(e.clone())).collect(),
-        }
-    }
+    let results = run_pipeline(client, script, &batch, cap, ttl).await;
     let (mut retrying, mut first_error) = (0_u64, None);
     for (mut w, r) in batch.into_iter().zip(results) {
         let done = std::mem::replace(&mut w.done, Reply::Background);
@@ -732,7 +712,7 @@ fn outcome(
 
 async fn run_pipeline(
     client: &Client,
-    sha: &str,
+    script: &Script,
     batch: &[Write],
     cap: u32,
     ttl: i64,
@@ -750,54 +730,6 @@ async fn run_pipeline(
                 Value::from(ttl),
             ]
         })
-        .collect();
-    evalsha_pipeline(client, sha, calls).await
-}
-
-/// Sends one `EVALSHA` of the loaded script `sha` per call, all in one pipeline (one
-/// write and one read on the connection), and answers each call's reply in order.
-/// Each call is `numkeys, keys..., args...`. A connection-level failure answers every
-/// call with that error. A `NOSCRIPT` reply is the caller's to handle (load the
-/// script, send those calls again). Shared with the reward service's ledger.
-pub async fn evalsha_pipeline<R: FromValue>(
-    client: &Client,
-    sha: &str,
-    calls: Vec<Vec<Value>>,
-) -> Vec<Result<R, fred::error::Error>> {
-    let n = calls.len();
-    let every = |e: fred::error::Error| (0..n).map(|_| Err(e.clone())).collect();
-    let pipe = client.pipeline();
-    for call in calls {
-        let mut args = Vec::with_capacity(call.len() + 1);
-        args.push(Value::from(sha));
-        args.extend(call);
-        // fred's pipelines have no Lua interface, so EVALSHA goes as a custom command;
-        // in a cluster it is routed by its key (argument 2: sha, numkeys, key, ...).
-        let queued: Result<(), _> = pipe
-            .custom(
-                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
-                args,
-            )
-            .await;
-        if let Err(e) = queued {
-            // Nothing was sent yet: every call gets the error.
-            return every(e);
-        }
-    }
-    let results = pipe.try_all::<R>().await;
-    if results.len() == n {
-        results
-    } else {
-        // A connection-level failure answers once for the whole pipeline.
-        let e = results
-            .into_iter()
-            .find_map(Result::err)
-            .unwrap_or_else(|| {
-                fred::error::Error::new(
-                    fred::error::ErrorKind::Protocol,
-                    "pipeline answered a different number of replies",
-                )
-            });
-        every(e)
-    }
+        .collect::<Vec<_>>();
+    script.eval_pipeline(client, &calls).await
 }

@@ -324,7 +324,7 @@ impl Engine {
         Ok(engine)
     }
 
-    fn now_ms(&self) -> i64 {
+    fn elapsed_ms(&self) -> i64 {
         i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
@@ -404,7 +404,7 @@ impl Engine {
         } else {
             let _ = h.failing_since.compare_exchange(
                 -1,
-                self.now_ms(),
+                self.elapsed_ms(),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
@@ -420,7 +420,7 @@ impl Engine {
         if since < 0 {
             return Duration::ZERO;
         }
-        Duration::from_millis(u64::try_from(self.now_ms() - since).unwrap_or(0))
+        Duration::from_millis(u64::try_from(self.elapsed_ms() - since).unwrap_or(0))
     }
 
     /// Sends `envs` through one producer; returns those that failed.

@@ -329,7 +329,7 @@ impl TokenCodec {
 
     /// Seals `token` now; the result is what the user keeps.
     pub fn seal(&self, token: &RewardToken) -> Result<String, SealError> {
-        self.seal_at(token, now_ms())
+        self.seal_at(token, reward_runtime::clock::now_ms())
     }
 
     /// Seals `token` as of `now_ms` (Unix ms), which picks the period subkey.
@@ -467,10 +467,4 @@ fn seal_into(
     // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
     // trailing bits.
     Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&*sealed))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

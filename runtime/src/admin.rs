@@ -1,4 +1,4 @@
-//! Operations endpoints for the pipeline's binaries (feature `admin`): Prometheus
+//! Operations endpoints for the pipeline's binaries (feature `service`): Prometheus
 //! metrics, liveness and readiness over HTTP.
 //!
 //! | route | answers |
@@ -17,9 +17,9 @@
 //!
 //! ```
 //! # async fn demo() -> std::io::Result<()> {
-//! let handle = sdk::admin::install_metrics().expect("first recorder in this process");
-//! let ready: sdk::admin::ReadyCheck = std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
-//! let (addr, _server) = sdk::admin::serve("127.0.0.1:0".parse().unwrap(), handle, ready).await?;
+//! let handle = reward_runtime::admin::install_metrics().expect("first recorder in this process");
+//! let ready: reward_runtime::admin::ReadyCheck = std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
+//! let (addr, _server) = reward_runtime::admin::serve("127.0.0.1:0".parse().unwrap(), handle, ready).await?;
 //! println!("metrics on http://{addr}/metrics");
 //! # Ok(()) }
 //! ```
@@ -34,7 +34,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+/// The handle `/metrics` renders from (returned by [`install_metrics`]).
+pub use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// Bucket bounds of every `*_seconds` histogram: 100 µs to 60 s.
 pub const SECONDS_BUCKETS: [f64; 16] = [

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use crate::config::set_path;
+use crate::env::set_path;
 
 /// A subscriber: gets the whole effective document, answers whether it took it.
 pub type Apply = Arc<dyn Fn(&toml::Table) -> Result<(), String> + Send + Sync>;

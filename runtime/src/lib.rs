@@ -1,0 +1,27 @@
+//! What the pipeline's parts share, so each exists once.
+//!
+//! Always built (the SDK uses these too; they need only Redis and TOML):
+//! - [`clock`]: wall-clock time in the one unit every record carries (Unix ms).
+//! - [`script`]: a Lua script on Redis, called by SHA, reloaded after `NOSCRIPT`;
+//!   one-call and pipelined forms.
+//! - [`dynamic`]: the dynamic-config watcher: a file and a Redis hash merged over
+//!   the start-up document, polled, handed to subscribers that validate and swap.
+//! - [`env`]: configuration documents and their `PREFIX__SECTION__KEY` environment
+//!   overlays.
+//! - [`credential`]: bearer credentials from the environment or a file, never printed,
+//!   compared in constant time.
+//!
+//! With feature `service` (the binaries; an activity service linking the SDK builds
+//! none of it):
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz` and the process's metrics recorder.
+//! - [`service`]: tracing set-up, the stop signal (SIGTERM, Ctrl-C), exit statuses.
+
+#[cfg(feature = "service")]
+pub mod admin;
+pub mod clock;
+pub mod credential;
+pub mod dynamic;
+pub mod env;
+pub mod script;
+#[cfg(feature = "service")]
+pub mod service;

@@ -1,0 +1,145 @@
+//! Lua scripts on Redis: loaded once, called by SHA, reloaded when Redis forgot them.
+//!
+//! Every atomic step of the pipeline (a token write, a claim, a ledger credit, a
+//! token move, a delay-queue claim) is one Lua script, so a step either happens whole
+//! or not at all, whatever the connection does. A [`Script`] is loaded with `SCRIPT
+//! LOAD` at start-up and called with `EVALSHA` (the body is not resent per call). A
+//! Redis that restarted or ran `SCRIPT FLUSH` answers `NOSCRIPT`; the script is then
+//! loaded again and the same call sent once more. That resend is safe because a
+//! `NOSCRIPT` reply means the script did not run.
+//!
+//! [`Script::eval_pipeline`] sends many calls in one pipeline (one write and one read
+//! on the connection); in a cluster each call is routed by its first key.
+
+use std::sync::Arc;
+
+use fred::interfaces::ClientLike;
+use fred::prelude::{Client, FromValue, LuaInterface, Value};
+use fred::types::{ClusterHash, CustomCommand};
+
+/// Whether `e` is Redis saying it does not know the script (nothing ran).
+pub fn is_noscript(e: &fred::error::Error) -> bool {
+    e.details().starts_with("NOSCRIPT")
+}
+
+/// A Lua script loaded on Redis.
+#[derive(Debug, Clone)]
+pub struct Script {
+    source: &'static str,
+    sha: Arc<str>,
+}
+
+impl Script {
+    /// Loads `source` (`SCRIPT LOAD`) and remembers its SHA. In a cluster, fred sends
+    /// the load to every primary.
+    pub async fn load(client: &Client, source: &'static str) -> Result<Self, fred::error::Error> {
+        let sha: String = client.script_load(source).await?;
+        Ok(Self {
+            source,
+            sha: sha.into(),
+        })
+    }
+
+    /// The script's SHA1, as `EVALSHA` takes it.
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// The script's text.
+    pub fn source(&self) -> &'static str {
+        self.source
+    }
+
+    async fn reload(&self, client: &Client) -> Result<(), fred::error::Error> {
+        let _: String = client.script_load(self.source).await?;
+        Ok(())
+    }
+
+    /// Runs the script with the keys and arguments `call` builds; after a `NOSCRIPT`
+    /// reply, loads it and sends once more. `call` runs once per send, so the usual
+    /// single send makes no spare copy of its arguments.
+    pub async fn eval<R: FromValue>(
+        &self,
+        client: &Client,
+        call: impl Fn() -> (Vec<String>, Vec<Value>),
+    ) -> Result<R, fred::error::Error> {
+        let (keys, args) = call();
+        match client.evalsha(self.sha(), keys, args).await {
+            Err(e) if is_noscript(&e) => {
+                self.reload(client).await?;
+                let (keys, args) = call();
+                client.evalsha(self.sha(), keys, args).await
+            }
+            other => other,
+        }
+    }
+
+    /// Sends one `EVALSHA` per call, all in one pipeline, and answers each call's
+    /// reply in order. Each call is `numkeys, keys..., args...`. Calls answered
+    /// `NOSCRIPT` are sent again (in one more pipeline) after a reload. A
+    /// connection-level failure answers every call with that error.
+    pub async fn eval_pipeline<R: FromValue>(
+        &self,
+        client: &Client,
+        calls: &[Vec<Value>],
+    ) -> Vec<Result<R, fred::error::Error>> {
+        let mut replies = pipeline(client, self.sha(), calls.iter()).await;
+        let lost: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e)))
+            .collect();
+        if lost.is_empty() {
+            return replies;
+        }
+        let again = match self.reload(client).await {
+            Ok(()) => pipeline(client, self.sha(), lost.iter().map(|&i| &calls[i])).await,
+            Err(e) => lost.iter().map(|_| Err(e.clone())).collect(),
+        };
+        for (i, a) in lost.into_iter().zip(again) {
+            replies[i] = a;
+        }
+        replies
+    }
+}
+
+async fn pipeline<'a, R: FromValue>(
+    client: &Client,
+    sha: &str,
+    calls: impl ExactSizeIterator<Item = &'a Vec<Value>>,
+) -> Vec<Result<R, fred::error::Error>> {
+    let n = calls.len();
+    let every = |e: fred::error::Error| (0..n).map(|_| Err(e.clone())).collect();
+    let pipe = client.pipeline();
+    for call in calls {
+        let mut args = Vec::with_capacity(call.len() + 1);
+        args.push(Value::from(sha));
+        args.extend(call.iter().cloned());
+        // fred's pipelines have no Lua interface, so EVALSHA goes as a custom command;
+        // in a cluster it is routed by its key (argument 2: sha, numkeys, key, ...).
+        let queued: Result<(), _> = pipe
+            .custom(
+                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
+                args,
+            )
+            .await;
+        if let Err(e) = queued {
+            // Nothing was sent yet: every call gets the error.
+            return every(e);
+        }
+    }
+    let results = pipe.try_all::<R>().await;
+    if results.len() == n {
+        results
+    } else {
+        // A connection-level failure answers once for the whole pipeline.
+        let e = results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| {
+                fred::error::Error::new(
+                    fred::error::ErrorKind::Protocol,
+                    "pipeline answered a different number of replies",
+                )
+            });
+        every(e)
+    }
+}
