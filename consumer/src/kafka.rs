@@ -244,7 +244,7 @@ impl KafkaSource {
             }
         }
         self.consumer.unsubscribe();
-        sdk::readback::drop_within(self.consumer, deadline)
+        reward_runtime::teardown::drop_within(self.consumer, deadline)
     }
 }
 

@@ -80,7 +80,7 @@ fn committed(tag: &str) -> (i64, i64) {
             .unwrap()
             .1;
     }
-    assert!(sdk::readback::drop_within(
+    assert!(reward_runtime::teardown::drop_within(
         consumer,
         Duration::from_secs(30)
     ));

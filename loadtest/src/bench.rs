@@ -33,7 +33,7 @@
 //! bursts up to a millisecond behind schedule, which the first measurements charged to
 //! `send_reward` (BENCHMARKS.md).
 //!
-//! Both sides add [`sdk::readback::STACK_KAFKA_SETTINGS`] (no idempotence): the
+//! Both sides add [`reward_tools::stack::STACK_KAFKA_SETTINGS`] (no idempotence): the
 //! stack's tansu 0.6 panics under an idempotent producer at volume (docs/stack.md).
 //!
 //! Every run checks its own counts: a run that did not get every event acknowledged, or
@@ -45,15 +45,15 @@ use std::time::{Duration, Instant};
 use prost::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use reward_tools::topics::create_kafka_topics;
 use sdk::config::SdkConfig;
-use sdk::readback::create_kafka_topics;
 use sdk::request::{RedEnvelopeRain, RewardRequest, User};
 use sdk::token::KeyRing;
 use sdk::{Sdk, SendError};
 
 use crate::smoke::kafka::first_broker;
 use crate::smoke::unique_name;
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ pub struct BenchOptions {
 impl BenchOptions {
     /// The librdkafka settings both sides run with: the stack's, then the caller's.
     fn kafka_settings(&self) -> BTreeMap<String, String> {
-        let mut all = sdk::readback::stack_kafka_settings();
+        let mut all = reward_tools::stack::stack_kafka_settings();
         all.extend(self.kafka_settings.clone());
         all
     }
@@ -89,7 +89,7 @@ impl BenchOptions {
 pub enum BenchError {
     /// A server does not answer.
     #[error(transparent)]
-    Stack(#[from] crate::stack::StackError),
+    Stack(#[from] reward_tools::stack::StackError),
     /// Setting up (topics, producer, SDK) failed.
     #[error("set-up: {0}")]
     Setup(String),
@@ -202,7 +202,7 @@ pub struct BenchReport {
     /// The paced latency run, if asked for.
     pub paced: Option<Paced>,
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
-    /// Redis could not tell ([`crate::stack::ForkWatch`]).
+    /// Redis could not tell ([`reward_tools::stack::ForkWatch`]).
     pub redis_forks: Option<u64>,
 }
 
@@ -228,7 +228,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();
-    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     eprintln!("[bench] SDK token store write mode: {}", opts.write_mode);
     let side = SdkSide {
         kafka: &kafka,
@@ -396,7 +396,7 @@ async fn start_sdk(
     tag: &str,
     topic: &str,
 ) -> Result<Sdk, BenchError> {
-    let settings = sdk::readback::kafka_settings_toml(side.kafka);
+    let settings = reward_tools::stack::kafka_settings_toml(side.kafka);
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
     let text = format!(
         r#"

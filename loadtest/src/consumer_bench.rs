@@ -47,7 +47,7 @@ use rdkafka::{ClientConfig, Message};
 use reward_service::downstream::Ledger;
 
 use crate::smoke::kafka::first_broker;
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -99,7 +99,7 @@ pub struct ConsumerBenchReport {
     /// The consumer's counters at the end.
     pub stats: reward_consumer::pipeline::StatsSnapshot,
     /// Times Redis forked (AOF rewrite, RDB save) during the two timed runs; `None`
-    /// when Redis could not tell ([`crate::stack::ForkWatch`]).
+    /// when Redis could not tell ([`reward_tools::stack::ForkWatch`]).
     pub redis_forks: Option<u64>,
 }
 
@@ -135,7 +135,7 @@ async fn produce(env: &StackEnv, topic: &str, opts: &ConsumerBenchOptions) -> an
     cfg.set("bootstrap.servers", &env.kafka_brokers)
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000");
-    for (k, v) in sdk::readback::stack_kafka_settings() {
+    for (k, v) in reward_tools::stack::stack_kafka_settings() {
         cfg.set(k, v);
     }
     let producer: FutureProducer = cfg.create()?;
@@ -198,7 +198,7 @@ async fn raw(
     let last = Instant::now();
     let timing = Timing::new(n, start, first.unwrap_or(last), last);
     consumer.unsubscribe();
-    if !sdk::readback::drop_within(consumer, Duration::from_secs(30)) {
+    if !reward_runtime::teardown::drop_within(consumer, Duration::from_secs(30)) {
         anyhow::bail!("the raw consumer's close hung");
     }
     Ok(timing)
@@ -223,13 +223,13 @@ pub async fn run(
         .await?;
 
     let topic = format!("cb-{tag}");
-    sdk::readback::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
+    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
         .await
         .map_err(anyhow::Error::msg)?;
     produce(env, &topic, opts).await?;
     eprintln!("consumer-bench: {} events on {topic}", opts.messages);
 
-    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let raw_timing = raw(env, &topic, opts.messages, &opts.consumer_settings).await?;
     eprintln!(
         "consumer-bench: raw {:.0} msg/s from start, {:.0} steady",

@@ -31,7 +31,7 @@ use reward_service::downstream::Ledger;
 
 use crate::bench::Percentiles;
 use crate::smoke::kafka::first_broker;
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ pub struct GrantBenchReport {
     /// The command that ran.
     pub script_command: String,
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
-    /// Redis could not tell ([`crate::stack::ForkWatch`]).
+    /// Redis could not tell ([`reward_tools::stack::ForkWatch`]).
     pub redis_forks: Option<u64>,
 }
 
@@ -160,7 +160,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
 
     let url = format!("http://{}", running.grpc_addr);
     let batches = opts.grants.div_ceil(opts.batch as u64);
-    let forks = crate::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();

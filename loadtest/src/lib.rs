@@ -7,7 +7,7 @@
 //! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
 //!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
 //!   a bare rdkafka consumer);
-//! - the stack's address book ([`stack`]) and the smoke probes ([`smoke`]).
+//! - the smoke probes ([`smoke`]); the stack's address book is `reward_tools::stack`.
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.
@@ -16,7 +16,6 @@
 pub mod bench;
 pub mod clean;
 pub mod consumer_bench;
-pub mod control;
 pub mod faults;
 pub mod grant_bench;
 pub mod profile;
@@ -27,5 +26,4 @@ pub mod services;
 pub mod setup;
 pub mod slo;
 pub mod smoke;
-pub mod stack;
 pub mod wallet;

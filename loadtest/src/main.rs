@@ -12,7 +12,7 @@ use loadtest::profile::Profile;
 use loadtest::replay::{self, ReplayOptions};
 use loadtest::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use loadtest::smoke::{self, ProbeReport};
-use loadtest::stack::StackEnv;
+use reward_tools::stack::StackEnv;
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free took
 /// about a third of this process's CPU (docs/allocator.md).
@@ -580,7 +580,7 @@ async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
                 r.steady_ratio()
             );
             println!("  {:?}", r.stats);
-            if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
                 println!("{w}");
             }
             ExitCode::SUCCESS
@@ -627,7 +627,7 @@ async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
             );
             println!("  ({})", r.script_command);
             println!("ratio service/script {:>10.2}", r.ratio());
-            if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
                 println!("{w}");
             }
             ExitCode::SUCCESS
@@ -783,7 +783,7 @@ fn print_bench(r: &BenchReport) {
             );
         }
     }
-    if let Some(w) = loadtest::stack::fork_warning(r.redis_forks) {
+    if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
         println!("{w}");
     }
 }
@@ -825,7 +825,7 @@ async fn clean(
     let (url, sel) = if leftovers.is_some() {
         let url = match redis_url {
             Some(u) => u,
-            None => loadtest::stack::StackEnv::from_env().redis_url,
+            None => reward_tools::stack::StackEnv::from_env().redis_url,
         };
         let families = REPLAY_FAMILIES
             .iter()

@@ -49,8 +49,8 @@ use crate::profile::{Mix, Plan, SceneKind, Users};
 use crate::reconcile::SentReward;
 use crate::services::{Child, Spec};
 use crate::setup::{self, Broker, Setup};
-use crate::stack::{Server, StackEnv, check_reachable};
 use reward_runtime::clock::now_ms as unix_ms;
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// Requests in flight above which new arrivals are shed (counted).
 pub const MAX_IN_FLIGHT: u64 = 100_000;

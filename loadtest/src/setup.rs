@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::Plan;
-use crate::stack::StackEnv;
+use reward_tools::stack::StackEnv;
 
 /// The reward types a replay's services know, with the consumer's rate (credits/s)
 /// and priority, and the ledger's capacity: the figures of `ops/consumer.toml` and
@@ -156,7 +156,7 @@ dir = "{spool}"
         redis = env.redis_url,
         tokens = s.token_prefix,
         kafka = env.kafka_brokers,
-        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
         namesrv = env.rocketmq_namesrv,
         tag = s.tag,
         massive = t("massive"),
@@ -360,10 +360,10 @@ pub async fn prepare(
         .map(|q| (q.to_string(), format!("lt-{q}-{tag}")))
         .collect();
     let names: Vec<&str> = topics.values().map(String::as_str).collect();
-    sdk::readback::create_kafka_topics(&env.kafka_brokers, &names, partitions)
+    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &names, partitions)
         .await
         .map_err(anyhow::Error::msg)?;
-    sdk::readback::create_rocketmq_topics(&env.rocketmq_namesrv, &names)
+    reward_tools::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &names)
         .await
         .map_err(anyhow::Error::msg)?;
     let manifest = Manifest {

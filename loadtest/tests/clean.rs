@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fred::prelude::*;
-use loadtest::stack::StackEnv;
+use reward_tools::stack::StackEnv;
 
 mod common;
 

@@ -2,7 +2,7 @@
 
 use loadtest::smoke::SmokeError;
 use loadtest::smoke::rocketmq::{self, ProbeOptions};
-use loadtest::stack::{Server, StackEnv, StackError};
+use reward_tools::stack::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_send_10k_and_consume_every_one() {

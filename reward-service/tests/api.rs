@@ -514,7 +514,12 @@ async fn grpc_grants_sync_async_and_batch() {
     let events = tokio::task::spawn_blocking({
         let (kafka, tag) = (kafka.clone(), tag.clone());
         move || {
-            sdk::readback::read_kafka(&kafka, &format!("massive-{tag}"), 1, Duration::from_secs(5))
+            reward_testkit::readback::read_kafka(
+                &kafka,
+                &format!("massive-{tag}"),
+                1,
+                Duration::from_secs(5),
+            )
         }
     })
     .await
@@ -522,7 +527,7 @@ async fn grpc_grants_sync_async_and_batch() {
     .unwrap();
     assert_eq!(events.seen.get("g:6"), Some(&1), "{:?}", events.seen);
     let failures = tokio::task::spawn_blocking(move || {
-        sdk::readback::read_kafka(
+        reward_testkit::readback::read_kafka(
             &kafka,
             &format!("failures-{tag}"),
             1,

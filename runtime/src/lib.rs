@@ -10,6 +10,7 @@
 //!   overlays.
 //! - [`credential`]: bearer credentials from the environment or a file, never printed,
 //!   compared in constant time.
+//! - [`teardown`]: dropping a client whose destroy can hang, with a deadline.
 //!
 //! With feature `service` (the binaries; an activity service linking the SDK builds
 //! none of it):
@@ -25,3 +26,4 @@ pub mod env;
 pub mod script;
 #[cfg(feature = "service")]
 pub mod service;
+pub mod teardown;

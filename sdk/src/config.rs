@@ -189,6 +189,20 @@ pub enum ProducerConfig {
     },
 }
 
+/// Why this build cannot run a producer of `p`'s kind (its broker feature is off), or
+/// `None` when it can.
+pub fn not_built(p: &ProducerConfig) -> Option<&'static str> {
+    match p {
+        ProducerConfig::Kafka { .. } if !cfg!(feature = "kafka") => {
+            Some("kind kafka needs the SDK built with its `kafka` feature")
+        }
+        ProducerConfig::Rocketmq { .. } if !cfg!(feature = "rocketmq") => {
+            Some("kind rocketmq needs the SDK built with its `rocketmq` feature")
+        }
+        _ => None,
+    }
+}
+
 fn default_group() -> String {
     "reward-sdk".into()
 }
@@ -578,6 +592,9 @@ impl SdkConfig {
             };
             if addr.trim().is_empty() {
                 return Err(invalid(format!("producer {name}: empty address")));
+            }
+            if let Some(why) = not_built(p) {
+                return Err(invalid(format!("producer {name}: {why}")));
             }
         }
         let b = &raw.batch;

@@ -6,7 +6,6 @@
 //! - [`store`]: the Redis token store (hash per user and activity).
 //! - [`queue`]: the virtual queue over a primary and a backup broker.
 //! - [`spool`]: the durable local spool for rewards no broker takes.
-//! - [`readback`]: reading back what reached the brokers; creating topics.
 //! - [`config`]: the TOML configuration and its `REWARD_SDK__*` overrides; live
 //!   changes come through [`reward_runtime::dynamic`] and [`check_dynamic`].
 //! - [`request`]: reward requests, validation, scene helpers and trade numbers.
@@ -49,7 +48,6 @@
 
 pub mod config;
 pub mod queue;
-pub mod readback;
 pub mod request;
 pub mod spool;
 pub mod store;
@@ -212,9 +210,11 @@ impl SdkBuilder {
                 continue;
             }
             let made: Arc<dyn Producer> = match p {
+                #[cfg(feature = "kafka")]
                 ProducerConfig::Kafka { brokers, settings } => Arc::new(
                     queue::producer::KafkaProducer::new(name, brokers, settings, timeout)?,
                 ),
+                #[cfg(feature = "rocketmq")]
                 ProducerConfig::Rocketmq { namesrv, group } => {
                     let rt = queue::rocketmq_runtime("reward-sdk-producer").map_err(|reason| {
                         queue::ProduceError {
@@ -226,6 +226,14 @@ impl SdkBuilder {
                         queue::producer::RocketMqProducer::start(name, rt, namesrv, group, timeout)
                             .await?,
                     )
+                }
+                // Refused when the config was read; kept for a config built by hand.
+                #[allow(unreachable_patterns)]
+                other => {
+                    return Err(StartError::Config(ConfigError::Invalid(format!(
+                        "producer {name}: {}",
+                        config::not_built(other).unwrap_or("kind not built")
+                    ))));
                 }
             };
             producers.insert(name.clone(), made);

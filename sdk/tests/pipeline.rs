@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use common::{config, stack, started, temp_dir, topics, unique};
 use rdkafka::mocking::MockCluster;
-use sdk::readback::{
-    ReadBack, create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq,
-};
+use reward_testkit::readback::{ReadBack, read_kafka, read_rocketmq};
+use reward_tools::topics::{create_kafka_topics, create_rocketmq_topics};
 use sdk::request::{RedEnvelopeRain, RequestError, RewardRequest, User};
 use sdk::token::KeyRing;
 use sdk::{IssuedToken, Sdk, SendError};

@@ -15,9 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{stack, started, temp_dir, topics, unique};
+use reward_testkit::readback::{read_kafka, read_rocketmq};
+use reward_tools::topics::{create_kafka_topics, create_rocketmq_topics};
 use sdk::Sdk;
 use sdk::config::SdkConfig;
-use sdk::readback::{create_kafka_topics, create_rocketmq_topics, read_kafka, read_rocketmq};
 use sdk::request::{RedEnvelopeRain, User};
 use sdk::token::KeyRing;
 

@@ -74,10 +74,10 @@ pub async fn create_topics(tag: &str) {
     let s = stack();
     let t = [events_topic(tag), dead_topic(tag), failures_topic(tag)];
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    sdk::readback::create_kafka_topics(&s.kafka, &t, 2)
+    reward_tools::topics::create_kafka_topics(&s.kafka, &t, 2)
         .await
         .unwrap();
-    sdk::readback::create_rocketmq_topics(&s.namesrv, &[&special_topic(tag)])
+    reward_tools::topics::create_rocketmq_topics(&s.namesrv, &[&special_topic(tag)])
         .await
         .unwrap();
 }
@@ -133,7 +133,7 @@ pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
         keys = dir.join("keys").display(),
         redis = s.redis,
         kafka = s.kafka,
-        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
         ev = events_topic(tag),
         sp = special_topic(tag),
         namesrv = s.namesrv,
@@ -295,7 +295,7 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
         "#,
         kafka = s.kafka,
         ev = events_topic(tag),
-        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
         sdk = sdk_section(tag, dir, &format!("consumer-{:04x}", rand::random::<u16>())),
     )
 }
@@ -411,7 +411,7 @@ pub async fn dead_letters(topic: &str, want: usize) -> Vec<DeadLetter> {
     let kafka = stack().kafka;
     let topic = topic.to_string();
     let rb = tokio::task::spawn_blocking(move || {
-        sdk::readback::read_kafka(&kafka, &topic, usize::MAX, Duration::from_secs(20))
+        reward_testkit::readback::read_kafka(&kafka, &topic, usize::MAX, Duration::from_secs(20))
     })
     .await
     .unwrap()

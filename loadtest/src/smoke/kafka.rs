@@ -20,7 +20,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{ProbeReport, SmokeError, unique_name};
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// Commit (asynchronously) every this many handled messages, and synchronously when
 /// the consumer stops. Also the bound on redeliveries after a crash.
@@ -325,7 +325,8 @@ async fn consume(
         }
         consumer.commit(&handled_up_to, CommitMode::Sync)?;
     }
-    out.committed = sdk::readback::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
+    out.committed =
+        reward_tools::topics::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
     // What the group holds must be what this member handled: a smaller offset would
     // redeliver more than one commit interval, a larger one would skip messages.
     // (Partitions this member never touched keep what an earlier member committed.)
@@ -343,13 +344,15 @@ async fn consume(
     }
     // Closing the consumer (leave the group, destroy the handle) blocks until every
     // object that references its partitions is gone: that is why the committed
-    // offsets above are copied out of librdkafka's list at once (docs/stack.md, "the
-    // Kafka close hang"). It still runs off the async workers and with a deadline, so
-    // a close that does get stuck is a clear error, never a hung probe.
-    let closed =
-        tokio::task::spawn_blocking(move || sdk::readback::drop_within(consumer, CLOSE_TIMEOUT))
-            .await
-            .unwrap_or(false);
+    // offsets above are copied out of librdkafka's list at once (docs/stack.md, "A
+    // Kafka consumer's close never returns"). It still runs off the async workers and
+    // with a deadline, so a close that does get stuck is a clear error, never a hung
+    // probe.
+    let closed = tokio::task::spawn_blocking(move || {
+        reward_runtime::teardown::drop_within(consumer, CLOSE_TIMEOUT)
+    })
+    .await
+    .unwrap_or(false);
     if !closed {
         return Err(SmokeError::Timeout {
             server: Server::Kafka,

@@ -12,7 +12,7 @@ pub mod rocketmq;
 
 use std::time::Duration;
 
-use crate::stack::{Server, StackError};
+use reward_tools::stack::{Server, StackError};
 
 /// Why a probe failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 
 use super::{ProbeReport, SmokeError, unique_name};
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// Writes `fields` fields with one pipeline, reads them back with HGETALL and checks
 /// every field and value. The hash is deleted afterwards (and expires anyway).

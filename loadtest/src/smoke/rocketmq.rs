@@ -22,7 +22,7 @@ use rocketmq_model::common::message::message_single::Message;
 use tokio::sync::mpsc;
 
 use super::{ProbeReport, SmokeError, unique_name};
-use crate::stack::{Server, StackEnv, check_reachable};
+use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// How the probe consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -158,10 +158,10 @@ async fn run(
 /// Creates the topic and waits until the name server routes to it. A broker that is
 /// down shows up here, named.
 async fn ensure_topic(env: &StackEnv, topic: &str) -> Result<(), SmokeError> {
-    sdk::readback::create_rocketmq_topics(&env.rocketmq_namesrv, &[topic])
+    reward_tools::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &[topic])
         .await
         .map_err(|reason| {
-            SmokeError::Stack(crate::stack::StackError::Unreachable {
+            SmokeError::Stack(reward_tools::stack::StackError::Unreachable {
                 server: Server::RocketMqBroker,
                 // The broker's own address comes from the name server's routes; what
                 // we know is which name server was asked.

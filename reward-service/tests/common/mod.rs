@@ -140,7 +140,7 @@ pub fn service_config(
         archive = dir.join("failures.jsonl").display(),
         keys = keys.display(),
         spool = dir.join("spool").display(),
-        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
     );
     let env = vec![
         ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
@@ -158,10 +158,10 @@ pub async fn create_topics(tag: &str) {
     let (_, kafka, namesrv) = stack();
     let t = [format!("massive-{tag}"), format!("failures-{tag}")];
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    sdk::readback::create_kafka_topics(&kafka, &t, 2)
+    reward_tools::topics::create_kafka_topics(&kafka, &t, 2)
         .await
         .unwrap();
-    sdk::readback::create_rocketmq_topics(&namesrv, &t)
+    reward_tools::topics::create_rocketmq_topics(&namesrv, &t)
         .await
         .unwrap();
 }

@@ -27,9 +27,12 @@
 
 pub mod producer;
 
+#[cfg(feature = "rocketmq")]
+pub use producer::rocketmq_runtime;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -884,40 +887,6 @@ async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> 
         }
     }
     Ok(delivered)
-}
-
-/// The process-wide runtime that rocketmq-client-rust's clients run on.
-static ROCKETMQ_OWNER: OnceLock<Mutex<Option<rocketmq_runtime::RuntimeOwner>>> = OnceLock::new();
-
-/// A RocketMQ client runtime for one producer or consumer. The library runs its
-/// clients on a runtime it owns; it is made once per process and never dropped
-/// (dropping a runtime from async code would panic).
-pub fn rocketmq_runtime(
-    scope: &'static str,
-) -> Result<Arc<rocketmq_client_rust::ClientRuntime>, String> {
-    let cell = ROCKETMQ_OWNER.get_or_init(|| Mutex::new(None));
-    let mut guard = cell
-        .lock()
-        .map_err(|_| "runtime owner lock poisoned".to_string())?;
-    if guard.is_none() {
-        let parallelism = std::thread::available_parallelism().map_or(2, usize::from);
-        let config =
-            rocketmq_runtime::RuntimeConfig::for_parallelism("rocketmq-client", parallelism);
-        let owner = rocketmq_runtime::RuntimeOwner::plan(config)
-            .map_err(|e| format!("plan client runtime: {e}"))?
-            .build()
-            .map_err(|e| format!("build client runtime: {e}"))?;
-        *guard = Some(owner);
-    }
-    let owner = guard
-        .as_ref()
-        .ok_or_else(|| "runtime owner missing".to_string())?;
-    rocketmq_client_rust::ClientRuntime::try_new(
-        owner.root_context().component(scope),
-        rocketmq_client_rust::ClientRuntimeConfig::default(),
-        rocketmq_client_rust::TelemetryHandle::noop(),
-    )
-    .map_err(|e| format!("create client runtime: {e}"))
 }
 
 #[cfg(test)]

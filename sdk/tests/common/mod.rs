@@ -112,7 +112,7 @@ pub fn config(
         spool = spool.display(),
         // The librdkafka mock cluster gets the stack's settings too, so both Kafka
         // paths run one configuration.
-        kafka_settings = sdk::readback::stack_kafka_settings_toml(),
+        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
     );
     SdkConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
 }

@@ -8,6 +8,8 @@
 //! probe first opens a TCP connection with a short timeout and, if nothing answers,
 //! fails at once with [`StackError::Unreachable`], whose message names the command that
 //! starts the server.
+//!
+//! Clients aimed at the stack's Kafka (tansu) add [`STACK_KAFKA_SETTINGS`].
 
 use std::time::Duration;
 
@@ -217,6 +219,37 @@ pub fn fork_warning(forks: Option<u64>) -> Option<String> {
         )),
         None => Some("note: could not read Redis's fork count (INFO stats); an AOF rewrite during the run would go unnoticed".into()),
     }
+}
+
+/// librdkafka settings for every producer aimed at the local stack's Kafka broker.
+///
+/// tansu 0.6 panics in its storage layer (`lite.rs:503`) when an idempotent producer's
+/// batch matches no producer row, which the SDK's 100 k run hit twice; after that every
+/// request fails (docs/stack.md, "Every Kafka request fails with
+/// `Storage(UnableToSend)`"). Producers aimed at it therefore run without idempotence: at-least-once, which every read-back check allows and the
+/// reward service's compare-and-set absorbs. The SDK's own default stays idempotent.
+pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
+
+/// [`STACK_KAFKA_SETTINGS`] as a map (for [`sdk::queue::producer::kafka_client_config`]).
+pub fn stack_kafka_settings() -> std::collections::BTreeMap<String, String> {
+    STACK_KAFKA_SETTINGS
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+/// [`STACK_KAFKA_SETTINGS`] as the `settings` line of a `[producers.NAME]` TOML table.
+pub fn stack_kafka_settings_toml() -> String {
+    kafka_settings_toml(&stack_kafka_settings())
+}
+
+/// librdkafka settings as the `settings` line of a `[producers.NAME]` TOML table.
+pub fn kafka_settings_toml(settings: &std::collections::BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = settings
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}"))
+        .collect();
+    format!("settings = {{ {} }}", pairs.join(", "))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use loadtest::control::{Control, ControlError, Known};
+use reward_tools::control::{Control, ControlError, Known};
 
 /// Changes the settings operators turn during an event, on every running instance at
 /// once (they poll the shared document every 500 ms), after checking the change the

@@ -7,13 +7,11 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use loadtest::stack::StackEnv;
-
-mod common;
+use reward_tools::stack::StackEnv;
 
 fn ctl(key: &str, args: &[&str]) -> (i32, String) {
-    let repo = common::repo();
-    common::output(
+    let repo = reward_testkit::repo();
+    reward_testkit::output(
         Command::new(env!("CARGO_BIN_EXE_reward-ctl"))
             .args(["--key", key, "--who", "control-test", "--audit-log"])
             .arg(std::env::temp_dir().join(format!("{key}.audit.jsonl")))
@@ -42,7 +40,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
         .await
         .unwrap();
     let topic = format!("cb-{tag}");
-    sdk::readback::create_kafka_topics(&env.kafka_brokers, &[&topic], 2)
+    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], 2)
         .await
         .unwrap();
     // A backlog the consumer drains at its cash rate: traffic flows all through.

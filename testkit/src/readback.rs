@@ -1,5 +1,5 @@
-//! Reading back what reached the brokers, and creating topics: for tests, and for
-//! the load tester's reconciliation ("every accepted reward is on a broker").
+//! Reading back what reached the brokers, for tests: "every accepted reward is on a
+//! broker, and how often".
 //!
 //! Both readers decode every message as a `RewardEvent` and return the trade numbers
 //! with how often each was seen, so a caller can assert "every one at least once" and
@@ -11,46 +11,13 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaResult, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
-use rocketmq_client_rust::{DefaultLitePullConsumer, DefaultMQProducer};
+use reward_runtime::teardown::drop_within;
+use reward_tools::topics::{RETRY_FOR, RETRY_PAUSE, retry_kafka};
+use rocketmq_client_rust::DefaultLitePullConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
-use rocketmq_model::common::topic::TopicValidator;
-
-/// librdkafka settings for every producer aimed at the local stack's Kafka broker.
-///
-/// tansu 0.6 panics in its storage layer (`lite.rs:503`) when an idempotent producer's
-/// batch matches no producer row, which the SDK's 100 k run hit twice; after that every
-/// request fails (docs/stack.md, "Known problems"). Producers aimed at it therefore run
-/// without idempotence: at-least-once, which every read-back check allows and the
-/// reward service's compare-and-set absorbs. The SDK's own default stays idempotent.
-pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
-
-/// [`STACK_KAFKA_SETTINGS`] as a map (for [`crate::queue::producer::kafka_client_config`]).
-pub fn stack_kafka_settings() -> std::collections::BTreeMap<String, String> {
-    STACK_KAFKA_SETTINGS
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect()
-}
-
-/// [`STACK_KAFKA_SETTINGS`] as the `settings` line of a `[producers.NAME]` TOML table.
-pub fn stack_kafka_settings_toml() -> String {
-    kafka_settings_toml(&stack_kafka_settings())
-}
-
-/// librdkafka settings as the `settings` line of a `[producers.NAME]` TOML table.
-pub fn kafka_settings_toml(settings: &std::collections::BTreeMap<String, String>) -> String {
-    let pairs: Vec<String> = settings
-        .iter()
-        .map(|(k, v)| format!("{k:?} = {v:?}"))
-        .collect();
-    format!("settings = {{ {} }}", pairs.join(", "))
-}
 
 /// What a topic held.
 #[derive(Debug, Default, Clone)]
@@ -92,139 +59,6 @@ impl ReadBack {
             .values()
             .map(|n| u64::from(n.saturating_sub(1)))
             .sum()
-    }
-}
-
-/// Creates Kafka topics (tansu creates none on produce); existing ones are fine.
-pub async fn create_kafka_topics(
-    brokers: &str,
-    topics: &[&str],
-    partitions: i32,
-) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .map_err(|e| format!("kafka admin: {e}"))?;
-    let new: Vec<NewTopic<'_>> = topics
-        .iter()
-        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = admin
-        .create_topics(&new, &opts)
-        .await
-        .map_err(|e| format!("create topics: {e}"))?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => return Err(format!("create topic {t}: {code}")),
-        }
-    }
-    Ok(())
-}
-
-/// Creates RocketMQ topics through the broker's auto-create template and waits until
-/// the name server routes to each.
-pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<(), String> {
-    let rt = crate::queue::rocketmq_runtime("reward-topic-admin")?;
-    let mut producer = DefaultMQProducer::builder(rt)
-        .producer_group(format!("reward-admin-{}", rand::random::<u32>()))
-        .name_server_addr(namesrv.to_string())
-        .build();
-    producer.start().await.map_err(|e| format!("start: {e}"))?;
-    let mut result = Ok(());
-    for topic in topics {
-        let _ = producer
-            .create_topic(
-                TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
-                topic,
-                4,
-                HashMap::new(),
-            )
-            .await;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let mut routed = false;
-        let mut last = String::from("no queues");
-        while Instant::now() < deadline {
-            match producer.fetch_publish_message_queues(topic).await {
-                Ok(q) if !q.is_empty() => {
-                    routed = true;
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) => last = e.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        if !routed {
-            result = Err(format!(
-                "RocketMQ topic {topic} not routed after 15 s: {last}"
-            ));
-            break;
-        }
-    }
-    producer.shutdown().await;
-    result
-}
-
-/// The offsets `consumer`'s group has committed for `topic`, by partition (partitions
-/// with no commit are left out).
-///
-/// Returned as a plain map on purpose. A `TopicPartitionList` that librdkafka filled
-/// in (as `committed()` does) holds a reference to each partition's internal state,
-/// which in turn pins the partition leader's broker thread; while such a list is
-/// alive, dropping the consumer blocks forever in `rd_kafka_destroy`, waiting for that
-/// thread. rdkafka's types let the list outlive the consumer, so the list never
-/// leaves this function. (This was the "Kafka group close hang" of docs/stack.md.)
-pub fn committed_offsets<C: Consumer<Cx>, Cx: ConsumerContext>(
-    consumer: &C,
-    topic: &str,
-    timeout: Duration,
-) -> KafkaResult<std::collections::BTreeMap<i32, i64>> {
-    let list = retry_kafka(|| consumer.committed(timeout))?;
-    let offsets = list
-        .elements_for_topic(topic)
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect();
-    drop(list);
-    Ok(offsets)
-}
-
-/// Drops `value` (a librdkafka client, whose destroy can hang) on a thread of its own
-/// and waits at most `deadline` for it. Returns false if the drop did not finish: the
-/// thread is then left behind, but the caller (and its runtime's shutdown) goes on.
-pub fn drop_within<T: Send + 'static>(value: T, deadline: Duration) -> bool {
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        drop(value);
-        let _ = done_tx.send(());
-    });
-    done_rx.recv_timeout(deadline).is_ok()
-}
-
-/// How long a read-back retries a failed metadata or offsets request, and the pause
-/// between tries: long enough to tell a busy broker from a gone one.
-const RETRY_FOR: Duration = Duration::from_secs(60);
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
-
-/// Runs a (blocking) librdkafka request again while it times out, for [`RETRY_FOR`];
-/// any other error, or the last timeout, is returned.
-fn retry_kafka<T>(mut request: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
-    let deadline = Instant::now() + RETRY_FOR;
-    loop {
-        match request() {
-            Err(e)
-                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut)
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(RETRY_PAUSE);
-            }
-            other => return other,
-        }
     }
 }
 
@@ -282,7 +116,7 @@ pub fn read_kafka(
     consumer
         .assign(&tpl)
         .map_err(|e| format!("assign {topic}: {e}"))?;
-    // No partition list may outlive the consumer (see `committed_offsets`).
+    // No partition list may outlive the consumer (see `reward_tools::topics::committed_offsets`).
     drop(tpl);
     let mut out = ReadBack::default();
     let mut last_new = Instant::now();
@@ -327,7 +161,7 @@ pub async fn read_rocketmq(
     want: usize,
     idle: Duration,
 ) -> Result<ReadBack, String> {
-    let rt = crate::queue::rocketmq_runtime("reward-readback")?;
+    let rt = sdk::queue::rocketmq_runtime("reward-readback")?;
     let consumer = DefaultLitePullConsumer::builder(rt)
         .consumer_group(format!("readback-{}", rand::random::<u64>()))
         .name_server_addr(namesrv.to_string())

@@ -1,0 +1,94 @@
+//! What the pipeline's tests share, so each test file says only what it tests. Used
+//! as a dev-dependency only: nothing here ships in a service or the SDK.
+//!
+//! - this module: the local stack's addresses, checked (a test that needs a server
+//!   and finds none fails loudly with the command that starts it, never skips),
+//!   unique names and directories, the repository root, running a command.
+//! - [`readback`]: reading back what reached a Kafka or RocketMQ topic, counted by
+//!   trade number (every one at least once, duplicates, undecodable messages).
+//!
+//! Topic creation and the stack's Kafka client settings are in `reward_tools`
+//! (the load tester needs them too); starting services in-process is in each crate's
+//! own test module, next to what it tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure is a panic
+
+pub mod readback;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use reward_tools::stack::StackEnv;
+
+/// The grant credential (gRPC, `/metrics`) test services run with.
+pub const CREDENTIAL: &str = "test-credential-0123456789";
+/// The wallet credential (wallet HTTP routes) test services run with.
+pub const WALLET_CREDENTIAL: &str = "test-wallet-credential-0123456789";
+
+fn reachable(what: &str, addr: &str) {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let ok = addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
+    assert!(
+        ok,
+        "{what} at {addr} is not answering; start the local stack with `ops/stack up` \
+         (and `eval \"$(ops/stack env)\"` for non-default ports)"
+    );
+}
+
+/// The stack's Redis URL; panics (never skips) if Redis is down.
+pub fn redis_url() -> String {
+    let env = StackEnv::from_env();
+    reachable("Redis", env.redis_url.trim_start_matches("redis://"));
+    env.redis_url
+}
+
+/// The stack's addresses (`ops/stack env`, else the loopback defaults); panics (never
+/// skips) if Redis, the Kafka broker or the RocketMQ name server is down.
+pub fn stack() -> StackEnv {
+    let env = StackEnv::from_env();
+    reachable("Redis", env.redis_url.trim_start_matches("redis://"));
+    reachable(
+        "Kafka broker (tansu)",
+        env.kafka_brokers.split(',').next().unwrap_or_default(),
+    );
+    reachable("RocketMQ name server", &env.rocketmq_namesrv);
+    env
+}
+
+/// `prefix` and eight random hex digits: a name no other test run uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}{:08x}", rand::random::<u32>())
+}
+
+/// A fresh, empty directory under the system temp dir, named [`unique`]ly.
+pub fn temp_dir(prefix: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(unique(&format!("{prefix}-")));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The repository's root (where `ops/`, `docs/` and `loadtest/profiles/` are).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Runs `cmd` to its end: its exit code (-1 when killed) and stdout then stderr.
+pub fn output(cmd: &mut std::process::Command) -> (i32, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
