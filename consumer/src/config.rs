@@ -281,69 +281,11 @@ impl ConsumerConfig {
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
         let sdk = sdk::config::SdkConfig::from_table(&raw.sdk)?;
         let mut limits_doc = toml::Table::new();
-        if let Some(l) = raw.limits {
-            limits_doc.insert("limits".into(), toml::Value::Table(l));
+        if let Some(l) = &raw.limits {
+            limits_doc.insert("limits".into(), toml::Value::Table(l.clone()));
         }
         let limits = LimitsConfig::from_document(&limits_doc)?;
-        let p = &raw.pipeline;
-        for (name, v) in [
-            ("pipeline.window", p.window as u64),
-            ("pipeline.commit_interval_ms", p.commit_interval_ms),
-            ("pipeline.batch", p.batch as u64),
-            ("pipeline.concurrency", p.concurrency as u64),
-            ("pipeline.backoff_initial_ms", p.backoff_initial_ms),
-            ("pipeline.shutdown_grace_ms", p.shutdown_grace_ms),
-            ("service.timeout_ms", raw.service.timeout_ms),
-            ("delay.shards", u64::from(raw.delay.shards)),
-            ("delay.poll_ms", raw.delay.poll_ms),
-            ("delay.lease_ms", raw.delay.lease_ms),
-        ] {
-            if v == 0 {
-                return Err(ConfigError::Invalid(format!("{name} must be positive")));
-            }
-        }
-        for q in [&p.dead_letter_queue, &p.failure_queue] {
-            if !sdk.routing.queues.contains_key(q) {
-                return Err(ConfigError::Invalid(format!(
-                    "queue {q:?} (pipeline) is not a queue of [sdk.queues]"
-                )));
-            }
-        }
-        if raw.delay.key_prefix.is_empty() || raw.delay.key_prefix.contains(['{', '}']) {
-            return Err(ConfigError::Invalid(
-                "delay.key_prefix must be set, without braces".into(),
-            ));
-        }
-        if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://") {
-            return Err(ConfigError::Invalid(format!(
-                "service.grpc {:?} must be an http:// or https:// URL",
-                raw.service.grpc
-            )));
-        }
-        let (topics, group) = match &raw.source {
-            SourceConfig::Kafka { topics, group, .. } => (topics, group),
-            SourceConfig::Rocketmq {
-                topics,
-                group,
-                consume_threads,
-                consume_batch,
-                pull_batch,
-                ..
-            } => {
-                if *consume_threads == 0 || *consume_batch == 0 || *pull_batch == 0 {
-                    return Err(ConfigError::Invalid(
-                        "source.consume_threads, consume_batch and pull_batch must be positive"
-                            .into(),
-                    ));
-                }
-                (topics, group)
-            }
-        };
-        if topics.is_empty() || group.is_empty() {
-            return Err(ConfigError::Invalid(
-                "source.topics and source.group must be set".into(),
-            ));
-        }
+        check(&raw, &sdk)?;
         Ok(ConsumerConfig {
             source: raw.source,
             pipeline: raw.pipeline,
@@ -356,6 +298,69 @@ impl ConsumerConfig {
                 .map_err(|e| ConfigError::Credential(e.to_string()))?,
         })
     }
+}
+
+/// The checks a parsed document must pass beyond its types.
+fn check(raw: &Raw, sdk: &sdk::config::SdkConfig) -> Result<(), ConfigError> {
+    let p = &raw.pipeline;
+    for (name, v) in [
+        ("pipeline.window", p.window as u64),
+        ("pipeline.commit_interval_ms", p.commit_interval_ms),
+        ("pipeline.batch", p.batch as u64),
+        ("pipeline.concurrency", p.concurrency as u64),
+        ("pipeline.backoff_initial_ms", p.backoff_initial_ms),
+        ("pipeline.shutdown_grace_ms", p.shutdown_grace_ms),
+        ("service.timeout_ms", raw.service.timeout_ms),
+        ("delay.shards", u64::from(raw.delay.shards)),
+        ("delay.poll_ms", raw.delay.poll_ms),
+        ("delay.lease_ms", raw.delay.lease_ms),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::Invalid(format!("{name} must be positive")));
+        }
+    }
+    for q in [&p.dead_letter_queue, &p.failure_queue] {
+        if !sdk.routing.queues.contains_key(q) {
+            return Err(ConfigError::Invalid(format!(
+                "queue {q:?} (pipeline) is not a queue of [sdk.queues]"
+            )));
+        }
+    }
+    if raw.delay.key_prefix.is_empty() || raw.delay.key_prefix.contains(['{', '}']) {
+        return Err(ConfigError::Invalid(
+            "delay.key_prefix must be set, without braces".into(),
+        ));
+    }
+    if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://") {
+        return Err(ConfigError::Invalid(format!(
+            "service.grpc {:?} must be an http:// or https:// URL",
+            raw.service.grpc
+        )));
+    }
+    let (topics, group) = match &raw.source {
+        SourceConfig::Kafka { topics, group, .. } => (topics, group),
+        SourceConfig::Rocketmq {
+            topics,
+            group,
+            consume_threads,
+            consume_batch,
+            pull_batch,
+            ..
+        } => {
+            if *consume_threads == 0 || *consume_batch == 0 || *pull_batch == 0 {
+                return Err(ConfigError::Invalid(
+                    "source.consume_threads, consume_batch and pull_batch must be positive".into(),
+                ));
+            }
+            (topics, group)
+        }
+    };
+    if topics.is_empty() || group.is_empty() {
+        return Err(ConfigError::Invalid(
+            "source.topics and source.group must be set".into(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -163,7 +163,45 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
     let (stop, stop_rx) = watch::channel(false);
     // Bounded by the windows already; the channel only smooths hand-over.
     let (tx, rx) = mpsc::channel(cfg.pipeline.window.max(1024));
-    let mut source = match &cfg.source {
+    let mut source = open_source(cfg, &offsets).await?;
+    let fetch = {
+        let stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            source.feed(tx, stop_rx).await;
+            source
+        })
+    };
+    let handler = tokio::spawn(pipeline.run(rx));
+    let mover = tokio::spawn(pipeline::mover(
+        delay.clone(),
+        sdk.clone(),
+        limits.clone(),
+        cfg.pipeline.clone(),
+        Duration::from_millis(cfg.delay.poll_ms),
+        stats.clone(),
+        stop_rx.clone(),
+    ));
+    Ok(Running {
+        stop,
+        fetch,
+        handler,
+        mover,
+        watcher,
+        sdk,
+        stats,
+        offsets,
+        limits,
+        delay,
+        grace: Duration::from_millis(cfg.pipeline.shutdown_grace_ms),
+    })
+}
+
+/// Subscribes to the configured source (a Kafka group or a RocketMQ push consumer).
+async fn open_source(
+    cfg: &ConsumerConfig,
+    offsets: &Arc<Offsets>,
+) -> Result<AnySource, StartError> {
+    Ok(match &cfg.source {
         SourceConfig::Kafka {
             brokers,
             group,
@@ -199,36 +237,6 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
                     .map_err(StartError::RocketMq)?,
             ))
         }
-    };
-    let fetch = {
-        let stop_rx = stop_rx.clone();
-        tokio::spawn(async move {
-            source.feed(tx, stop_rx).await;
-            source
-        })
-    };
-    let handler = tokio::spawn(pipeline.run(rx));
-    let mover = tokio::spawn(pipeline::mover(
-        delay.clone(),
-        sdk.clone(),
-        limits.clone(),
-        cfg.pipeline.clone(),
-        Duration::from_millis(cfg.delay.poll_ms),
-        stats.clone(),
-        stop_rx.clone(),
-    ));
-    Ok(Running {
-        stop,
-        fetch,
-        handler,
-        mover,
-        watcher,
-        sdk,
-        stats,
-        offsets,
-        limits,
-        delay,
-        grace: Duration::from_millis(cfg.pipeline.shutdown_grace_ms),
     })
 }
 

@@ -3,8 +3,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use clap::Parser;
+use reward_consumer::Running;
 use reward_runtime::service::{self, Binary};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free took
@@ -89,83 +93,23 @@ async fn run(args: Args) -> Result<ExitCode, ExitCode> {
     let bin = Binary("reward-consumer");
     service::init_tracing(args.json_logs);
     let cfg = bin.config(reward_consumer::config::ConsumerConfig::load(&args.config))?;
+    // The recorder goes in before anything counts: the pipeline registers its metric
+    // handles when it starts, and a handle made earlier would count into nothing.
+    let metrics = match args.metrics_addr {
+        Some(_) => Some(bin.start(reward_runtime::admin::install_metrics())?),
+        None => None,
+    };
     let running = bin.start(reward_consumer::start(&cfg).await)?;
-    let assigned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    if let Some(addr) = args.metrics_addr {
-        let handle = bin.start(reward_runtime::admin::install_metrics())?;
-        let seen = assigned.clone();
-        let ready: reward_runtime::admin::ReadyCheck = std::sync::Arc::new(move || {
-            let n = seen.load(std::sync::atomic::Ordering::Relaxed);
-            Box::pin(async move {
-                if n > 0 {
-                    Ok(())
-                } else {
-                    Err("no partitions assigned yet".to_string())
-                }
-            })
-        });
-        match reward_runtime::admin::serve(addr, handle, ready).await {
-            Ok((bound, _)) => println!("reward-consumer: metrics on http://{bound}/metrics"),
-            Err(e) => {
-                eprintln!("reward-consumer: cannot serve metrics on {addr}: {e}");
-                return Err(ExitCode::FAILURE);
-            }
-        }
+    let assigned = Arc::new(AtomicUsize::new(0));
+    if let (Some(addr), Some(handle)) = (args.metrics_addr, metrics) {
+        serve_admin(addr, handle, assigned.clone()).await?;
     }
     println!("reward-consumer: started");
-    let progress = async {
-        if args.progress_secs == 0 {
-            return std::future::pending().await;
-        }
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(args.progress_secs));
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let s = running.stats();
-            println!(
-                "reward-consumer: progress consumed={} granted={} duplicates={} in_flight={} requeued_failed={} requeued_limited={} requeued_fused={} dead_lettered={} last_resort={}",
-                s.consumed,
-                s.granted,
-                s.duplicates,
-                running.in_flight(),
-                s.requeued_failed,
-                s.requeued_limited,
-                s.requeued_fused,
-                s.dead_lettered,
-                s.last_resort
-            );
-        }
-    };
-    let stats_file = async {
-        let Some(path) = &args.stats_file else {
-            return std::future::pending().await;
-        };
-        let mut tick = tokio::time::interval(std::time::Duration::from_millis(args.stats_ms));
-        loop {
-            tick.tick().await;
-            write_stats(
-                path,
-                &running.stats(),
-                running.in_flight(),
-                running.assigned(),
-                false,
-            );
-        }
-    };
-    let track_assigned = async {
-        let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
-        loop {
-            tick.tick().await;
-            let n = running.assigned();
-            assigned.store(n, std::sync::atomic::Ordering::Relaxed);
-            metrics::gauge!("reward_consumer_assigned_partitions").set(n as f64);
-        }
-    };
     tokio::select! {
         () = service::stop_signal() => {}
-        () = progress => {}
-        () = stats_file => {}
-        () = track_assigned => {}
+        () = progress(&running, args.progress_secs) => {}
+        () = keep_stats_file(&running, args.stats_file.as_deref(), args.stats_ms) => {}
+        () = track_assigned(&running, &assigned) => {}
     }
     tracing::info!("stopping: finishing work in flight");
     let report = running.shutdown().await;
@@ -184,4 +128,86 @@ async fn run(args: Args) -> Result<ExitCode, ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Serves /metrics, /healthz and /readyz (ready once a partition is assigned).
+async fn serve_admin(
+    addr: std::net::SocketAddr,
+    handle: reward_runtime::admin::PrometheusHandle,
+    assigned: Arc<AtomicUsize>,
+) -> Result<(), ExitCode> {
+    let ready: reward_runtime::admin::ReadyCheck = Arc::new(move || {
+        let n = assigned.load(Ordering::Relaxed);
+        Box::pin(async move {
+            if n > 0 {
+                Ok(())
+            } else {
+                Err("no partitions assigned yet".to_string())
+            }
+        })
+    });
+    match reward_runtime::admin::serve(addr, handle, ready).await {
+        Ok((bound, _)) => {
+            println!("reward-consumer: metrics on http://{bound}/metrics");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("reward-consumer: cannot serve metrics on {addr}: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Prints a progress line every `secs` (never when 0).
+async fn progress(running: &Running, secs: u64) {
+    if secs == 0 {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(secs));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let s = running.stats();
+        println!(
+            "reward-consumer: progress consumed={} granted={} duplicates={} in_flight={} requeued_failed={} requeued_limited={} requeued_fused={} dead_lettered={} last_resort={}",
+            s.consumed,
+            s.granted,
+            s.duplicates,
+            running.in_flight(),
+            s.requeued_failed,
+            s.requeued_limited,
+            s.requeued_fused,
+            s.dead_lettered,
+            s.last_resort
+        );
+    }
+}
+
+/// Rewrites the stats file every `ms` (never without a path).
+async fn keep_stats_file(running: &Running, path: Option<&std::path::Path>, ms: u64) {
+    let Some(path) = path else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    loop {
+        tick.tick().await;
+        write_stats(
+            path,
+            &running.stats(),
+            running.in_flight(),
+            running.assigned(),
+            false,
+        );
+    }
+}
+
+/// Keeps the assigned-partition count (readiness, gauge) fresh.
+async fn track_assigned(running: &Running, assigned: &AtomicUsize) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        let n = running.assigned();
+        assigned.store(n, Ordering::Relaxed);
+        metrics::gauge!("reward_consumer_assigned_partitions").set(n as f64);
+    }
 }

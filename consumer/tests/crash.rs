@@ -50,7 +50,7 @@ async fn total_credited(redis: &fred::prelude::Client, tag: &str) -> i64 {
 /// (committed, high watermark) of the group on the events topic, summed over partitions.
 fn committed(tag: &str) -> (i64, i64) {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", stack().kafka)
+        .set("bootstrap.servers", stack().kafka_brokers)
         .set("group.id", format!("g-{tag}"))
         .set("enable.auto.commit", "false")
         .create()

@@ -15,7 +15,7 @@ use reward_runtime::clock::now_ms;
 async fn claims_are_leased_removed_or_returned() {
     let s = common::stack();
     let prefix = format!("delay-test-{:08x}", rand::random::<u32>());
-    let q = DelayQueue::connect(&s.redis, &prefix, 1, 400)
+    let q = DelayQueue::connect(&s.redis_url, &prefix, 1, 400)
         .await
         .unwrap();
     let now = now_ms();

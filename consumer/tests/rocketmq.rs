@@ -48,7 +48,7 @@ async fn rocketmq_source_credits_everything_once() {
     let text = format!(
         "{}[source]\nkind = \"rocketmq\"\nnamesrv = \"{}\"\ngroup = \"g-{tag}\"\ntopics = [\"{}\"]\n{}",
         &text[..start],
-        s.namesrv,
+        s.rocketmq_namesrv,
         special_topic(&tag),
         &text[end..]
     );

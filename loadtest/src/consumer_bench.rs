@@ -245,30 +245,72 @@ pub async fn run(
         &service.grpc_addr.to_string(),
         credential,
         &opts.consumer_settings,
-        &[
-            (
-                "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
-                "100000000".into(),
-            ),
-            (
-                "REWARD_CONSUMER__LIMITS__GLOBAL_BURST".into(),
-                "100000".into(),
-            ),
-            (
-                "REWARD_CONSUMER__PIPELINE__CONCURRENCY".into(),
-                opts.concurrency.to_string(),
-            ),
-        ]
-        .into_iter()
-        .chain(opts.batch.map(|b| {
-            (
-                "REWARD_CONSUMER__PIPELINE__BATCH".to_string(),
-                b.to_string(),
-            )
-        }))
-        .collect::<Vec<_>>(),
+        &overrides(opts),
     )
     .await?;
+    let first = wait_credited(&consumer, start, opts.messages).await?;
+    let end = Instant::now();
+    let redis_forks = forks.since_start().await;
+    let consumer_timing = Timing::new(opts.messages, start, first.unwrap_or(end), end);
+    let report = consumer.shutdown().await;
+    let stats = report.stats.clone();
+    service.shutdown().await;
+
+    // Reconcile: every user credited exactly the events sent to them.
+    check_ledger(env, &tag, opts).await?;
+    if stats.granted != opts.messages
+        || stats.requeued_failed + stats.requeued_limited + stats.dead_lettered + stats.last_resort
+            > 0
+        || report.unsettled > 0
+    {
+        anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
+    }
+    crate::clean::bench_run(&env.redis_url, &tag).await;
+    Ok(ConsumerBenchReport {
+        raw: raw_timing,
+        consumer: consumer_timing,
+        stats,
+        redis_forks,
+    })
+}
+
+/// The consumer's `REWARD_CONSUMER__…` overrides for the run: the cash limit and the
+/// global burst raised out of the way, the pipeline's concurrency and batch from
+/// `opts`.
+fn overrides(opts: &ConsumerBenchOptions) -> Vec<(String, String)> {
+    [
+        (
+            "REWARD_CONSUMER__LIMITS__TYPES__CASH__RATE".into(),
+            "100000000".into(),
+        ),
+        (
+            "REWARD_CONSUMER__LIMITS__GLOBAL_BURST".into(),
+            "100000".into(),
+        ),
+        (
+            "REWARD_CONSUMER__PIPELINE__CONCURRENCY".into(),
+            opts.concurrency.to_string(),
+        ),
+    ]
+    .into_iter()
+    .chain(opts.batch.map(|b| {
+        (
+            "REWARD_CONSUMER__PIPELINE__BATCH".to_string(),
+            b.to_string(),
+        )
+    }))
+    .collect::<Vec<_>>()
+}
+
+/// Waits until `consumer` (started at `start`) has credited `messages` events
+/// (granted, or answered as duplicates), printing progress once a second; fails after
+/// 600 s, or when that count has not moved for 120 s. Returns when it consumed its
+/// first event.
+async fn wait_credited(
+    consumer: &reward_consumer::Running,
+    start: Instant,
+    messages: u64,
+) -> anyhow::Result<Option<Instant>> {
     let deadline = start + Duration::from_secs(600);
     let mut last = 0;
     let mut last_move = Instant::now();
@@ -291,7 +333,7 @@ pub async fn run(
             next_report += Duration::from_secs(1);
         }
         let done = s.granted + s.duplicates;
-        if done >= opts.messages {
+        if done >= messages {
             break;
         }
         if done != last {
@@ -299,18 +341,20 @@ pub async fn run(
             last_move = Instant::now();
         }
         if Instant::now() > deadline || last_move.elapsed() > Duration::from_secs(120) {
-            anyhow::bail!("consumer stalled at {done} of {}: {s:?}", opts.messages);
+            anyhow::bail!("consumer stalled at {done} of {messages}: {s:?}");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let end = Instant::now();
-    let redis_forks = forks.since_start().await;
-    let consumer_timing = Timing::new(opts.messages, start, first.unwrap_or(end), end);
-    let report = consumer.shutdown().await;
-    let stats = report.stats.clone();
-    service.shutdown().await;
+    Ok(first)
+}
 
-    // Reconcile: every user credited exactly the events sent to them.
+/// Every user's ledger balance (ledger prefix `gbl-<tag>`) equals the events sent to
+/// them.
+async fn check_ledger(
+    env: &StackEnv,
+    tag: &str,
+    opts: &ConsumerBenchOptions,
+) -> anyhow::Result<()> {
     let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new()).await?;
     for u in 0..opts.users.min(opts.messages) {
         let want = (opts.messages - u).div_ceil(opts.users);
@@ -319,20 +363,7 @@ pub async fn run(
             anyhow::bail!("user {u}: ledger {got}, sent {want}");
         }
     }
-    if stats.granted != opts.messages
-        || stats.requeued_failed + stats.requeued_limited + stats.dead_lettered + stats.last_resort
-            > 0
-        || report.unsettled > 0
-    {
-        anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
-    }
-    crate::clean::bench_run(&env.redis_url, &tag).await;
-    Ok(ConsumerBenchReport {
-        raw: raw_timing,
-        consumer: consumer_timing,
-        stats,
-        redis_forks,
-    })
+    Ok(())
 }
 
 /// A consumer in this process reading `topic` (config `ops/consumer.toml`, group and

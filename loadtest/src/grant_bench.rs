@@ -163,46 +163,8 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..opts.concurrency {
-        let mut client = RewardServiceClient::connect(url.clone())
-            .await?
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20);
-        let next = next.clone();
-        let auth: tonic::metadata::MetadataValue<_> = format!("Bearer {credential}").parse()?;
-        let (grants, batch, users) = (opts.grants, opts.batch as u64, opts.users);
-        workers.spawn(async move {
-            let mut lat = Vec::new();
-            let mut bad = 0u64;
-            loop {
-                let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if b >= batches {
-                    break;
-                }
-                let events: Vec<RewardEvent> = (b * batch..((b + 1) * batch).min(grants))
-                    .map(|i| event(i, users, scene))
-                    .collect();
-                let mut req = tonic::Request::new(GrantBatchRequest { events });
-                req.metadata_mut().insert("authorization", auth.clone());
-                let t = Instant::now();
-                let results = client.grant_batch(req).await?.into_inner().results;
-                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
-                bad += results
-                    .iter()
-                    .filter(|r| r.outcome != GrantOutcome::Granted as i32)
-                    .count() as u64;
-            }
-            Ok::<_, anyhow::Error>((lat, bad))
-        });
-    }
-    let mut latencies = Vec::new();
-    let mut not_granted = 0;
-    while let Some(joined) = workers.join_next().await {
-        let (lat, bad) = joined??;
-        latencies.extend(lat);
-        not_granted += bad;
-    }
+    let (mut latencies, not_granted) =
+        grant_all(&url, &credential, opts, scene, batches, next).await?;
     let elapsed = started.elapsed();
     let spent = claims.spent(&scope).await?;
     let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new())
@@ -241,6 +203,61 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
         script_command,
         redis_forks,
     })
+}
+
+/// Sends every grant: `opts.concurrency` gRPC clients of the service at `url` take
+/// the `batches` batches in turn (the next one to take counted by `next`) and call
+/// `GrantBatch` with each; returns each call's latency (µs) and the grants that did
+/// not come back `GRANTED`.
+async fn grant_all(
+    url: &str,
+    credential: &str,
+    opts: &GrantBenchOptions,
+    scene: &'static str,
+    batches: u64,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> anyhow::Result<(Vec<u64>, u64)> {
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..opts.concurrency {
+        let mut client = RewardServiceClient::connect(url.to_string())
+            .await?
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+        let next = next.clone();
+        let auth: tonic::metadata::MetadataValue<_> = format!("Bearer {credential}").parse()?;
+        let (grants, batch, users) = (opts.grants, opts.batch as u64, opts.users);
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            let mut bad = 0u64;
+            loop {
+                let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if b >= batches {
+                    break;
+                }
+                let events: Vec<RewardEvent> = (b * batch..((b + 1) * batch).min(grants))
+                    .map(|i| event(i, users, scene))
+                    .collect();
+                let mut req = tonic::Request::new(GrantBatchRequest { events });
+                req.metadata_mut().insert("authorization", auth.clone());
+                let t = Instant::now();
+                let results = client.grant_batch(req).await?.into_inner().results;
+                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+                bad += results
+                    .iter()
+                    .filter(|r| r.outcome != GrantOutcome::Granted as i32)
+                    .count() as u64;
+            }
+            Ok::<_, anyhow::Error>((lat, bad))
+        });
+    }
+    let mut latencies = Vec::new();
+    let mut not_granted = 0;
+    while let Some(joined) = workers.join_next().await {
+        let (lat, bad) = joined??;
+        latencies.extend(lat);
+        not_granted += bad;
+    }
+    Ok((latencies, not_granted))
 }
 
 /// The claim script's ceiling on this Redis: `redis-benchmark` running it by EVALSHA
@@ -334,6 +351,16 @@ async fn redis_benchmark(
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (rps, p99) = parse_result(&text, &command)?;
+    let spent: i64 = client.hget(&budget, "spent").await?;
+    anyhow::ensure!(spent > 0, "{command}: the script deducted nothing");
+    let _: i64 = client.del(&budget).await?;
+    Ok((rps, p99, command))
+}
+
+/// The `EVALSHA` row of `redis-benchmark --csv`'s output `text`: calls/s and p99
+/// latency (ms); fails, naming `command`, without a row or with no positive rate.
+fn parse_result(text: &str, command: &str) -> anyhow::Result<(f64, f64)> {
     // `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"`
     let row = text
         .lines()
@@ -347,8 +374,5 @@ async fn redis_benchmark(
     let rps = cols.first().copied().unwrap_or(f64::NAN);
     let p99 = cols.get(5).copied().unwrap_or(f64::NAN);
     anyhow::ensure!(rps.is_finite() && rps > 0.0, "{command}: bad row {row}");
-    let spent: i64 = client.hget(&budget, "spent").await?;
-    anyhow::ensure!(spent > 0, "{command}: the script deducted nothing");
-    let _: i64 = client.del(&budget).await?;
-    Ok((rps, p99, command))
+    Ok((rps, p99))
 }

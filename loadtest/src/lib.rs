@@ -7,7 +7,9 @@
 //! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
 //!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
 //!   a bare rdkafka consumer);
-//! - the smoke probes ([`smoke`]); the stack's address book is `reward_tools::stack`.
+//! - the command line's handlers, one per subcommand ([`cli`]; the binary only
+//!   parses and dispatches); the smoke probes ([`smoke`]); old runs' cleanup
+//!   ([`clean`]). The stack's address book and topic admin are in `reward_tools`.
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.
@@ -15,6 +17,7 @@
 
 pub mod bench;
 pub mod clean;
+pub mod cli;
 pub mod consumer_bench;
 pub mod faults;
 pub mod grant_bench;

@@ -24,7 +24,8 @@ use std::io::BufRead as _;
 use std::path::Path;
 
 use reward_service::claim::{ClaimConfig, Claims};
-use reward_service::downstream::Ledger;
+use reward_service::downstream::{Account, Ledger};
+use reward_service::tokens::{Held, Tokens};
 use serde::Serialize;
 
 use crate::setup::Manifest;
@@ -184,6 +185,27 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         );
     }
     let (sent, repeats, conflicts) = read_sent(dir)?;
+    let (ledger, claims, tokens) = connect(&m).await?;
+    let t = tally(&sent, &ledger, &tokens).await?;
+    let n = sent.len() as u64;
+    let mut checks = ledger_checks(&t, n, repeats, conflicts);
+    checks.push(budget_check(&m, &claims, &t.credited_by_scope).await?);
+    checks.push(tokens_check(&t, &m));
+    Ok(Reconciliation {
+        checks,
+        sent: n,
+        repeats,
+        credited: t.credited,
+        sent_amount: sent.values().map(|r| r.amount).sum(),
+        tokens_missing: t.token_missing,
+        credit_delays_ms: t.delays,
+        tokens_missing_sent_ms: t.token_missing_sent_ms,
+    })
+}
+
+/// Connects to the run's ledger, claim store and token store, as its manifest names
+/// them.
+async fn connect(m: &Manifest) -> anyhow::Result<(Ledger, Claims, Tokens)> {
     let ledger = Ledger::connect(&m.redis_url, &m.ledger_prefix, &HashMap::new())
         .await
         .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
@@ -206,147 +228,197 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let store = sdk::store::TokenStore::connect(store_cfg)
         .await
         .map_err(|e| anyhow::anyhow!("token store: {e}"))?;
-    let tokens = reward_service::tokens::Tokens::new(store, ttl)
+    let tokens = Tokens::new(store, ttl)
         .await
         .map_err(|e| anyhow::anyhow!("token store: {e}"))?;
+    Ok((ledger, claims, tokens))
+}
 
+/// What the ledger and the token hashes hold against what was sent, summed over every
+/// user.
+#[derive(Debug, Default)]
+struct Tally {
+    missing: u64,
+    extra: u64,
+    wrong_balance: u64,
+    doubles: i64,
+    credited: u64,
+    token_missing: u64,
+    token_missing_sent_ms: Vec<i64>,
+    token_unmoved: u64,
+    token_unsent: u64,
+    credited_by_scope: BTreeMap<String, i64>,
+    delays: Vec<(i64, i64, String)>,
+    examples: Vec<String>,
+}
+
+/// Reads every user's account and token hashes (256 users at a time) and tallies them
+/// against the trades sent to that user.
+async fn tally(
+    sent: &BTreeMap<String, SentReward>,
+    ledger: &Ledger,
+    tokens: &Tokens,
+) -> anyhow::Result<Tally> {
     // Per user: the trades sent to them.
     let mut by_user: BTreeMap<&str, Vec<&SentReward>> = BTreeMap::new();
     for r in sent.values() {
         by_user.entry(r.user_id.as_str()).or_default().push(r);
     }
-    let mut missing = 0u64;
-    let mut extra = 0u64;
-    let mut wrong_balance = 0u64;
-    let mut doubles = 0i64;
-    let mut credited = 0u64;
-    let mut token_missing = 0u64;
-    let mut token_missing_sent_ms = Vec::new();
-    let mut token_unmoved = 0u64;
-    let mut token_unsent = 0u64;
-    let mut credited_by_scope: BTreeMap<String, i64> = BTreeMap::new();
-    let mut delays = Vec::with_capacity(sent.len());
-    let mut examples: Vec<String> = Vec::new();
+    let mut t = Tally {
+        delays: Vec::with_capacity(sent.len()),
+        ..Tally::default()
+    };
     let users: Vec<(&str, Vec<&SentReward>)> = by_user.into_iter().collect();
     for chunk in users.chunks(256) {
-        let reads = chunk.iter().map(|(u, rs)| {
-            let ledger = &ledger;
-            let tokens = &tokens;
-            async move {
-                let account = ledger
-                    .account(u)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
-                let mut activities: Vec<&str> = rs.iter().map(|r| r.activity_id.as_str()).collect();
-                activities.sort_unstable();
-                activities.dedup();
-                let mut held = Vec::new();
-                for a in activities {
-                    held.push(
-                        tokens
-                            .held(u, a)
-                            .await
-                            .map_err(|e| anyhow::anyhow!("token store: {e}"))?,
-                    );
-                }
-                anyhow::Ok((account, held))
-            }
-        });
+        let reads = chunk.iter().map(|(u, rs)| read_user(ledger, tokens, u, rs));
         let results = futures_util::future::join_all(reads).await;
         for ((_, rs), result) in chunk.iter().zip(results) {
             let (account, held) = result?;
-            doubles += account.double_credits;
-            let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
-            for r in rs {
-                *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
-                match account.credited.get(&r.trade_no) {
-                    Some(at) => {
-                        credited += 1;
-                        *credited_by_scope
-                            .entry(reward_service::service::scope(&r.activity_id, &r.scene_id))
-                            .or_default() += r.amount;
-                        delays.push((*at, at - r.sent_unix_ms, r.reward_type.clone()));
-                    }
-                    None => {
-                        missing += 1;
-                        if examples.len() < 5 {
-                            examples.push(r.trade_no.clone());
-                        }
-                    }
-                }
-                let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
-                let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
-                if !pending && !moved && r.stored {
-                    token_missing += 1;
-                    token_missing_sent_ms.push(r.sent_unix_ms);
-                }
-                if pending && account.credited.contains_key(&r.trade_no) {
-                    token_unmoved += 1;
-                }
-            }
-            let sent_here: std::collections::HashSet<&str> =
-                rs.iter().map(|r| r.trade_no.as_str()).collect();
-            extra += account
-                .credited
-                .keys()
-                .filter(|t| !sent_here.contains(t.as_str()))
-                .count() as u64;
-            for h in &held {
-                token_unsent += h
-                    .pending
-                    .keys()
-                    .chain(h.credited.keys())
-                    .filter(|t| !sent_here.contains(t.as_str()))
-                    .count() as u64;
-            }
-            for (t, want) in &want_balance {
-                if account.balances.get(*t).copied().unwrap_or(0) != *want {
-                    wrong_balance += 1;
-                }
-            }
-            if account
-                .balances
-                .keys()
-                .any(|t| !want_balance.contains_key(t.as_str()))
-            {
-                wrong_balance += 1;
-            }
+            t.add_user(rs, &account, &held);
         }
     }
-    let mut checks = Vec::new();
-    let n = sent.len() as u64;
-    checks.push(Check {
-        name: "credited once".into(),
-        pass: missing == 0 && conflicts == 0,
-        detail: format!(
-            "{credited} of {n} trade numbers credited ({repeats} repeated sends); {missing} missing{}{}",
-            if examples.is_empty() {
-                String::new()
-            } else {
-                format!(" e.g. {}", examples.join(", "))
-            },
-            if conflicts > 0 {
-                format!("; {conflicts} repeats with another type/amount/user")
-            } else {
-                String::new()
+    Ok(t)
+}
+
+/// One user's ledger account and token hashes (one per activity of `rs`).
+async fn read_user(
+    ledger: &Ledger,
+    tokens: &Tokens,
+    u: &str,
+    rs: &[&SentReward],
+) -> anyhow::Result<(Account, Vec<Held>)> {
+    let account = ledger
+        .account(u)
+        .await
+        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    let mut activities: Vec<&str> = rs.iter().map(|r| r.activity_id.as_str()).collect();
+    activities.sort_unstable();
+    activities.dedup();
+    let mut held = Vec::new();
+    for a in activities {
+        held.push(
+            tokens
+                .held(u, a)
+                .await
+                .map_err(|e| anyhow::anyhow!("token store: {e}"))?,
+        );
+    }
+    anyhow::Ok((account, held))
+}
+
+impl Tally {
+    /// Adds one user: the trades `rs` sent to them against their `account` and token
+    /// hashes `held`.
+    fn add_user(&mut self, rs: &[&SentReward], account: &Account, held: &[Held]) {
+        self.doubles += account.double_credits;
+        let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
+        for r in rs {
+            *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
+            match account.credited.get(&r.trade_no) {
+                Some(at) => {
+                    self.credited += 1;
+                    *self
+                        .credited_by_scope
+                        .entry(reward_service::service::scope(&r.activity_id, &r.scene_id))
+                        .or_default() += r.amount;
+                    self.delays
+                        .push((*at, at - r.sent_unix_ms, r.reward_type.clone()));
+                }
+                None => {
+                    self.missing += 1;
+                    if self.examples.len() < 5 {
+                        self.examples.push(r.trade_no.clone());
+                    }
+                }
             }
-        ),
-    });
-    checks.push(Check {
-        name: "nothing extra".into(),
-        pass: extra == 0,
-        detail: format!("{extra} credited trade numbers that were never sent"),
-    });
-    checks.push(Check {
-        name: "amounts".into(),
-        pass: wrong_balance == 0,
-        detail: format!("{wrong_balance} user balances differ from the sum sent"),
-    });
-    checks.push(Check {
-        name: "no double credit".into(),
-        pass: doubles == 0,
-        detail: format!("{doubles} double-credit incidents in the ledger"),
-    });
+            let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
+            let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
+            if !pending && !moved && r.stored {
+                self.token_missing += 1;
+                self.token_missing_sent_ms.push(r.sent_unix_ms);
+            }
+            if pending && account.credited.contains_key(&r.trade_no) {
+                self.token_unmoved += 1;
+            }
+        }
+        let sent_here: std::collections::HashSet<&str> =
+            rs.iter().map(|r| r.trade_no.as_str()).collect();
+        self.extra += account
+            .credited
+            .keys()
+            .filter(|t| !sent_here.contains(t.as_str()))
+            .count() as u64;
+        for h in held {
+            self.token_unsent += h
+                .pending
+                .keys()
+                .chain(h.credited.keys())
+                .filter(|t| !sent_here.contains(t.as_str()))
+                .count() as u64;
+        }
+        for (t, want) in &want_balance {
+            if account.balances.get(*t).copied().unwrap_or(0) != *want {
+                self.wrong_balance += 1;
+            }
+        }
+        if account
+            .balances
+            .keys()
+            .any(|t| !want_balance.contains_key(t.as_str()))
+        {
+            self.wrong_balance += 1;
+        }
+    }
+}
+
+/// The ledger's checks: credited once, nothing extra, amounts, no double credit.
+fn ledger_checks(t: &Tally, n: u64, repeats: u64, conflicts: u64) -> Vec<Check> {
+    let (credited, missing, extra, wrong_balance, doubles) =
+        (t.credited, t.missing, t.extra, t.wrong_balance, t.doubles);
+    let examples = &t.examples;
+    vec![
+        Check {
+            name: "credited once".into(),
+            pass: missing == 0 && conflicts == 0,
+            detail: format!(
+                "{credited} of {n} trade numbers credited ({repeats} repeated sends); {missing} missing{}{}",
+                if examples.is_empty() {
+                    String::new()
+                } else {
+                    format!(" e.g. {}", examples.join(", "))
+                },
+                if conflicts > 0 {
+                    format!("; {conflicts} repeats with another type/amount/user")
+                } else {
+                    String::new()
+                }
+            ),
+        },
+        Check {
+            name: "nothing extra".into(),
+            pass: extra == 0,
+            detail: format!("{extra} credited trade numbers that were never sent"),
+        },
+        Check {
+            name: "amounts".into(),
+            pass: wrong_balance == 0,
+            detail: format!("{wrong_balance} user balances differ from the sum sent"),
+        },
+        Check {
+            name: "no double credit".into(),
+            pass: doubles == 0,
+            detail: format!("{doubles} double-credit incidents in the ledger"),
+        },
+    ]
+}
+
+/// The budget check: per scene, spent (read from the claim store) equals the credits
+/// of that scene and is within its budget.
+async fn budget_check(
+    m: &Manifest,
+    claims: &Claims,
+    credited_by_scope: &BTreeMap<String, i64>,
+) -> anyhow::Result<Check> {
     let mut budget_ok = true;
     let mut budget_detail = Vec::new();
     for (scope, budget) in &m.budgets {
@@ -362,27 +434,24 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
             "{scope}: spent {spent}, credited {credits}, budget {budget}"
         ));
     }
-    checks.push(Check {
+    Ok(Check {
         name: "budget".into(),
         pass: budget_ok,
         detail: budget_detail.join("; "),
-    });
-    checks.push(Check {
+    })
+}
+
+/// The tokens check: no sent trade without its token (beyond the write failures
+/// counted), no token for a trade not sent.
+fn tokens_check(t: &Tally, m: &Manifest) -> Check {
+    let (token_missing, token_unmoved, token_unsent) =
+        (t.token_missing, t.token_unmoved, t.token_unsent);
+    Check {
         name: "tokens".into(),
         pass: token_missing <= m.token_write_failures && token_unsent == 0,
         detail: format!(
             "{token_missing} sent without a stored token ({} write failures counted), {token_unmoved} credited still pending (move failed), {token_unsent} tokens for trades not sent",
             m.token_write_failures
         ),
-    });
-    Ok(Reconciliation {
-        checks,
-        sent: n,
-        repeats,
-        credited,
-        sent_amount: sent.values().map(|r| r.amount).sum(),
-        tokens_missing: token_missing,
-        credit_delays_ms: delays,
-        tokens_missing_sent_ms: token_missing_sent_ms,
-    })
+    }
 }

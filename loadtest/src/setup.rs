@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::Plan;
-use reward_tools::stack::StackEnv;
+use reward_tools::stack::{QueueSpec, SdkSection, StackEnv};
 
 /// The reward types a replay's services know, with the consumer's rate (credits/s)
 /// and priority, and the ledger's capacity: the figures of `ops/consumer.toml` and
@@ -105,66 +105,33 @@ impl Setup {
 
 fn sdk_section(env: &StackEnv, s: &Manifest, dir: &Path, who: &str) -> String {
     let t = |q: &str| s.topics.get(q).cloned().unwrap_or_default();
-    format!(
-        r#"
-[sdk]
-default_queue = "massive"
-[sdk.token]
-keys_file = "{keys}"
-# Within the service's record retention (retention_secs below).
-ttl_secs = 86400
-[sdk.store]
-redis_url = "{redis}"
-key_prefix = "{tokens}"
-ttl_secs = 86400
-[sdk.producers.kafka]
-kind = "kafka"
-brokers = "{kafka}"
-{kafka_settings}
-[sdk.producers.rocketmq]
-kind = "rocketmq"
-namesrv = "{namesrv}"
-group = "lt-{who}-{tag}"
-[sdk.queues.massive]
-topic = "{massive}"
-primary = "kafka"
-backup = "rocketmq"
-ratio = 100
-[sdk.queues.special]
-topic = "{special}"
-primary = "rocketmq"
-backup = "kafka"
-ratio = 100
-[sdk.queues.dead]
-topic = "{dead}"
-primary = "kafka"
-backup = "rocketmq"
-ratio = 100
-[sdk.queues.failures]
-topic = "{failures}"
-primary = "kafka"
-backup = "rocketmq"
-ratio = 100
-[sdk.types.cash]
-[sdk.types.coin]
-[sdk.types.coupon]
-queue = "special"
-[sdk.spool]
-dir = "{spool}"
-"#,
-        keys = dir.join("keys").display(),
-        redis = env.redis_url,
-        tokens = s.token_prefix,
-        kafka = env.kafka_brokers,
-        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
-        namesrv = env.rocketmq_namesrv,
-        tag = s.tag,
-        massive = t("massive"),
-        special = t("special"),
-        dead = t("dead"),
-        failures = t("failures"),
-        spool = dir.join(format!("spool-{who}")).display(),
-    )
+    let topics = [t("massive"), t("special"), t("dead"), t("failures")];
+    let queue = |i: usize, name, primary, backup| QueueSpec {
+        name,
+        topic: &topics[i],
+        primary,
+        backup,
+        ratio: 100,
+    };
+    let queues = [
+        queue(0, "massive", "kafka", "rocketmq"),
+        queue(1, "special", "rocketmq", "kafka"),
+        queue(2, "dead", "kafka", "rocketmq"),
+        queue(3, "failures", "kafka", "rocketmq"),
+    ];
+    SdkSection {
+        env,
+        keys_file: &dir.join("keys"),
+        // Within the service's record retention (retention_secs below).
+        ttl_secs: 86_400,
+        store_prefix: &s.token_prefix,
+        store_timeout_ms: None,
+        rocketmq_group: &format!("lt-{who}-{}", s.tag),
+        queues: &queues,
+        types: &[("cash", None), ("coin", None), ("coupon", Some("special"))],
+        spool: &dir.join(format!("spool-{who}")),
+    }
+    .toml()
 }
 
 /// The reward service's config; with `wallet` (credit URL, status URL), every type

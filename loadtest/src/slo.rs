@@ -223,121 +223,22 @@ impl Verdict {
     /// Judges a run.
     pub fn judge(money: bool, t: &Targets, m: &Measured) -> Self {
         let mut checks = Vec::new();
-        let secs = |f: &dyn Fn(&SecondFigures) -> bool| -> Vec<u64> {
-            m.per_second
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| f(s))
-                .map(|(i, _)| i as u64)
-                .collect()
-        };
         if let Some(min) = t.accepted {
-            let calls = m.calls_accepted + m.calls_refused;
-            let share = if calls == 0 {
-                0.0
-            } else {
-                m.calls_accepted as f64 / calls as f64
-            };
-            checks.push(SloCheck {
-                name: "accepted".into(),
-                target: format!(">= {} %", pct(min)),
-                actual: format!(
-                    "{} % ({} of {} calls refused)",
-                    pct(share),
-                    m.calls_refused,
-                    calls
-                ),
-                pass: m.calls_accepted > 0 && share >= min,
-                broken_secs: Vec::new(),
-            });
+            checks.push(accepted_check(min, m));
         }
         if let Some(min) = t.tokens_stored {
-            let share = if m.accepted == 0 {
-                1.0
-            } else {
-                (m.accepted - m.tokens_missing.min(m.accepted)) as f64 / m.accepted as f64
-            };
-            checks.push(SloCheck {
-                name: "tokens_stored".into(),
-                target: format!(">= {} %", pct(min)),
-                actual: format!(
-                    "{} % ({} of {} missing)",
-                    pct(share),
-                    m.tokens_missing,
-                    m.accepted
-                ),
-                pass: share >= min,
-                broken_secs: secs(&|s| s.tokens_missing > 0),
-            });
+            checks.push(tokens_stored_check(min, m));
         }
         if let Some(max) = t.send_p99_ms {
-            let ms = m.send_p99_us as f64 / 1000.0;
-            checks.push(SloCheck {
-                name: "send_p99_ms".into(),
-                target: format!("<= {max} ms"),
-                actual: format!("{ms:.1} ms"),
-                pass: ms <= max,
-                broken_secs: secs(&|s| s.send_p99_us as f64 / 1000.0 > max),
-            });
+            checks.push(send_p99_check(max, m));
         }
         if let Some(max) = t.end_to_end_p99_ms {
-            let (actual, pass) = match m.end_to_end_p99_ms {
-                Some(v) => (format!("{v} ms"), v as f64 <= max),
-                None => ("nothing credited".to_string(), false),
-            };
-            checks.push(SloCheck {
-                name: "end_to_end_p99_ms".into(),
-                target: format!("<= {max} ms"),
-                actual,
-                pass,
-                broken_secs: secs(&|s| s.e2e_p99_ms as f64 > max),
-            });
+            checks.push(end_to_end_check(max, m));
         }
-        let mut invalid_reasons = Vec::new();
-        let lag_ms = m.start_lag_p99_us as f64 / 1000.0;
-        if lag_ms > t.start_lag_p99_ms {
-            invalid_reasons.push(format!(
-                "the generator's start lag p99 was {lag_ms:.1} ms (bound {} ms): the machine could not keep to the schedule",
-                t.start_lag_p99_ms
-            ));
-        }
-        let lag_999_ms = m.start_lag_p999_us as f64 / 1000.0;
-        if lag_999_ms > 5.0 * t.start_lag_p99_ms {
-            invalid_reasons.push(format!(
-                "the generator's start lag p99.9 was {lag_999_ms:.1} ms (bound 5 x {} ms): a tail of requests started far behind the schedule",
-                t.start_lag_p99_ms
-            ));
-        }
-        if m.shed > 0 {
-            invalid_reasons.push(format!(
-                "{} arrivals were shed (too many requests in flight)",
-                m.shed
-            ));
-        }
-        if m.aborted {
-            invalid_reasons.push(format!(
-                "the schedule was stopped early: a request started more than {} s late",
-                ABORT_LAG.as_secs()
-            ));
-        }
+        let invalid_reasons = invalidity(t, m);
         let slo = checks.iter().all(|c| c.pass);
         let valid = invalid_reasons.is_empty();
-        let broken: Vec<String> = checks
-            .iter()
-            .filter(|c| !c.pass)
-            .map(|c| format!("{} {} (target {})", c.name, c.actual, c.target))
-            .collect();
-        let headline = format!(
-            "money {}, SLOs {}{}, run {}",
-            if money { "PASS" } else { "FAIL" },
-            if slo { "PASS" } else { "FAIL" },
-            if broken.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", broken.join("; "))
-            },
-            if valid { "VALID" } else { "INVALID" },
-        );
+        let headline = headline(money, slo, valid, &checks);
         Self {
             money,
             slo,
@@ -386,6 +287,142 @@ impl Verdict {
     }
 }
 
+/// The seconds of the run whose figures `f` says broke an SLO.
+fn broken_secs(m: &Measured, f: &dyn Fn(&SecondFigures) -> bool) -> Vec<u64> {
+    m.per_second
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| f(s))
+        .map(|(i, _)| i as u64)
+        .collect()
+}
+
+/// `accepted`: the share of `send_reward` calls accepted is at least `min`, and some
+/// call was.
+fn accepted_check(min: f64, m: &Measured) -> SloCheck {
+    let calls = m.calls_accepted + m.calls_refused;
+    let share = if calls == 0 {
+        0.0
+    } else {
+        m.calls_accepted as f64 / calls as f64
+    };
+    SloCheck {
+        name: "accepted".into(),
+        target: format!(">= {} %", pct(min)),
+        actual: format!(
+            "{} % ({} of {} calls refused)",
+            pct(share),
+            m.calls_refused,
+            calls
+        ),
+        pass: m.calls_accepted > 0 && share >= min,
+        broken_secs: Vec::new(),
+    }
+}
+
+/// `tokens_stored`: the share of accepted rewards whose token is in the store is at
+/// least `min`.
+fn tokens_stored_check(min: f64, m: &Measured) -> SloCheck {
+    let share = if m.accepted == 0 {
+        1.0
+    } else {
+        (m.accepted - m.tokens_missing.min(m.accepted)) as f64 / m.accepted as f64
+    };
+    SloCheck {
+        name: "tokens_stored".into(),
+        target: format!(">= {} %", pct(min)),
+        actual: format!(
+            "{} % ({} of {} missing)",
+            pct(share),
+            m.tokens_missing,
+            m.accepted
+        ),
+        pass: share >= min,
+        broken_secs: broken_secs(m, &|s| s.tokens_missing > 0),
+    }
+}
+
+/// `send_p99_ms`: the `send_reward` p99 is at most `max` ms.
+fn send_p99_check(max: f64, m: &Measured) -> SloCheck {
+    let ms = m.send_p99_us as f64 / 1000.0;
+    SloCheck {
+        name: "send_p99_ms".into(),
+        target: format!("<= {max} ms"),
+        actual: format!("{ms:.1} ms"),
+        pass: ms <= max,
+        broken_secs: broken_secs(m, &|s| s.send_p99_us as f64 / 1000.0 > max),
+    }
+}
+
+/// `end_to_end_p99_ms`: the send-to-credit p99 is at most `max` ms (fails when
+/// nothing was credited).
+fn end_to_end_check(max: f64, m: &Measured) -> SloCheck {
+    let (actual, pass) = match m.end_to_end_p99_ms {
+        Some(v) => (format!("{v} ms"), v as f64 <= max),
+        None => ("nothing credited".to_string(), false),
+    };
+    SloCheck {
+        name: "end_to_end_p99_ms".into(),
+        target: format!("<= {max} ms"),
+        actual,
+        pass,
+        broken_secs: broken_secs(m, &|s| s.e2e_p99_ms as f64 > max),
+    }
+}
+
+/// Why the run is invalid: the generator's start lag over its bounds, arrivals shed,
+/// the schedule stopped early. Empty when the run is valid.
+fn invalidity(t: &Targets, m: &Measured) -> Vec<String> {
+    let mut invalid_reasons = Vec::new();
+    let lag_ms = m.start_lag_p99_us as f64 / 1000.0;
+    if lag_ms > t.start_lag_p99_ms {
+        invalid_reasons.push(format!(
+            "the generator's start lag p99 was {lag_ms:.1} ms (bound {} ms): the machine could not keep to the schedule",
+            t.start_lag_p99_ms
+        ));
+    }
+    let lag_999_ms = m.start_lag_p999_us as f64 / 1000.0;
+    if lag_999_ms > 5.0 * t.start_lag_p99_ms {
+        invalid_reasons.push(format!(
+            "the generator's start lag p99.9 was {lag_999_ms:.1} ms (bound 5 x {} ms): a tail of requests started far behind the schedule",
+            t.start_lag_p99_ms
+        ));
+    }
+    if m.shed > 0 {
+        invalid_reasons.push(format!(
+            "{} arrivals were shed (too many requests in flight)",
+            m.shed
+        ));
+    }
+    if m.aborted {
+        invalid_reasons.push(format!(
+            "the schedule was stopped early: a request started more than {} s late",
+            ABORT_LAG.as_secs()
+        ));
+    }
+    invalid_reasons
+}
+
+/// The one-line headline: all three verdicts, and each SLO that failed.
+fn headline(money: bool, slo: bool, valid: bool, checks: &[SloCheck]) -> String {
+    let broken: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{} {} (target {})", c.name, c.actual, c.target))
+        .collect();
+    format!(
+        "money {}, SLOs {}{}, run {}",
+        if money { "PASS" } else { "FAIL" },
+        if slo { "PASS" } else { "FAIL" },
+        if broken.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", broken.join("; "))
+        },
+        if valid { "VALID" } else { "INVALID" },
+    )
+}
+
 /// A share as a percentage with enough digits to tell 99.9 from 100.
 fn pct(share: f64) -> String {
     let p = share * 100.0;
@@ -418,150 +455,4 @@ pub fn apply(t: &mut Targets, overrides: &[(String, String)]) -> Result<(), BadT
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn measured() -> Measured {
-        Measured {
-            calls_accepted: 10_100,
-            calls_refused: 0,
-            accepted: 10_000,
-            tokens_missing: 0,
-            send_p99_us: 2_000,
-            end_to_end_p99_ms: Some(800),
-            start_lag_p99_us: 1_500,
-            start_lag_p999_us: 3_000,
-            shed: 0,
-            aborted: false,
-            per_second: vec![
-                SecondFigures {
-                    send_p99_us: 2_000,
-                    e2e_p99_ms: 800,
-                    start_lag_p99_us: 1_500,
-                    tokens_missing: 0,
-                };
-                10
-            ],
-        }
-    }
-
-    #[test]
-    fn a_run_within_every_target_passes_with_exit_zero() {
-        let v = Verdict::judge(true, &Targets::default(), &measured());
-        assert!(v.passed(), "{v:?}");
-        assert_eq!(v.exit_code(), 0);
-        assert_eq!(v.headline, "money PASS, SLOs PASS, run VALID");
-        assert_eq!(v.checks.len(), 4);
-    }
-
-    #[test]
-    fn money_can_pass_while_slos_fail_and_the_headline_says_both() {
-        let mut m = measured();
-        m.tokens_missing = 11; // 99.89 %
-        m.per_second[4].tokens_missing = 11;
-        m.send_p99_us = 50_001;
-        m.per_second[7].send_p99_us = 60_000;
-        let v = Verdict::judge(true, &Targets::default(), &m);
-        assert!(v.money && !v.slo && v.valid);
-        assert_eq!(v.exit_code(), EXIT_SLO_FAILED);
-        assert!(
-            v.headline.starts_with("money PASS, SLOs FAIL ("),
-            "{}",
-            v.headline
-        );
-        assert!(
-            v.headline.contains("tokens_stored 99.89 %"),
-            "{}",
-            v.headline
-        );
-        let tokens = &v.checks[1];
-        assert_eq!((tokens.pass, tokens.broken_secs.clone()), (false, vec![4]));
-        let send = &v.checks[2];
-        assert_eq!((send.pass, send.broken_secs.clone()), (false, vec![7]));
-        // Exactly at the target passes.
-        m.tokens_missing = 10;
-        m.send_p99_us = 50_000;
-        assert!(Verdict::judge(true, &Targets::default(), &m).slo);
-    }
-
-    #[test]
-    fn a_generator_that_fell_behind_makes_the_run_invalid_never_passed() {
-        for (lag_us, lag_999_us, shed, aborted) in [
-            (100_001, 0, 0, false),
-            (0, 500_001, 0, false),
-            (0, 0, 1, false),
-            (0, 0, 0, true),
-        ] {
-            let mut m = measured();
-            m.start_lag_p99_us = lag_us;
-            m.start_lag_p999_us = lag_999_us;
-            m.shed = shed;
-            m.aborted = aborted;
-            let v = Verdict::judge(true, &Targets::default(), &m);
-            assert!(!v.valid && !v.passed(), "{v:?}");
-            assert_eq!(v.exit_code(), EXIT_INVALID);
-            assert_eq!(v.invalid_reasons.len(), 1, "{v:?}");
-            assert!(v.headline.ends_with("run INVALID"));
-        }
-        // Money failing outranks everything.
-        let mut m = measured();
-        m.shed = 5;
-        assert_eq!(
-            Verdict::judge(false, &Targets::default(), &m).exit_code(),
-            1
-        );
-    }
-
-    #[test]
-    fn overrides_set_or_turn_off_targets_and_bad_ones_are_refused() {
-        let mut t = Targets::default();
-        t.set("send_p99_ms", "off").unwrap();
-        t.set("end_to_end_p99_ms", "2500").unwrap();
-        t.set("tokens_stored", "1").unwrap();
-        assert_eq!(t.send_p99_ms, None);
-        assert_eq!(t.end_to_end_p99_ms, Some(2500.0));
-        let v = Verdict::judge(true, &t, &measured());
-        assert_eq!(v.checks.len(), 3, "an off target is not judged");
-        for (k, v) in [
-            ("start_lag_p99_ms", "off"),
-            ("tokens_stored", "1.5"),
-            ("tokens_stored", "0"),
-            ("send_p99_ms", "-1"),
-            ("send_p99_ms", "NaN"),
-            ("send_p99_ms", "fast"),
-            ("p42", "1"),
-        ] {
-            assert!(Targets::default().set(k, v).is_err(), "{k}={v} accepted");
-            assert!(parse_override(&format!("{k}={v}")).is_err());
-        }
-        assert!(parse_override("send_p99_ms").is_err());
-        assert_eq!(
-            parse_override("send_p99_ms=20"),
-            Ok(("send_p99_ms".into(), "20".into()))
-        );
-    }
-
-    #[test]
-    fn nothing_credited_fails_the_end_to_end_target() {
-        let mut m = measured();
-        m.end_to_end_p99_ms = None;
-        let v = Verdict::judge(true, &Targets::default(), &m);
-        assert!(!v.slo);
-        assert_eq!(v.checks[3].actual, "nothing credited");
-    }
-
-    #[test]
-    fn refused_calls_count_against_the_accepted_share_and_none_accepted_fails() {
-        let mut m = measured();
-        m.calls_refused = 103; // 98.99 % accepted
-        let v = Verdict::judge(true, &Targets::default(), &m);
-        assert!(!v.slo && !v.checks[0].pass, "{:?}", v.checks[0]);
-        m.calls_refused = 102; // 99.00 %
-        assert!(Verdict::judge(true, &Targets::default(), &m).slo);
-        // Everything refused: no token can be missing, and still a failure.
-        m.calls_accepted = 0;
-        m.accepted = 0;
-        let v = Verdict::judge(true, &Targets::default(), &m);
-        assert!(!v.slo && !v.checks[0].pass);
-    }
-}
+mod tests;

@@ -10,13 +10,11 @@ use std::process::Command;
 use fred::prelude::*;
 use reward_tools::stack::StackEnv;
 
-mod common;
-
 fn loadtest(args: &[&str]) -> (i32, String) {
-    common::output(
+    reward_testkit::output(
         Command::new(env!("CARGO_BIN_EXE_loadtest"))
             .args(args)
-            .current_dir(common::repo()),
+            .current_dir(reward_testkit::repo()),
     )
 }
 

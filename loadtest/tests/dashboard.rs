@@ -6,8 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-mod common;
-use common::repo;
+use reward_testkit::repo;
 
 /// Every `reward_…` identifier in `text` (letters, digits, underscores).
 fn names(text: &str) -> BTreeSet<String> {
@@ -54,7 +53,12 @@ const COMPONENTS: [&str; 4] = [
 /// names, and the names handed to the consumer's counting helpers).
 fn emitted() -> BTreeSet<String> {
     let mut files = Vec::new();
-    for d in ["sdk/src", "consumer/src", "reward-service/src"] {
+    for d in [
+        "runtime/src",
+        "sdk/src",
+        "consumer/src",
+        "reward-service/src",
+    ] {
         rust_files(&repo().join(d), &mut files);
     }
     let mut out = BTreeSet::new();

@@ -11,8 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
-use common::repo;
+use reward_testkit::repo;
 
 fn stack_env() -> Vec<(String, String)> {
     let out = Command::new(repo().join("ops/stack"))

@@ -7,6 +7,9 @@
 //! - [`v1::GrantRequest`] and friends: the reward service's API; with the `grpc`
 //!   feature also its tonic client and server (`v1::reward_service_client`, ...).
 //! - [`v1::ValidateTokenRequest`] and friends: what wallet frontends ask.
+//! - [`ids`]: the one rule for user, activity, scene and trade ids; [`reasons`]: the
+//!   typed dead-letter reasons; [`edits`]: byte edits for the decoders' arbitrary-input
+//!   runs.
 //!
 //! # Compatibility guarantee
 //! Sealed tokens stay in users' apps and in Redis for days, events stay in broker
@@ -32,6 +35,7 @@
 
 pub mod edits;
 pub mod ids;
+pub mod reasons;
 
 /// Version 1 of the wire format (protobuf package `reward.v1`).
 pub mod v1 {

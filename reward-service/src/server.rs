@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::claim::Claims;
-use crate::config::{DownstreamConfig, ServiceConfig};
+use crate::config::{DownstreamConfig, ServerConfig, ServiceConfig};
 use crate::downstream::{Downstream, Http, Ledger};
 use crate::grant::{FailureTopic, Granter};
 use crate::http::{HttpState, router};
@@ -153,29 +153,66 @@ pub async fn serve_with_metrics(
     metrics: Option<reward_runtime::admin::PrometheusHandle>,
 ) -> Result<Running, StartError> {
     if metrics.is_some() {
-        let claims = service.granter().claims().clone();
-        let budgets = cfg.budgets.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                if let Ok(n) = claims.in_doubt_count().await {
-                    metrics::gauge!("reward_service_in_doubt").set(n as f64);
-                }
-                for scope in budgets.keys() {
-                    if let (Ok(spent), Ok(total)) =
-                        (claims.spent(scope).await, claims.budget(scope).await)
-                    {
-                        metrics::gauge!("reward_service_budget_spent", "scene" => scope.clone())
-                            .set(spent as f64);
-                        metrics::gauge!("reward_service_budget_remaining", "scene" => scope.clone())
-                            .set((total - spent) as f64);
-                    }
-                }
-            }
-        });
+        spawn_gauges(&service, cfg);
     }
     let s = &cfg.server;
+    let Listeners {
+        grpc: grpc_listener,
+        http: http_listener,
+        grpc_addr,
+        http_addr,
+    } = bind(s).await?;
+    let (stop, stopped) = watch::channel(false);
+    let grpc = spawn_grpc(service.clone(), cfg, grpc_listener, stopped.clone());
+    let http = spawn_http(service.clone(), cfg, http_listener, metrics, stopped);
+    tracing::info!(%grpc_addr, %http_addr, "reward service serving");
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        service,
+        stop,
+        grpc,
+        http,
+        grace: Duration::from_millis(s.shutdown_grace_ms),
+    })
+}
+
+/// Keeps the budget gauges of the configured scenes and the in-doubt gauge fresh,
+/// every 5 s, on a task of its own.
+fn spawn_gauges(service: &Service, cfg: &ServiceConfig) {
+    let claims = service.granter().claims().clone();
+    let budgets = cfg.budgets.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            if let Ok(n) = claims.in_doubt_count().await {
+                metrics::gauge!("reward_service_in_doubt").set(n as f64);
+            }
+            for scope in budgets.keys() {
+                if let (Ok(spent), Ok(total)) =
+                    (claims.spent(scope).await, claims.budget(scope).await)
+                {
+                    metrics::gauge!("reward_service_budget_spent", "scene" => scope.clone())
+                        .set(spent as f64);
+                    metrics::gauge!("reward_service_budget_remaining", "scene" => scope.clone())
+                        .set((total - spent) as f64);
+                }
+            }
+        }
+    });
+}
+
+/// Both listeners, bound, and the addresses they really got (port 0 picks one).
+struct Listeners {
+    grpc: tokio::net::TcpListener,
+    http: tokio::net::TcpListener,
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+}
+
+/// Binds the gRPC, then the HTTP listener, then reads their real addresses.
+async fn bind(s: &ServerConfig) -> Result<Listeners, StartError> {
     let grpc_listener = tokio::net::TcpListener::bind(s.grpc_addr)
         .await
         .map_err(|e| StartError::Bind(s.grpc_addr, e))?;
@@ -188,10 +225,28 @@ pub async fn serve_with_metrics(
     let http_addr = http_listener
         .local_addr()
         .map_err(|e| StartError::Bind(s.http_addr, e))?;
-    let (stop, stopped) = watch::channel(false);
-    let signal = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    Ok(Listeners {
+        grpc: grpc_listener,
+        http: http_listener,
+        grpc_addr,
+        http_addr,
+    })
+}
+
+/// Ends when the stop channel says true (or its sender is gone): a server's shutdown
+/// signal.
+async fn stop_signal(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Serves gRPC on `grpc_listener` until `stopped` says stop, on a task of its own.
+fn spawn_grpc(
+    service: Service,
+    cfg: &ServiceConfig,
+    grpc_listener: tokio::net::TcpListener,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<Result<(), tonic::transport::Error>> {
+    let s = &cfg.server;
     // A batch of `max_batch` events of up to 2 KiB each must decode.
     // A full batch of the largest events the SDK's limits allow (the same [sdk]
     // limits the activity services run with), plus the message's own framing.
@@ -199,9 +254,9 @@ pub async fn serve_with_metrics(
     let max_message = s
         .max_body_bytes
         .max(s.max_batch.saturating_mul(per_event).saturating_add(64));
-    let grpc_svc = crate::grpc::server(service.clone(), cfg.credential.clone(), max_message);
-    let grpc_stop = signal(stopped.clone());
-    let grpc = tokio::spawn(async move {
+    let grpc_svc = crate::grpc::server(service, cfg.credential.clone(), max_message);
+    let grpc_stop = stop_signal(stopped);
+    tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(grpc_svc)
             .serve_with_incoming_shutdown(
@@ -211,10 +266,22 @@ pub async fn serve_with_metrics(
                 grpc_stop,
             )
             .await
-    });
+    })
+}
+
+/// Serves the wallet routes (and `/metrics` when given the recorder) on
+/// `http_listener` until `stopped` says stop, on a task of its own.
+fn spawn_http(
+    service: Service,
+    cfg: &ServiceConfig,
+    http_listener: tokio::net::TcpListener,
+    metrics: Option<reward_runtime::admin::PrometheusHandle>,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<std::io::Result<()>> {
+    let s = &cfg.server;
     let app = router(
         HttpState {
-            service: service.clone(),
+            service,
             credential: cfg.wallet_credential.clone(),
             metrics_credential: cfg
                 .metrics_credential
@@ -225,8 +292,8 @@ pub async fn serve_with_metrics(
         s.max_body_bytes,
         metrics,
     );
-    let http_stop = signal(stopped);
-    let http = tokio::spawn(async move {
+    let http_stop = stop_signal(stopped);
+    tokio::spawn(async move {
         use axum::serve::ListenerExt as _;
         let http_listener = http_listener.tap_io(|tcp| {
             if let Err(e) = tcp.set_nodelay(true) {
@@ -236,16 +303,6 @@ pub async fn serve_with_metrics(
         axum::serve(http_listener, app)
             .with_graceful_shutdown(http_stop)
             .await
-    });
-    tracing::info!(%grpc_addr, %http_addr, "reward service serving");
-    Ok(Running {
-        grpc_addr,
-        http_addr,
-        service,
-        stop,
-        grpc,
-        http,
-        grace: Duration::from_millis(s.shutdown_grace_ms),
     })
 }
 

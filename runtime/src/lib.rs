@@ -10,6 +10,8 @@
 //!   overlays.
 //! - [`credential`]: bearer credentials from the environment or a file, never printed,
 //!   compared in constant time.
+//! - [`counters`]: counts a process reads back and Prometheus scrapes, kept in one
+//!   step; labelled counters whose handles are registered once per label value.
 //! - [`teardown`]: dropping a client whose destroy can hang, with a deadline.
 //!
 //! With feature `service` (the binaries; an activity service linking the SDK builds
@@ -20,6 +22,7 @@
 #[cfg(feature = "service")]
 pub mod admin;
 pub mod clock;
+pub mod counters;
 pub mod credential;
 pub mod dynamic;
 pub mod env;

@@ -53,7 +53,10 @@ pub mod spool;
 pub mod store;
 pub mod token;
 
-use std::collections::BTreeMap;
+mod start;
+
+pub use crate::start::{SdkBuilder, check_dynamic};
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -62,11 +65,12 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::config::{ConfigError, ProducerConfig, Routing, SdkConfig};
-use crate::queue::{CloseReport, Engine, EnqueueError, Envelope, Producer, StatsSnapshot};
+use crate::config::{ConfigError, Routing, SdkConfig};
+use crate::queue::{CloseReport, Engine, EnqueueError, Envelope, StatsSnapshot};
 use crate::request::{RequestError, RewardRequest};
+use crate::start::routing_of;
 use crate::store::{StoreError, Submitted, TokenStore};
-use crate::token::{KeyRing, KeyRingError, SealError, TokenCodec};
+use crate::token::{KeyRingError, SealError, TokenCodec};
 
 /// A reward accepted by the SDK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,107 +165,6 @@ pub enum StartError {
     Config(#[from] ConfigError),
 }
 
-/// Builds an [`Sdk`].
-#[derive(Debug)]
-pub struct SdkBuilder {
-    config: SdkConfig,
-    keys: Option<KeyRing>,
-    producers: BTreeMap<String, Arc<dyn Producer>>,
-    watch: bool,
-}
-
-impl SdkBuilder {
-    /// Uses this key ring instead of the configured/env one.
-    #[must_use]
-    pub fn key_ring(mut self, ring: KeyRing) -> Self {
-        self.keys = Some(ring);
-        self
-    }
-
-    /// Uses this producer for the configured name instead of building one.
-    #[must_use]
-    pub fn producer(mut self, name: &str, producer: Arc<dyn Producer>) -> Self {
-        self.producers.insert(name.to_string(), producer);
-        self
-    }
-
-    /// Whether to watch the dynamic sources (`[dynamic]`); on by default.
-    #[must_use]
-    pub fn watch(mut self, on: bool) -> Self {
-        self.watch = on;
-        self
-    }
-
-    /// Connects to Redis and the brokers and starts the queue tasks.
-    pub async fn start(self) -> Result<Sdk, StartError> {
-        let cfg = self.config;
-        let ring = match self.keys {
-            Some(r) => r,
-            None => match &cfg.token.keys_file {
-                Some(path) => KeyRing::from_file(path, None)?,
-                None => KeyRing::from_env()?,
-            },
-        };
-        let store = TokenStore::connect(cfg.store.clone()).await?;
-        let timeout = Duration::from_millis(cfg.batch.send_timeout_ms);
-        let mut producers = self.producers;
-        for (name, p) in &cfg.producers {
-            if producers.contains_key(name) {
-                continue;
-            }
-            let made: Arc<dyn Producer> = match p {
-                #[cfg(feature = "kafka")]
-                ProducerConfig::Kafka { brokers, settings } => Arc::new(
-                    queue::producer::KafkaProducer::new(name, brokers, settings, timeout)?,
-                ),
-                #[cfg(feature = "rocketmq")]
-                ProducerConfig::Rocketmq { namesrv, group } => {
-                    let rt = queue::rocketmq_runtime("reward-sdk-producer").map_err(|reason| {
-                        queue::ProduceError {
-                            producer: name.clone(),
-                            reason,
-                        }
-                    })?;
-                    Arc::new(
-                        queue::producer::RocketMqProducer::start(name, rt, namesrv, group, timeout)
-                            .await?,
-                    )
-                }
-                // Refused when the config was read; kept for a config built by hand.
-                #[allow(unreachable_patterns)]
-                other => {
-                    return Err(StartError::Config(ConfigError::Invalid(format!(
-                        "producer {name}: {}",
-                        config::not_built(other).unwrap_or("kind not built")
-                    ))));
-                }
-            };
-            producers.insert(name.clone(), made);
-        }
-        let routing = Arc::new(ArcSwap::from_pointee(cfg.routing.clone()));
-        let engine = Engine::start(
-            routing.clone(),
-            producers,
-            cfg.batch.clone(),
-            cfg.retry.clone(),
-            cfg.spool.clone(),
-        )?;
-        let inner = Arc::new(Inner {
-            codec: TokenCodec::new(ring),
-            store,
-            engine,
-            routing,
-            watcher: std::sync::Mutex::new(None),
-            config: cfg,
-        });
-        let sdk = Sdk { inner };
-        if self.watch {
-            sdk.start_watch();
-        }
-        Ok(sdk)
-    }
-}
-
 struct Inner {
     config: SdkConfig,
     codec: TokenCodec,
@@ -317,12 +220,7 @@ impl Drop for SendOnDrop<'_> {
 impl Sdk {
     /// A builder for `config`.
     pub fn builder(config: SdkConfig) -> SdkBuilder {
-        SdkBuilder {
-            config,
-            keys: None,
-            producers: BTreeMap::new(),
-            watch: true,
-        }
+        SdkBuilder::new(config)
     }
 
     /// Validates, mints and stores the token, queues the event, returns the token.
@@ -544,37 +442,6 @@ impl Sdk {
         Ok(())
     }
 
-    fn start_watch(&self) {
-        let dynamic = &self.inner.config.dynamic;
-        if dynamic.file.is_none() && dynamic.redis_key.is_none() {
-            return;
-        }
-        let sources = reward_runtime::dynamic::Sources {
-            base: toml::Table::new(),
-            file: dynamic.file.clone(),
-            redis: dynamic
-                .redis_key
-                .clone()
-                .map(|k| (self.inner.store.pool().clone(), k)),
-            poll: Duration::from_millis(dynamic.poll_ms.unwrap_or(500)),
-        };
-        let me = Arc::downgrade(&self.inner);
-        let apply: reward_runtime::dynamic::Apply = Arc::new(move |doc: &toml::Table| {
-            let Some(inner) = me.upgrade() else {
-                return Ok(());
-            };
-            // The sources carry changes: lay them over the start-up routing, so a key
-            // removed from the sources goes back to its start-up value.
-            let mut full = routing_table(&inner.config.routing);
-            reward_runtime::dynamic::merge(&mut full, doc);
-            Sdk { inner }.apply_config(&full).map_err(|e| e.to_string())
-        });
-        let handle = sources.watch(vec![apply]);
-        if let Ok(mut w) = self.inner.watcher.lock() {
-            *w = Some(handle);
-        }
-    }
-
     /// Stops accepting rewards and returns once every accepted one is on a broker or
     /// in the spool, and every deferred token write is answered, or when `deadline`
     /// passes; the report says what is left.
@@ -607,76 +474,4 @@ impl Sdk {
         }
         report
     }
-}
-
-/// The routing as a TOML document (the dynamic sections only).
-/// The routing a whole dynamic document gives an SDK started with `config`, or why it
-/// is refused (inconsistent, or a queue that had no buffer at start-up).
-fn routing_of(config: &SdkConfig, doc: &toml::Table) -> Result<Routing, ConfigError> {
-    let routing = Routing::from_table(doc, &config.producers, config.limits.max_amount)?;
-    let known = &config.routing.queues;
-    if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
-        return Err(ConfigError::Invalid(format!(
-            "queue {q} did not exist at start-up; adding a queue needs a restart"
-        )));
-    }
-    Ok(routing)
-}
-
-/// Whether an SDK started with `config` would take `overrides` (the shared dynamic
-/// document's changes, as `ops/config` writes them) laid over its start-up routing:
-/// the check every running instance makes, for tools that want to refuse a change
-/// before writing it. Returns the routing that would result.
-///
-/// ```
-/// let cfg = sdk::config::SdkConfig::from_toml_str(r#"
-///     default_queue = "massive"
-///     [store]
-///     redis_url = "redis://127.0.0.1:16379"
-///     [producers.kafka]
-///     kind = "kafka"
-///     brokers = "127.0.0.1:19092"
-///     [queues.massive]
-///     topic = "reward-massive"
-///     primary = "kafka"
-///     backup = "kafka"
-///     [types.cash]
-/// "#).unwrap();
-/// let ok = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
-/// assert_eq!(sdk::check_dynamic(&cfg, &ok).unwrap().queues["massive"].ratio, 80);
-/// let bad = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
-/// assert!(sdk::check_dynamic(&cfg, &bad).is_err());
-/// ```
-pub fn check_dynamic(config: &SdkConfig, overrides: &toml::Table) -> Result<Routing, ConfigError> {
-    let mut full = routing_table(&config.routing);
-    reward_runtime::dynamic::merge(&mut full, overrides);
-    routing_of(config, &full)
-}
-
-fn routing_table(r: &Routing) -> toml::Table {
-    let mut doc = toml::Table::new();
-    let mut queues = toml::Table::new();
-    for (name, q) in &r.queues {
-        let mut t = toml::Table::new();
-        t.insert("topic".into(), q.topic.clone().into());
-        t.insert("primary".into(), q.primary.clone().into());
-        t.insert("backup".into(), q.backup.clone().into());
-        t.insert("ratio".into(), i64::from(q.ratio).into());
-        queues.insert(name.clone(), t.into());
-    }
-    let mut types = toml::Table::new();
-    for (name, ty) in &r.types {
-        let mut t = toml::Table::new();
-        if let Some(q) = &ty.queue {
-            t.insert("queue".into(), q.clone().into());
-        }
-        if let Some(m) = ty.max_amount {
-            t.insert("max_amount".into(), m.into());
-        }
-        types.insert(name.clone(), t.into());
-    }
-    doc.insert("queues".into(), queues.into());
-    doc.insert("types".into(), types.into());
-    doc.insert("default_queue".into(), r.default_queue.clone().into());
-    doc
 }

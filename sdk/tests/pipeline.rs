@@ -22,8 +22,10 @@ use sdk::{IssuedToken, Sdk, SendError};
 async fn create_topics(s: &common::Stack, tag: &str) {
     let t = topics(tag);
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    create_kafka_topics(&s.kafka, &t, 3).await.unwrap();
-    create_rocketmq_topics(&s.namesrv, &t).await.unwrap();
+    create_kafka_topics(&s.kafka_brokers, &t, 3).await.unwrap();
+    create_rocketmq_topics(&s.rocketmq_namesrv, &t)
+        .await
+        .unwrap();
 }
 
 /// Sends `reqs` with `concurrency` callers, each a closed loop that, told to slow down
@@ -83,7 +85,7 @@ fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
 async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack {
     let mut all = ReadBack::default();
     for t in topics(tag) {
-        let (kafka, t2) = (s.kafka.clone(), t.clone());
+        let (kafka, t2) = (s.kafka_brokers.clone(), t.clone());
         let k = tokio::task::spawn_blocking(move || {
             read_kafka(&kafka, &t2, want, Duration::from_secs(60))
         })
@@ -92,7 +94,7 @@ async fn read_everything(s: &common::Stack, tag: &str, want: usize) -> ReadBack 
         .unwrap();
         all.merge(k);
         all.merge(
-            read_rocketmq(&s.namesrv, &t, want, Duration::from_secs(60))
+            read_rocketmq(&s.rocketmq_namesrv, &t, want, Duration::from_secs(60))
                 .await
                 .unwrap(),
         );
@@ -106,7 +108,15 @@ async fn hundred_thousand_rewards_reach_a_broker_and_the_store() {
     let tag = unique("e2e");
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-e2e");
-    let cfg = config(&s, &s.kafka, &s.namesrv, &tag, &spool, "", "");
+    let cfg = config(
+        &s,
+        &s.kafka_brokers,
+        &s.rocketmq_namesrv,
+        &tag,
+        &spool,
+        "",
+        "",
+    );
     let sdk = Sdk::builder(cfg)
         .key_ring(KeyRing::random(2))
         .start()
@@ -208,12 +218,14 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     }
     let t = topics(&tag);
     let tr: Vec<&str> = t.iter().map(String::as_str).collect();
-    create_rocketmq_topics(&s.namesrv, &tr).await.unwrap();
+    create_rocketmq_topics(&s.rocketmq_namesrv, &tr)
+        .await
+        .unwrap();
     let spool = temp_dir("spool-fo");
     let cfg = config(
         &s,
         &mock.bootstrap_servers(),
-        &s.namesrv,
+        &s.rocketmq_namesrv,
         &tag,
         &spool,
         "",
@@ -272,7 +284,7 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     // each one to its end (its offsets when the read begins), not to the acknowledged
     // count.
     let topic = format!("massive-{tag}");
-    let mut back = read_rocketmq(&s.namesrv, &topic, 4_000, Duration::from_secs(60))
+    let mut back = read_rocketmq(&s.rocketmq_namesrv, &topic, 4_000, Duration::from_secs(60))
         .await
         .unwrap();
     let (bootstrap, t) = (mock.bootstrap_servers(), topic.clone());

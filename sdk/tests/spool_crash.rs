@@ -89,8 +89,10 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     let tag = unique("crash");
     let t = topics(&tag);
     let tr: Vec<&str> = t.iter().map(String::as_str).collect();
-    create_kafka_topics(&s.kafka, &tr, 3).await.unwrap();
-    create_rocketmq_topics(&s.namesrv, &tr).await.unwrap();
+    create_kafka_topics(&s.kafka_brokers, &tr, 3).await.unwrap();
+    create_rocketmq_topics(&s.rocketmq_namesrv, &tr)
+        .await
+        .unwrap();
     let spool = temp_dir("spool-crash");
     let activity = unique("act");
 
@@ -136,7 +138,7 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
 
     // Every one is on a broker (massive: Kafka first, RocketMQ as backup).
     let topic = format!("massive-{tag}");
-    let (kafka, t2) = (s.kafka.clone(), topic.clone());
+    let (kafka, t2) = (s.kafka_brokers.clone(), topic.clone());
     let mut back = tokio::task::spawn_blocking(move || {
         read_kafka(&kafka, &t2, N as usize, Duration::from_secs(60))
     })
@@ -145,9 +147,14 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     .unwrap();
     if (back.seen.len() as u64) < N {
         back.merge(
-            read_rocketmq(&s.namesrv, &topic, N as usize, Duration::from_secs(60))
-                .await
-                .unwrap(),
+            read_rocketmq(
+                &s.rocketmq_namesrv,
+                &topic,
+                N as usize,
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap(),
         );
     }
     let rain = RedEnvelopeRain::new(&activity, "cash");

@@ -1,9 +1,10 @@
 //! The operators' tools: what changes a running pipeline, and what finds and prepares
 //! the brokers it runs on.
 //!
-//! - [`control`]: `reward-ctl`'s engine: every live knob's schema in one table
-//!   ([`control::KNOBS`]), a change checked the way the running instances will check it,
-//!   written to the shared dynamic document, audited; budgets and in-doubt grants.
+//! - [`control`]: `reward-ctl`'s engine: every live knob in one table
+//!   ([`control::schema::KNOBS`]), a change checked the way the running instances
+//!   will check it, written to the shared dynamic document, audited; budgets and
+//!   in-doubt grants.
 //! - [`stack`]: where the stack's servers are (`ops/stack env`), a fast reachability
 //!   check, Redis fork watching, the librdkafka settings for the stack's tansu.
 //! - [`topics`]: creating Kafka and RocketMQ topics; a Kafka group's committed offsets.

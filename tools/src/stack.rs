@@ -252,7 +252,93 @@ pub fn kafka_settings_toml(settings: &std::collections::BTreeMap<String, String>
     format!("settings = {{ {} }}", pairs.join(", "))
 }
 
+/// A virtual queue of an [`SdkSection`]: its topic and its two producers (`kafka` or
+/// `rocketmq`), with `ratio` % of users sent to the primary first.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSpec<'a> {
+    /// The queue's name.
+    pub name: &'a str,
+    /// Its topic.
+    pub topic: &'a str,
+    /// The producer tried first.
+    pub primary: &'a str,
+    /// The producer tried next.
+    pub backup: &'a str,
+    /// Share of users (uid % 100) sent to the primary first.
+    pub ratio: u8,
+}
+
+/// The `[sdk]` section of a config aimed at this stack, as services, consumers, the
+/// load tester and tests write it: producers `kafka` (with [`STACK_KAFKA_SETTINGS`])
+/// and `rocketmq` at the stack's addresses, the given queues (the first is the default
+/// queue) and reward types (with their queue when not the default).
+#[derive(Debug, Clone)]
+pub struct SdkSection<'a> {
+    /// Where the servers are.
+    pub env: &'a StackEnv,
+    /// The token key ring file.
+    pub keys_file: &'a std::path::Path,
+    /// Token and token-store TTL, seconds.
+    pub ttl_secs: u64,
+    /// The token store's key prefix.
+    pub store_prefix: &'a str,
+    /// The token store's Redis timeout, milliseconds (the SDK's default when `None`).
+    pub store_timeout_ms: Option<u64>,
+    /// The RocketMQ producer group.
+    pub rocketmq_group: &'a str,
+    /// The virtual queues.
+    pub queues: &'a [QueueSpec<'a>],
+    /// Reward types and, when not the default queue, their queue.
+    pub types: &'a [(&'a str, Option<&'a str>)],
+    /// The spool directory.
+    pub spool: &'a std::path::Path,
+}
+
+impl SdkSection<'_> {
+    /// The section as TOML text.
+    pub fn toml(&self) -> String {
+        let mut out = format!(
+            "[sdk]\ndefault_queue = {default:?}\n\
+             [sdk.token]\nkeys_file = {keys:?}\nttl_secs = {ttl}\n\
+             [sdk.store]\nredis_url = {redis:?}\nkey_prefix = {prefix:?}\n\
+             ttl_secs = {ttl}\n{timeout}\
+             [sdk.producers.kafka]\nkind = \"kafka\"\nbrokers = {kafka:?}\n{settings}\n\
+             [sdk.producers.rocketmq]\nkind = \"rocketmq\"\nnamesrv = {namesrv:?}\ngroup = {group:?}\n",
+            default = self.queues.first().map_or("", |q| q.name),
+            keys = self.keys_file.display().to_string(),
+            ttl = self.ttl_secs,
+            redis = self.env.redis_url,
+            prefix = self.store_prefix,
+            timeout = self
+                .store_timeout_ms
+                .map_or(String::new(), |ms| format!("timeout_ms = {ms}\n")),
+            kafka = self.env.kafka_brokers,
+            settings = stack_kafka_settings_toml(),
+            namesrv = self.env.rocketmq_namesrv,
+            group = self.rocketmq_group,
+        );
+        for q in self.queues {
+            out.push_str(&format!(
+                "[sdk.queues.{}]\ntopic = {:?}\nprimary = {:?}\nbackup = {:?}\nratio = {}\n",
+                q.name, q.topic, q.primary, q.backup, q.ratio
+            ));
+        }
+        for (t, queue) in self.types {
+            out.push_str(&format!("[sdk.types.{t}]\n"));
+            if let Some(q) = queue {
+                out.push_str(&format!("queue = {q:?}\n"));
+            }
+        }
+        out.push_str(&format!(
+            "[sdk.spool]\ndir = {:?}\n",
+            self.spool.display().to_string()
+        ));
+        out
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -262,6 +348,50 @@ mod tests {
             kafka_brokers: DEFAULT_KAFKA_BROKERS.into(),
             rocketmq_namesrv: DEFAULT_ROCKETMQ_NAMESRV.into(),
         }
+    }
+
+    #[test]
+    fn the_sdk_section_is_a_valid_sdk_config() {
+        let e = env(DEFAULT_REDIS_URL);
+        let queues = [
+            QueueSpec {
+                name: "massive",
+                topic: "t-massive",
+                primary: "kafka",
+                backup: "rocketmq",
+                ratio: 100,
+            },
+            QueueSpec {
+                name: "special",
+                topic: "t-special",
+                primary: "rocketmq",
+                backup: "kafka",
+                ratio: 50,
+            },
+        ];
+        let text = SdkSection {
+            env: &e,
+            keys_file: std::path::Path::new("/tmp/keys"),
+            ttl_secs: 3600,
+            store_prefix: "tok-x",
+            store_timeout_ms: Some(10_000),
+            rocketmq_group: "g-x",
+            queues: &queues,
+            types: &[("cash", None), ("coupon", Some("special"))],
+            spool: std::path::Path::new("/tmp/spool"),
+        }
+        .toml();
+        let doc: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let sdk = doc["sdk"].as_table().cloned().unwrap_or_default();
+        let cfg =
+            sdk::config::SdkConfig::from_table(&sdk).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(cfg.routing.default_queue, "massive");
+        assert_eq!(cfg.routing.queues["special"].ratio, 50);
+        assert_eq!(
+            cfg.routing.types["coupon"].queue.as_deref(),
+            Some("special")
+        );
+        assert_eq!(cfg.store.key_prefix, "tok-x");
     }
 
     #[test]

@@ -12,41 +12,12 @@ use prost::Message as _;
 use proto::v1::{DeadLetter, RewardEvent, UserInfo};
 use reward_consumer::config::ConsumerConfig;
 use reward_service::downstream::Ledger;
+use reward_tools::stack::{QueueSpec, SdkSection};
 
-pub const CREDENTIAL: &str = "test-credential-0123456789";
-
-pub struct Stack {
-    pub redis: String,
-    pub kafka: String,
-    pub namesrv: String,
-}
-
-/// The stack's addresses; panics (never skips) when a server is down.
-pub fn stack() -> Stack {
-    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let s = Stack {
-        redis: var("REDIS_URL", "redis://127.0.0.1:16379"),
-        kafka: var("KAFKA_BROKERS", "127.0.0.1:19092"),
-        namesrv: var("ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
-    };
-    for (what, addr) in [
-        ("Redis", s.redis.trim_start_matches("redis://").to_string()),
-        (
-            "Kafka broker (tansu)",
-            s.kafka.split(',').next().unwrap_or_default().to_string(),
-        ),
-        ("RocketMQ name server", s.namesrv.clone()),
-    ] {
-        assert!(
-            std::net::TcpStream::connect(&addr).is_ok(),
-            "{what} at {addr} is not answering; start the local stack with `ops/stack up`"
-        );
-    }
-    s
-}
+pub use reward_testkit::{CREDENTIAL, stack};
 
 pub fn tag(prefix: &str) -> String {
-    format!("{prefix}{:08x}", rand::random::<u32>())
+    reward_testkit::unique(prefix)
 }
 
 pub fn dir(tag: &str) -> PathBuf {
@@ -74,10 +45,10 @@ pub async fn create_topics(tag: &str) {
     let s = stack();
     let t = [events_topic(tag), dead_topic(tag), failures_topic(tag)];
     let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    reward_tools::topics::create_kafka_topics(&s.kafka, &t, 2)
+    reward_tools::topics::create_kafka_topics(&s.kafka_brokers, &t, 2)
         .await
         .unwrap();
-    reward_tools::topics::create_rocketmq_topics(&s.namesrv, &[&special_topic(tag)])
+    reward_tools::topics::create_rocketmq_topics(&s.rocketmq_namesrv, &[&special_topic(tag)])
         .await
         .unwrap();
 }
@@ -87,60 +58,42 @@ pub async fn create_topics(tag: &str) {
 /// is routed there: the RocketMQ test names it).
 pub fn sdk_section(tag: &str, dir: &Path, who: &str) -> String {
     let s = stack();
-    format!(
-        r#"
-        [sdk]
-        default_queue = "massive"
-        [sdk.token]
-        keys_file = "{keys}"
-        ttl_secs = 3600
-        [sdk.store]
-        redis_url = "{redis}"
-        key_prefix = "tok-{tag}"
-        timeout_ms = 10000
-        [sdk.producers.k]
-        kind = "kafka"
-        brokers = "{kafka}"
-        {kafka_settings}
-        [sdk.producers.r]
-        kind = "rocketmq"
-        namesrv = "{namesrv}"
-        group = "p-{tag}"
-        [sdk.queues.special]
-        topic = "{sp}"
-        primary = "r"
-        backup = "r"
-        [sdk.queues.massive]
-        topic = "{ev}"
-        primary = "k"
-        backup = "k"
-        [sdk.queues.dead]
-        topic = "{dead}"
-        primary = "k"
-        backup = "k"
-        [sdk.queues.failures]
-        topic = "{fail}"
-        primary = "k"
-        backup = "k"
-        [sdk.types.cash]
-        [sdk.types.coin]
-        [sdk.types.coupon]
-        [sdk.types.flaky]
-        [sdk.types.broken]
-        [sdk.spool]
-        dir = "{spool}"
-        "#,
-        keys = dir.join("keys").display(),
-        redis = s.redis,
-        kafka = s.kafka,
-        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
-        ev = events_topic(tag),
-        sp = special_topic(tag),
-        namesrv = s.namesrv,
-        dead = dead_topic(tag),
-        fail = failures_topic(tag),
-        spool = dir.join(format!("spool-{who}")).display(),
-    )
+    let topics = [
+        events_topic(tag),
+        special_topic(tag),
+        dead_topic(tag),
+        failures_topic(tag),
+    ];
+    let queue = |i: usize, name, producer| QueueSpec {
+        name,
+        topic: &topics[i],
+        primary: producer,
+        backup: producer,
+        ratio: 100,
+    };
+    SdkSection {
+        env: &s,
+        keys_file: &dir.join("keys"),
+        ttl_secs: 3600,
+        store_prefix: &format!("tok-{tag}"),
+        store_timeout_ms: Some(10_000),
+        rocketmq_group: &format!("p-{tag}"),
+        queues: &[
+            queue(0, "massive", "kafka"),
+            queue(1, "special", "rocketmq"),
+            queue(2, "dead", "kafka"),
+            queue(3, "failures", "kafka"),
+        ],
+        types: &[
+            ("cash", None),
+            ("coin", None),
+            ("coupon", None),
+            ("flaky", None),
+            ("broken", None),
+        ],
+        spool: &dir.join(format!("spool-{who}")),
+    }
+    .toml()
 }
 
 /// A local HTTP downstream: `/flaky` always answers 503 saying it credited nothing
@@ -293,7 +246,7 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
         poll_ms = 200
         {sdk}
         "#,
-        kafka = s.kafka,
+        kafka = s.kafka_brokers,
         ev = events_topic(tag),
         kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
         sdk = sdk_section(tag, dir, &format!("consumer-{:04x}", rand::random::<u16>())),
@@ -372,13 +325,17 @@ pub async fn produce_to(sdk: &sdk::Sdk, queue: &str, events: &[RewardEvent], raw
 }
 
 pub async fn ledger(tag: &str) -> Ledger {
-    Ledger::connect(&stack().redis, &format!("ledger-{tag}"), &HashMap::new())
-        .await
-        .unwrap()
+    Ledger::connect(
+        &stack().redis_url,
+        &format!("ledger-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .unwrap()
 }
 
 pub async fn redis() -> Client {
-    let c = Builder::from_config(Config::from_url(&stack().redis).unwrap())
+    let c = Builder::from_config(Config::from_url(&stack().redis_url).unwrap())
         .build()
         .unwrap();
     c.init().await.unwrap();
@@ -408,7 +365,7 @@ where
 
 /// The dead letters on a topic, read back from the start.
 pub async fn dead_letters(topic: &str, want: usize) -> Vec<DeadLetter> {
-    let kafka = stack().kafka;
+    let kafka = stack().kafka_brokers;
     let topic = topic.to_string();
     let rb = tokio::task::spawn_blocking(move || {
         reward_testkit::readback::read_kafka(&kafka, &topic, usize::MAX, Duration::from_secs(20))

@@ -259,6 +259,24 @@ async fn consume(
     earlier: &HashSet<u64>,
     done: impl Fn(&HashSet<u64>) -> bool,
 ) -> Result<Consumed, SmokeError> {
+    let consumer = subscribe(env, topic, group, debug)?;
+    let (mut out, next) = receive(&consumer, earlier, done).await?;
+    commit_handled(&consumer, topic, &next)?;
+    out.committed =
+        reward_tools::topics::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
+    check_committed(&next, &out.committed)?;
+    close(consumer).await?;
+    Ok(out)
+}
+
+/// A new member of `group` subscribed to `topic`: offsets stored only by hand and
+/// committed only by hand, from the start when the group has none.
+fn subscribe(
+    env: &StackEnv,
+    topic: &str,
+    group: &str,
+    debug: Option<&str>,
+) -> Result<StreamConsumer<TracingContext>, SmokeError> {
     let mut config = client_config(env);
     config
         .set("group.id", group)
@@ -271,6 +289,18 @@ async fn consume(
     }
     let consumer: StreamConsumer<TracingContext> = config.create_with_context(TracingContext)?;
     consumer.subscribe(&[topic])?;
+    Ok(consumer)
+}
+
+/// Receives and handles messages until `done` says enough were seen: counts those
+/// already seen (here or `earlier`) as duplicates, stores each handled offset and
+/// commits asynchronously every [`COMMIT_EVERY`]. Returns what was seen and, per
+/// partition, the offset after the last handled message.
+async fn receive(
+    consumer: &StreamConsumer<TracingContext>,
+    earlier: &HashSet<u64>,
+    done: impl Fn(&HashSet<u64>) -> bool,
+) -> Result<(Consumed, BTreeMap<i32, i64>), SmokeError> {
     let mut out = Consumed {
         seen: HashSet::new(),
         duplicates: 0,
@@ -314,40 +344,61 @@ async fn consume(
             consumer.commit_consumer_state(CommitMode::Async)?;
         }
     }
+    Ok((out, next))
+}
+
+/// Commits, synchronously, the offsets `next` this member handled up to.
+fn commit_handled(
+    consumer: &StreamConsumer<TracingContext>,
+    topic: &str,
+    next: &BTreeMap<i32, i64>,
+) -> Result<(), SmokeError> {
     // The last commit names its offsets. `commit_consumer_state` would commit "what is
     // stored and not yet committed", and when the member stops right after an
     // asynchronous commit (5 000 is a multiple of COMMIT_EVERY) that is nothing:
     // librdkafka answers NoOffset, or the answer races the async commit still in flight.
     if !next.is_empty() {
         let mut handled_up_to = TopicPartitionList::new();
-        for (partition, offset) in &next {
+        for (partition, offset) in next {
             handled_up_to.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
         }
         consumer.commit(&handled_up_to, CommitMode::Sync)?;
     }
-    out.committed =
-        reward_tools::topics::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
+    Ok(())
+}
+
+/// Checks that the group's `committed` offsets are the `next` this member handled up
+/// to.
+fn check_committed(
+    next: &BTreeMap<i32, i64>,
+    committed: &BTreeMap<i32, i64>,
+) -> Result<(), SmokeError> {
     // What the group holds must be what this member handled: a smaller offset would
     // redeliver more than one commit interval, a larger one would skip messages.
     // (Partitions this member never touched keep what an earlier member committed.)
-    for (partition, offset) in &next {
-        if out.committed.get(partition) != Some(offset) {
+    for (partition, offset) in next {
+        if committed.get(partition) != Some(offset) {
             return Err(SmokeError::Mismatch {
                 server: Server::Kafka,
                 what: format!(
                     "partition {partition}: the group committed {:?} after this member \
                      handled up to offset {offset}",
-                    out.committed.get(partition)
+                    committed.get(partition)
                 ),
             });
         }
     }
+    Ok(())
+}
+
+/// Closes `consumer` off the async workers, within [`CLOSE_TIMEOUT`].
+async fn close(consumer: StreamConsumer<TracingContext>) -> Result<(), SmokeError> {
     // Closing the consumer (leave the group, destroy the handle) blocks until every
     // object that references its partitions is gone: that is why the committed
-    // offsets above are copied out of librdkafka's list at once (docs/stack.md, "A
-    // Kafka consumer's close never returns"). It still runs off the async workers and
-    // with a deadline, so a close that does get stuck is a clear error, never a hung
-    // probe.
+    // offsets (read in `consume`) are copied out of librdkafka's list at once
+    // (docs/stack.md, "A Kafka consumer's close never returns"). It still runs off the
+    // async workers and with a deadline, so a close that does get stuck is a clear
+    // error, never a hung probe.
     let closed = tokio::task::spawn_blocking(move || {
         reward_runtime::teardown::drop_within(consumer, CLOSE_TIMEOUT)
     })
@@ -360,5 +411,5 @@ async fn consume(
             after: CLOSE_TIMEOUT,
         });
     }
-    Ok(out)
+    Ok(())
 }

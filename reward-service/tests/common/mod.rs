@@ -2,17 +2,9 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use reward_service::claim::{ClaimConfig, Claims, Grant};
+use reward_tools::stack::{QueueSpec, SdkSection};
 
-/// The stack's Redis URL; panics (never skips) if Redis is down.
-pub fn redis_url() -> String {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:16379".into());
-    let addr = url.trim_start_matches("redis://").to_string();
-    assert!(
-        std::net::TcpStream::connect(&addr).is_ok(),
-        "Redis at {addr} is not answering; start the local stack with `ops/stack up`"
-    );
-    url
-}
+pub use reward_testkit::{CREDENTIAL, WALLET_CREDENTIAL, redis_url};
 
 /// A claim store under a fresh key prefix.
 pub async fn claims(shards: u32, lease_ms: u64) -> Claims {
@@ -39,29 +31,11 @@ pub fn grant(trade_no: &str, amount: i64) -> Grant {
     }
 }
 
-/// The grant credential (gRPC, `/metrics`) of the test services.
-pub const CREDENTIAL: &str = "test-credential-0123456789";
-/// The wallet credential (wallet HTTP routes) of the test services.
-pub const WALLET_CREDENTIAL: &str = "test-wallet-credential-0123456789";
-
 /// The stack's addresses (Redis, Kafka, RocketMQ name server); panics (never skips)
 /// when one is down.
 pub fn stack() -> (String, String, String) {
-    let redis = redis_url();
-    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let kafka = var("KAFKA_BROKERS", "127.0.0.1:19092");
-    let namesrv = var("ROCKETMQ_NAMESRV", "127.0.0.1:9876");
-    for (what, addr) in [
-        ("Kafka broker (tansu)", &kafka),
-        ("RocketMQ name server", &namesrv),
-    ] {
-        let first = addr.split(',').next().unwrap_or_default();
-        assert!(
-            std::net::TcpStream::connect(first).is_ok(),
-            "{what} at {first} is not answering; start the local stack with `ops/stack up`"
-        );
-    }
-    (redis, kafka, namesrv)
+    let s = reward_testkit::stack();
+    (s.redis_url, s.kafka_brokers, s.rocketmq_namesrv)
 }
 
 /// A service config on free ports, under fresh key prefixes and topics named with
@@ -74,7 +48,7 @@ pub fn service_config(
     budget: i64,
     extra: &str,
 ) -> reward_service::config::ServiceConfig {
-    let (redis, kafka, namesrv) = stack();
+    let stack = reward_testkit::stack();
     std::fs::create_dir_all(dir).unwrap();
     let keys = dir.join("keys");
     std::fs::write(&keys, sdk::token::KeyRing::random(2).to_text().as_bytes()).unwrap();
@@ -104,43 +78,36 @@ pub fn service_config(
         archive = "{archive}"
         queue = "failures"
         {extra}
-        [sdk]
-        default_queue = "massive"
-        [sdk.token]
-        keys_file = "{keys}"
-        ttl_secs = 3600
-        [sdk.store]
-        redis_url = "{redis}"
-        key_prefix = "tok-{tag}"
-        timeout_ms = 10000
-        [sdk.producers.k]
-        kind = "kafka"
-        brokers = "{kafka}"
-        {kafka_settings}
-        [sdk.producers.r]
-        kind = "rocketmq"
-        namesrv = "{namesrv}"
-        group = "svc-test-{tag}"
-        [sdk.queues.massive]
-        topic = "massive-{tag}"
-        primary = "k"
-        backup = "r"
-        ratio = 100
-        [sdk.queues.failures]
-        topic = "failures-{tag}"
-        primary = "k"
-        backup = "r"
-        ratio = 100
-        [sdk.types.cash]
-        [sdk.types.coin]
-        [sdk.types.gem]
-        [sdk.spool]
-        dir = "{spool}"
+        {sdk}
         "#,
         archive = dir.join("failures.jsonl").display(),
-        keys = keys.display(),
-        spool = dir.join("spool").display(),
-        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
+        sdk = SdkSection {
+            env: &stack,
+            keys_file: &keys,
+            ttl_secs: 3600,
+            store_prefix: &format!("tok-{tag}"),
+            store_timeout_ms: Some(10_000),
+            rocketmq_group: &format!("svc-test-{tag}"),
+            queues: &[
+                QueueSpec {
+                    name: "massive",
+                    topic: &format!("massive-{tag}"),
+                    primary: "kafka",
+                    backup: "rocketmq",
+                    ratio: 100,
+                },
+                QueueSpec {
+                    name: "failures",
+                    topic: &format!("failures-{tag}"),
+                    primary: "kafka",
+                    backup: "rocketmq",
+                    ratio: 100,
+                },
+            ],
+            types: &[("cash", None), ("coin", None), ("gem", None)],
+            spool: &dir.join("spool"),
+        }
+        .toml(),
     );
     let env = vec![
         ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
@@ -166,9 +133,7 @@ pub async fn create_topics(tag: &str) {
         .unwrap();
 }
 
-/// A fresh directory under the system temp dir.
+/// A fresh, empty directory under the system temp dir.
 pub fn unique_dir(prefix: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("{prefix}-{:08x}", rand::random::<u32>()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    reward_testkit::temp_dir(prefix)
 }

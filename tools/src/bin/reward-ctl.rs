@@ -4,27 +4,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use reward_tools::control::{Control, ControlError, Known};
+use reward_tools::control::{Control, ControlError, Known, schema};
 
 /// Changes the settings operators turn during an event, on every running instance at
 /// once (they poll the shared document every 500 ms), after checking the change the
 /// way the instances will. A refused change writes nothing (exit 2). Every change is
 /// recorded (who, when, old, new) in Redis (`reward-ctl audit`) and in --audit-log.
 ///
-/// Knobs (`reward-ctl set KEY VALUE`):
-///   limits.types.<type>.rate       credits/s the consumer lets through for the type (> 0)
-///   limits.types.<type>.burst      credits allowed at once above the rate (>= 1)
-///   limits.types.<type>.priority   0..=255; higher types go first when the global limit binds
-///   limits.types.<type>.fused      true: credit none of the type (parked, not lost); false: resume
-///   limits.global                  credits/s over all types; 0 = the sum of the type rates
-///   limits.global_burst            global burst (>= 1)
-///   limits.default_rate / default_burst   for a type the consumer config does not list
-///   queues.<queue>.ratio           0..=100: share of users (uid % 100) sent to the primary first
-///   queues.<queue>.primary|backup  producer names from the SDK config (e.g. kafka, rocketmq)
-///   queues.<queue>.topic           the queue's topic
-///   types.<type>.queue             the virtual queue a reward type goes to
-///   types.<type>.max_amount        the largest amount the SDK accepts for the type
-///   default_queue                  queue of types without their own
+/// Knobs: listed below (`reward-ctl set KEY VALUE`).
 /// Budgets (`reward-ctl budget SCENE TOTAL`): a configured "activity/scene" budget in
 /// the smallest unit; never below what the scene has spent. The scene's shards are held
 /// for the change (new grants wait up to 5 s), so it never spends past the new total.
@@ -35,7 +22,7 @@ use reward_tools::control::{Control, ControlError, Known};
 /// Reward types, queues, producers and scenes must exist in the configs the instances
 /// run with (--consumer-config, --service-config).
 #[derive(Debug, Parser)]
-#[command(version, verbatim_doc_comment)]
+#[command(version, verbatim_doc_comment, after_help = schema::help())]
 struct Args {
     /// The stack's Redis (where the shared document, budgets and audit list live).
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:16379")]
@@ -148,80 +135,7 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(file value)".into());
-    let r: Result<(), ControlError> = async {
-        match &args.command {
-            Cmd::Show => {
-                let o = ctl.overrides().await?;
-                if o.is_empty() {
-                    println!("(no overrides)");
-                }
-                for (k, v) in o {
-                    println!("{k} = {v}");
-                }
-            }
-            Cmd::Get { key } => {
-                if let Some(v) = ctl.overrides().await?.get(key) {
-                    println!("{v}");
-                }
-            }
-            Cmd::Set { key, value } => {
-                let old = ctl.set(key, value).await?;
-                println!("{key}: {} -> {value}", shown(&old));
-            }
-            Cmd::Unset { key } => match ctl.unset(key).await? {
-                Some(old) => println!("{key}: {old} -> (file value)"),
-                None => println!("{key} was not set"),
-            },
-            Cmd::Budget { scene, total } => {
-                let (old, spent) = ctl.budget(scene, *total).await?;
-                println!("budget {scene}: {old} -> {total} (spent {spent})");
-            }
-            Cmd::InDoubt => {
-                let list = ctl.in_doubt().await?;
-                if list.is_empty() {
-                    println!("(no grant in doubt)");
-                }
-                for d in list {
-                    match d.record {
-                        Some(r) => println!(
-                            "{} since {} scene {} user {} {} {}",
-                            d.trade_no, d.since_ms, r.scene, r.user_id, r.reward_type, r.amount
-                        ),
-                        None => println!("{} since {} (record gone)", d.trade_no, d.since_ms),
-                    }
-                }
-            }
-            Cmd::Settle {
-                trade_no,
-                credited,
-                not_credited: _,
-            } => {
-                ctl.settle(trade_no, credited.as_deref()).await?;
-                match credited {
-                    Some(r) => println!("{trade_no}: recorded as credited ({r})"),
-                    None => println!(
-                        "{trade_no}: released; it is credited by the next delivery of its event or a withdrawal of its token"
-                    ),
-                }
-            }
-            Cmd::Audit { last } => {
-                for e in ctl.audit_log(*last).await? {
-                    println!(
-                        "{} {} {}: {} -> {}",
-                        e.at_unix_ms,
-                        e.who,
-                        e.key,
-                        shown(&e.old),
-                        e.new.clone().unwrap_or_else(|| "(unset)".into())
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-    .await;
-    match r {
+    match run(&ctl, &args.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ ControlError::Refused(_)) => {
             eprintln!("reward-ctl: {e}");
@@ -232,4 +146,86 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn shown(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "(file value)".into())
+}
+
+async fn run(ctl: &Control, command: &Cmd) -> Result<(), ControlError> {
+    match command {
+        Cmd::Show => {
+            let o = ctl.overrides().await?;
+            if o.is_empty() {
+                println!("(no overrides)");
+            }
+            for (k, v) in o {
+                println!("{k} = {v}");
+            }
+        }
+        Cmd::Get { key } => {
+            if let Some(v) = ctl.overrides().await?.get(key) {
+                println!("{v}");
+            }
+        }
+        Cmd::Set { key, value } => {
+            let old = ctl.set(key, value).await?;
+            println!("{key}: {} -> {value}", shown(&old));
+        }
+        Cmd::Unset { key } => match ctl.unset(key).await? {
+            Some(old) => println!("{key}: {old} -> (file value)"),
+            None => println!("{key} was not set"),
+        },
+        Cmd::Budget { scene, total } => {
+            let (old, spent) = ctl.budget(scene, *total).await?;
+            println!("budget {scene}: {old} -> {total} (spent {spent})");
+        }
+        Cmd::InDoubt => in_doubt(ctl).await?,
+        Cmd::Settle {
+            trade_no,
+            credited,
+            not_credited: _,
+        } => settle(ctl, trade_no, credited.as_deref()).await?,
+        Cmd::Audit { last } => {
+            for e in ctl.audit_log(*last).await? {
+                println!(
+                    "{} {} {}: {} -> {}",
+                    e.at_unix_ms,
+                    e.who,
+                    e.key,
+                    shown(&e.old),
+                    e.new.clone().unwrap_or_else(|| "(unset)".into())
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn in_doubt(ctl: &Control) -> Result<(), ControlError> {
+    let list = ctl.in_doubt().await?;
+    if list.is_empty() {
+        println!("(no grant in doubt)");
+    }
+    for d in list {
+        match d.record {
+            Some(r) => println!(
+                "{} since {} scene {} user {} {} {}",
+                d.trade_no, d.since_ms, r.scene, r.user_id, r.reward_type, r.amount
+            ),
+            None => println!("{} since {} (record gone)", d.trade_no, d.since_ms),
+        }
+    }
+    Ok(())
+}
+
+async fn settle(ctl: &Control, trade_no: &str, credited: Option<&str>) -> Result<(), ControlError> {
+    ctl.settle(trade_no, credited).await?;
+    match credited {
+        Some(r) => println!("{trade_no}: recorded as credited ({r})"),
+        None => println!(
+            "{trade_no}: released; it is credited by the next delivery of its event or a withdrawal of its token"
+        ),
+    }
+    Ok(())
 }

@@ -30,30 +30,18 @@
 //!   failure is recorded once however often the trade number comes back.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use bytes::Bytes;
-use prost::Message as _;
-use proto::v1::{DeadLetter, RewardEvent, UserInfo};
-use reward_runtime::clock::now_ms;
-use sdk::Sdk;
 
 use crate::claim::{Claim, ClaimError, Claims, Finish, Grant, Prior};
 use crate::downstream::{Contract, Credit, CreditError, CreditStatus, Downstream, ErrorCode};
 use crate::tokens::Tokens;
 
-/// Failures that reached the archive but not the failure topic, since start.
-static FAILURE_TOPIC_MISSES: AtomicU64 = AtomicU64::new(0);
+mod failure;
+mod many;
 
-/// Permanent failures the failure topic did not take (they are in the archive).
-pub fn failure_topic_misses() -> u64 {
-    FAILURE_TOPIC_MISSES.load(Ordering::Relaxed)
-}
+pub use self::failure::{FailureTopic, failure_topic_misses};
 
 /// A reward type with no downstream: a permanent failure (module doc).
 fn no_downstream(reward_type: &str) -> CreditError {
@@ -135,16 +123,6 @@ pub enum GrantError {
         /// What the file system said.
         source: std::io::Error,
     },
-}
-
-/// Where permanent failures go besides the archive: a virtual queue of the SDK
-/// (its topic is the failure topic).
-#[derive(Debug, Clone)]
-pub struct FailureTopic {
-    /// The SDK whose queue carries them.
-    pub sdk: Sdk,
-    /// The virtual queue's name.
-    pub queue: String,
 }
 
 /// A claim that settles the grant without a credit (duplicate, conflict, no budget,
@@ -380,154 +358,6 @@ impl Granter {
         Ok(self.granted(g, finish, receipt).await)
     }
 
-    /// Grants many: each exactly as [`Granter::grant`] would, but the claims and the
-    /// final `GRANTED` marks go to Redis as one script call per budget shard
-    /// ([`Claims::claim_many`], [`Claims::grant_many`]) instead of one per grant, and
-    /// the tokens of the credited (and duplicate) grants move together
-    /// ([`Tokens::credited_many`]). Downstream credits run concurrently. Answers in
-    /// the order of `grants`.
-    pub async fn grant_many(&self, grants: &[Grant]) -> Vec<Result<Outcome, GrantError>> {
-        let mut out: Vec<Option<Result<Outcome, GrantError>>> =
-            (0..grants.len()).map(|_| None).collect();
-        // Grants whose token leaves the pending hash: credited now, or duplicates
-        // (see `repeat_settled`).
-        let mut moves: Vec<usize> = Vec::new();
-        // The claimed grants, by reward type: each type's downstream gets its credits
-        // in one `credit_many` call (the ledger sends them in one pipeline).
-        let mut claimed: HashMap<&str, Vec<(usize, String)>> = HashMap::new();
-        // Taken over from an owner that may have credited: resolved one by one first.
-        let mut resolve: Vec<(usize, String)> = Vec::new();
-        // Which grants had an earlier attempt to resolve (a permanent error on their
-        // repeat keeps them in doubt rather than failing them).
-        let mut resolved_first = std::collections::HashSet::new();
-        let mut credited = Vec::new();
-        for (i, (g, c)) in grants
-            .iter()
-            .zip(self.claims.claim_many(grants).await)
-            .enumerate()
-        {
-            match c {
-                Err(e) => out[i] = Some(Err(e.into())),
-                Ok(Claim::Claimed { claim_id, prior }) if prior.needs_resolving() => {
-                    resolve.push((i, claim_id));
-                }
-                Ok(Claim::Claimed { claim_id, .. }) => claimed
-                    .entry(g.reward_type.as_str())
-                    .or_default()
-                    .push((i, claim_id)),
-                Ok(other) => {
-                    let outcome = settled_outcome(other);
-                    if moves_token_again(&outcome) {
-                        moves.push(i);
-                    }
-                    out[i] = Some(Ok(outcome));
-                }
-            }
-        }
-        let resolved = futures_util::future::join_all(
-            resolve
-                .iter()
-                .map(|(i, claim_id)| self.resolve(&grants[*i], claim_id)),
-        )
-        .await;
-        for ((i, claim_id), r) in resolve.into_iter().zip(resolved) {
-            match r {
-                Ok(Resolved::NotCredited) => claimed
-                    .entry(grants[i].reward_type.as_str())
-                    .or_default()
-                    .push((i, claim_id)),
-                Ok(Resolved::Credit) => {
-                    resolved_first.insert(i);
-                    claimed
-                        .entry(grants[i].reward_type.as_str())
-                        .or_default()
-                        .push((i, claim_id));
-                }
-                Ok(Resolved::Credited(receipt)) => credited.push((i, claim_id, receipt)),
-                Ok(Resolved::Settled(outcome)) => out[i] = Some(Ok(outcome)),
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let answers = futures_util::future::join_all(
-            claimed
-                .into_iter()
-                .map(|(reward_type, list)| self.credit_type(grants, reward_type, list)),
-        )
-        .await;
-        let mut failed = tokio::task::JoinSet::new();
-        for (i, claim_id, r) in answers.into_iter().flatten() {
-            match r {
-                Ok(receipt) => credited.push((i, claim_id, receipt)),
-                Err(e) => {
-                    let (me, g) = (self.clone(), grants[i].clone());
-                    let prior = if resolved_first.contains(&i) {
-                        Prior::Unknown
-                    } else {
-                        Prior::Fresh
-                    };
-                    failed
-                        .spawn(async move { (i, me.not_credited(&g, &claim_id, e, prior).await) });
-                }
-            }
-        }
-        let items: Vec<(Grant, String, String)> = credited
-            .iter()
-            .map(|(i, id, receipt)| (grants[*i].clone(), id.clone(), receipt.clone()))
-            .collect();
-        let finished = self.claims.grant_many(&items).await;
-        for ((i, claim_id, receipt), f) in credited.into_iter().zip(finished) {
-            out[i] = Some(match f {
-                Ok(Finish::Done) => {
-                    moves.push(i);
-                    Ok(Outcome::Granted {
-                        receipt,
-                        duplicate: false,
-                    })
-                }
-                Ok(Finish::LostLease) => {
-                    Ok(self.granted(&grants[i], Finish::LostLease, receipt).await)
-                }
-                // The batch's mark failed: this one is retried on its own (the
-                // credit happened and must be recorded).
-                Err(_) => {
-                    let (me, g) = (self.clone(), grants[i].clone());
-                    failed.spawn(async move { (i, me.mark_granted(&g, &claim_id, receipt).await) });
-                    continue;
-                }
-            });
-        }
-        if let Some(t) = &self.tokens {
-            let list: Vec<crate::tokens::Move<'_>> = moves
-                .iter()
-                .map(|&i| {
-                    let g = &grants[i];
-                    (
-                        g.user_id.as_str(),
-                        g.activity_id.as_str(),
-                        g.trade_no.as_str(),
-                    )
-                })
-                .collect();
-            t.credited_many(&list).await;
-        }
-        while let Some(joined) = failed.join_next().await {
-            if let Ok((i, r)) = joined
-                && let Some(slot) = out.get_mut(i)
-            {
-                *slot = Some(r);
-            }
-        }
-        out.into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(GrantError::Claim(ClaimError::Redis(
-                        "a grant task ended without an answer".into(),
-                    )))
-                })
-            })
-            .collect()
-    }
-
     /// A grant settled without a credit. For a duplicate, the token is moved out of
     /// the pending hash again: a client that repeats a request after its reward was
     /// credited makes the SDK store the token once more, and without this move it
@@ -540,39 +370,6 @@ impl Granter {
             t.credited(&g.user_id, &g.activity_id, &g.trade_no).await;
         }
         outcome
-    }
-
-    /// Credits the claimed grants `list` (index into `grants`, claim id) of one reward
-    /// type through its downstream, in one `credit_many` call.
-    async fn credit_type(
-        &self,
-        grants: &[Grant],
-        reward_type: &str,
-        list: Vec<(usize, String)>,
-    ) -> Vec<(usize, String, Result<String, CreditError>)> {
-        let Some(d) = self.downstream(reward_type) else {
-            return list
-                .into_iter()
-                .map(|(i, claim_id)| (i, claim_id, Err(no_downstream(reward_type))))
-                .collect();
-        };
-        let credits: Vec<Credit> = list
-            .iter()
-            .map(|(i, _)| Credit::from(&grants[*i]))
-            .collect();
-        let answers = d.credit_many(&credits).await;
-        let mut answers = answers.into_iter();
-        list.into_iter()
-            .map(|(i, claim_id)| {
-                let r = answers.next().unwrap_or_else(|| {
-                    Err(CreditError::new(
-                        ErrorCode::Unavailable,
-                        "downstream answered fewer credits than it was sent",
-                    ))
-                });
-                (i, claim_id, r)
-            })
-            .collect()
     }
 
     /// Credits `g` downstream.
@@ -660,76 +457,5 @@ impl Granter {
             reason,
             code: Some(e.code),
         })
-    }
-
-    /// Sends the failure to the failure topic. The SDK's queue takes it unless it is
-    /// closing or full past its wait; then the archive (already written) is the record
-    /// and the miss is logged and counted.
-    async fn publish_failure(&self, g: &Grant, e: &CreditError) {
-        let Some(topic) = &self.failures else {
-            return;
-        };
-        let letter = DeadLetter {
-            event: Some(RewardEvent {
-                trade_no: g.trade_no.clone(),
-                user: Some(UserInfo {
-                    user_id: g.user_id.clone(),
-                    ..Default::default()
-                }),
-                activity_id: g.activity_id.clone(),
-                scene_id: g.scene.clone(),
-                reward_type: g.reward_type.clone(),
-                amount: g.amount,
-                ..Default::default()
-            }),
-            raw: Vec::new(),
-            reason: "permanent".into(),
-            error_code: e.code.as_str().into(),
-            source_topic: String::new(),
-            dead_at_ms: now_ms(),
-        };
-        let sent = topic
-            .sdk
-            .enqueue(
-                Some(&topic.queue),
-                None,
-                &g.user_id,
-                g.trade_no.clone(),
-                Bytes::from(letter.encode_to_vec()),
-            )
-            .await;
-        if let Err(err) = sent {
-            FAILURE_TOPIC_MISSES.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(trade_no = %g.trade_no, error = %err, "failure not sent to the failure topic; it is in the archive");
-        }
-    }
-
-    async fn archive_failure(&self, g: &Grant, e: &CreditError) -> Result<(), GrantError> {
-        let at_ms = now_ms();
-        let record = serde_json::json!({
-            "trade_no": g.trade_no,
-            "scene": g.scene,
-            "user_id": g.user_id,
-            "reward_type": g.reward_type,
-            "amount": g.amount,
-            "activity_id": g.activity_id,
-            "code": e.code.as_str(),
-            "detail": e.detail,
-            "at_ms": at_ms,
-        });
-        let line = format!("{record}\n");
-        let path = self.archive.clone();
-        let write_path = path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&write_path)?;
-            f.write_all(line.as_bytes())?;
-            f.sync_data()
-        })
-        .await
-        .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
-        written.map_err(|source| GrantError::Archive { path, source })
     }
 }

@@ -12,8 +12,8 @@
 //!
 //! # Validation
 //! A change is checked three ways before it is written: the key must be a known knob
-//! (its reward type, queue or producer must exist in the configs the instances run
-//! with), the value must be in the knob's range, and the whole resulting document
+//! of [`schema::KNOBS`] (its reward type, queue or producer must exist in the configs
+//! the instances run with), the value must be in the knob's range, and the whole resulting document
 //! must pass the same checks a running instance makes
 //! ([`reward_consumer::limits::LimitsConfig::with_overrides`], [`sdk::check_dynamic`]).
 //! A refused change writes nothing and exits non-zero with the reason; without this a
@@ -24,6 +24,8 @@
 //! sorted set beside the document (`<key>:audit`, by time, the last 10 000, so every operator sees the same
 //! history: `reward-ctl audit`) and to a local file. `who` is `--who`, else
 //! `REWARD_CTL_USER`, `SUDO_USER` or `USER`.
+
+pub mod schema;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -127,121 +129,11 @@ impl Known {
         })
     }
 
-    fn known_list(set: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    pub(crate) fn known_list(set: impl IntoIterator<Item = impl AsRef<str>>) -> String {
         set.into_iter()
             .map(|s| s.as_ref().to_string())
             .collect::<Vec<_>>()
             .join(", ")
-    }
-
-    /// Checks one knob's key and value on their own (the whole document is checked
-    /// after); the error says what is wrong and what is allowed.
-    pub fn check_knob(&self, key: &str, value: &str) -> Result<(), String> {
-        let parts: Vec<&str> = key.split('.').collect();
-        let num = |min: f64, max: f64, what: &str| -> Result<(), String> {
-            match value.parse::<f64>() {
-                Ok(v) if v.is_finite() && v >= min && v <= max => Ok(()),
-                _ => Err(format!("{key} = {value}: must be {what}")),
-            }
-        };
-        let int = |min: i64, max: i64| -> Result<(), String> {
-            match value.parse::<i64>() {
-                Ok(v) if (min..=max).contains(&v) => Ok(()),
-                _ => Err(format!(
-                    "{key} = {value}: must be a whole number in {min}..={max}"
-                )),
-            }
-        };
-        let boolean = || match value {
-            "true" | "false" => Ok(()),
-            _ => Err(format!("{key} = {value}: must be true or false")),
-        };
-        let ty = |t: &str| {
-            if self.types.contains(t) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "unknown reward type {t:?} (known: {})",
-                    Self::known_list(&self.types)
-                ))
-            }
-        };
-        let queue = |q: &str| {
-            if self.sdk.routing.queues.contains_key(q) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "unknown queue {q:?} (known: {})",
-                    Self::known_list(self.sdk.routing.queues.keys())
-                ))
-            }
-        };
-        let max_rate = 1e9;
-        match parts.as_slice() {
-            ["limits", "global"] => num(
-                0.0,
-                max_rate,
-                "a rate in credits/s, 0 or above (0 = the sum of the type rates)",
-            ),
-            ["limits", "global_burst" | "default_burst"] => int(1, 10_000_000),
-            ["limits", "default_rate"] => {
-                num(f64::MIN_POSITIVE, max_rate, "a rate in credits/s above 0")
-            }
-            ["limits", "types", t, knob] => {
-                ty(t)?;
-                match *knob {
-                    "rate" => num(
-                        f64::MIN_POSITIVE,
-                        max_rate,
-                        "a rate in credits/s above 0 (fuse the type to stop it)",
-                    ),
-                    "burst" => int(1, 10_000_000),
-                    "priority" => int(0, 255),
-                    "fused" => boolean(),
-                    other => Err(format!(
-                        "limits.types.{t}.{other}: unknown knob (rate, burst, priority, fused)"
-                    )),
-                }
-            }
-            ["queues", q, knob] => {
-                queue(q)?;
-                match *knob {
-                    "ratio" => int(0, 100),
-                    "primary" | "backup" => {
-                        if self.sdk.producers.contains_key(value) {
-                            Ok(())
-                        } else {
-                            Err(format!(
-                                "{key} = {value}: unknown producer (known: {})",
-                                Self::known_list(self.sdk.producers.keys())
-                            ))
-                        }
-                    }
-                    "topic" => {
-                        if value.is_empty() || value.contains(char::is_whitespace) {
-                            Err(format!("{key}: a topic name without spaces"))
-                        } else {
-                            Ok(())
-                        }
-                    }
-                    other => Err(format!(
-                        "queues.{q}.{other}: unknown knob (ratio, primary, backup, topic)"
-                    )),
-                }
-            }
-            ["types", t, "queue"] => {
-                ty(t)?;
-                queue(value)
-            }
-            ["types", t, "max_amount"] => {
-                ty(t)?;
-                int(1, i64::MAX)
-            }
-            ["default_queue"] => queue(value),
-            _ => Err(format!(
-                "unknown setting {key:?} (reward-ctl --help lists every knob)"
-            )),
-        }
     }
 
     /// Checks a whole set of overrides as a running consumer and SDK would.
@@ -454,7 +346,7 @@ impl Control {
         }
         self.audit(
             &format!("in-doubt:{trade_no}"),
-            Some("IN_DOUBT".into()),
+            Some(reward_service::claim::ClaimState::InDoubt.as_str().into()),
             Some(match receipt {
                 Some(r) => format!("GRANTED {r}"),
                 None => "NOT_CREDITED (to be credited)".into(),

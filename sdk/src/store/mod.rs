@@ -61,6 +61,8 @@
 //! mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads the
 //! script again and sends once more.
 
+mod writer;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,34 +72,13 @@ use fred::prelude::*;
 use reward_runtime::script::Script;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
+use self::writer::{Reply, Shared, Unsettled, WRITE_LUA, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
-
-/// The cap-checking write. KEYS[1] the pending hash, KEYS[2] its credited hash (same
-/// hash tag); ARGV: field, value, cap, ttl seconds. Returns 1 when stored (new or
-/// replaced), 0 when the cap refused it, 2 when the reward is already credited (its
-/// token was moved to the credited hash: a late or retried write must not put it back
-/// in the pending list, where the wallet would offer it again).
-const WRITE_LUA: &str = r"
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return 2
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-";
 
 /// The credited hash beside a pending hash.
 fn credited_key(pending: &str) -> String {
     format!("{pending}:credited")
 }
-
-/// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(100);
-/// Longest delay between two attempts of a write.
-const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Token store failures.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -159,27 +140,6 @@ impl Drop for Held {
     }
 }
 
-struct Write {
-    key: String,
-    field: String,
-    value: String,
-    done: Reply,
-    /// Its place, given back when the write is dropped (answered or given up).
-    _held: Held,
-    /// Attempts made so far.
-    attempts: u32,
-    /// When the first attempt was made (retries stop `retry_for_ms` after it).
-    first: Instant,
-}
-
-/// Who hears a write's outcome.
-enum Reply {
-    /// A caller waiting for it (batched mode's first attempt).
-    Wait(oneshot::Sender<Result<Submitted, StoreError>>),
-    /// Nobody: the writer counts it, and retries it while Redis fails.
-    Background,
-}
-
 /// Counts since start.
 #[derive(Debug, Default)]
 pub struct StoreStats {
@@ -198,42 +158,6 @@ pub struct StoreStats {
     pub pipelines: AtomicU64,
     /// Writes not yet answered (queued, in flight, waiting for a retry).
     pub pending: AtomicU64,
-}
-
-/// What the writer task and every held place share.
-struct Shared {
-    stats: StoreStats,
-    /// Told when the last pending write is answered.
-    drained: Notify,
-    /// `max_pending` places.
-    room: Arc<Semaphore>,
-    cfg: Arc<StoreConfig>,
-    /// The writer's queue, for retries (weak: the store's handles own the queue).
-    requeue: mpsc::WeakUnboundedSender<Write>,
-    /// When the last give-up was logged (ms since `started`): one line a second at most.
-    logged_ms: AtomicU64,
-    started: Instant,
-}
-
-impl Shared {
-    /// Whether a warning may be logged now (at most one a second).
-    fn may_log(&self) -> bool {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.logged_ms.load(Ordering::Relaxed);
-        (last == 0 || now.saturating_sub(last) >= 1_000)
-            && self
-                .logged_ms
-                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    }
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A handle to the token store; cheap to clone.
@@ -286,7 +210,12 @@ impl TokenStore {
             started: Instant::now(),
         });
         // The writer runs in every mode: retries go through it.
-        tokio::spawn(writer(pool.clone(), script.clone(), rx, shared.clone()));
+        tokio::spawn(writer::run(
+            pool.clone(),
+            script.clone(),
+            rx,
+            shared.clone(),
+        ));
         Ok(Self {
             script,
             pool,
@@ -499,237 +428,4 @@ impl TokenStore {
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
-}
-
-/// A caller's write whose first attempt has not been settled; dropped unsettled (the
-/// caller gave up mid-attempt), it goes to the background as a retry.
-struct Unsettled<'a> {
-    shared: &'a Arc<Shared>,
-    write: Option<Write>,
-}
-
-impl Drop for Unsettled<'_> {
-    fn drop(&mut self) {
-        if let Some(mut w) = self.write.take() {
-            w.attempts += 1;
-            let sent = match self.shared.requeue.upgrade() {
-                Some(tx) => tx.send(w).is_ok(),
-                None => false,
-            };
-            if !sent {
-                give_up(self.shared, 1, &StoreError::Closed);
-            }
-        }
-    }
-}
-
-/// What a write's answer means, counted; retries a Redis failure unless a waiting
-/// caller in strict mode takes the error. `caller` is true for a caller's own first
-/// attempt (it hears cap refusals and, in strict mode, failures).
-fn settle(
-    shared: &Arc<Shared>,
-    mut w: Write,
-    reply: Result<i64, fred::error::Error>,
-    caller: bool,
-) -> Result<Submitted, StoreError> {
-    let cfg = &shared.cfg;
-    let permanent = matches!(&reply, Err(e) if !transient(e));
-    match outcome(reply, cfg.max_tokens_per_user, &shared.stats) {
-        Ok(()) => Ok(Submitted::Stored),
-        Err(e @ StoreError::CapReached { .. }) => {
-            if !caller {
-                // Nobody to refuse: the reward went on without its token.
-                shared.stats.unstored.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
-            }
-            Err(e)
-        }
-        // A waiting caller hears a strict-mode failure, and a refusal of the command
-        // itself (sending it again cannot help): its reward is refused, so nothing is
-        // counted as unstored.
-        Err(e) if caller && (cfg.strict || permanent) => Err(e),
-        Err(e) => {
-            // A caller's own first attempt is always retried once more, however long
-            // it took: only the background gives up.
-            let retry_for = Duration::from_millis(cfg.retry_for_ms);
-            if !caller && (permanent || w.first.elapsed() >= retry_for) {
-                give_up(shared, 1, &e);
-                return Err(e);
-            }
-            w.done = Reply::Background;
-            w.attempts += 1;
-            let delay = backoff(w.attempts);
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let sent = match shared.requeue.upgrade() {
-                    Some(tx) => tx.send(w).is_ok(),
-                    None => false,
-                };
-                if !sent {
-                    give_up(&shared, 1, &StoreError::Closed);
-                }
-            });
-            Ok(Submitted::Retrying)
-        }
-    }
-}
-
-/// Whether a failed attempt may succeed if sent again: a timeout, a dropped
-/// connection, a busy, loading or failing-over server. A refusal of the command itself
-/// (wrong type under the key, a malformed argument) fails the same way every time.
-fn transient(e: &fred::error::Error) -> bool {
-    use fred::error::ErrorKind as K;
-    !matches!(
-        e.kind(),
-        K::InvalidArgument | K::InvalidCommand | K::Parse | K::Url | K::Config
-    )
-}
-
-/// Counts `n` writes as never to be stored, with one log line.
-fn give_up(shared: &Shared, n: u64, e: &StoreError) {
-    shared.stats.unstored.fetch_add(n, Ordering::Relaxed);
-    metrics::counter!("reward_sdk_token_write_failures_total").increment(n);
-    if !shared.may_log() {
-        return;
-    }
-    tracing::warn!(
-        writes = n,
-        error = %e,
-        retry_for_ms = shared.cfg.retry_for_ms,
-        total_given_up = shared.stats.unstored.load(Ordering::Relaxed),
-        "token writes given up (Redis refused the command, or retry_for_ms passed); their rewards went on without a stored token"
-    );
-}
-
-/// The delay before attempt `attempts` (2 or more): 100 ms doubling to 2 s, then a
-/// random 50-100 % of it so a fleet of SDKs does not retry in step.
-fn backoff(attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(2).min(8);
-    let full = RETRY_FIRST.saturating_mul(1 << exp).min(RETRY_MAX);
-    full.mul_f64(rand::random_range(0.5..=1.0))
-}
-
-async fn writer(
-    pool: Pool,
-    script: Script,
-    mut rx: mpsc::UnboundedReceiver<Write>,
-    shared: Arc<Shared>,
-) {
-    let cfg = shared.cfg.clone();
-    let lanes = Arc::new(Semaphore::new(cfg.pool_size));
-    loop {
-        let Some(first) = rx.recv().await else {
-            break;
-        };
-        let mut batch = vec![first];
-        while batch.len() < cfg.pipeline_max {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
-            }
-        }
-        // Once a batch, not once a write: the backlog Redis has not answered yet.
-        metrics::gauge!("reward_sdk_token_writes_pending")
-            .set(shared.stats.pending.load(Ordering::Relaxed) as f64);
-        // At most pool_size pipelines in flight; the next batch gathers meanwhile.
-        let Ok(permit) = lanes.clone().acquire_owned().await else {
-            break;
-        };
-        let client = pool.next().clone();
-        let (script, shared) = (script.clone(), shared.clone());
-        tokio::spawn(async move {
-            send_pipeline(&client, &script, batch, &shared).await;
-            drop(permit);
-        });
-    }
-}
-
-async fn send_pipeline(client: &Client, script: &Script, batch: Vec<Write>, shared: &Arc<Shared>) {
-    let stats = &shared.stats;
-    let (cap, ttl) = (
-        shared.cfg.max_tokens_per_user,
-        i64::try_from(shared.cfg.ttl_secs).unwrap_or(i64::MAX),
-    );
-    stats.pipelines.fetch_add(1, Ordering::Relaxed);
-    let retries = batch.iter().filter(|w| w.attempts > 1).count() as u64;
-    if retries > 0 {
-        stats.retried.fetch_add(retries, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_token_write_retries_total").increment(retries);
-    }
-    let results = run_pipeline(client, script, &batch, cap, ttl).await;
-    let (mut retrying, mut first_error) = (0_u64, None);
-    for (mut w, r) in batch.into_iter().zip(results) {
-        let done = std::mem::replace(&mut w.done, Reply::Background);
-        let caller = matches!(done, Reply::Wait(_));
-        if let Err(e) = &r {
-            first_error.get_or_insert_with(|| e.to_string());
-        }
-        let result = settle(shared, w, r, caller);
-        if matches!(result, Ok(Submitted::Retrying)) {
-            retrying += 1;
-        }
-        if let Reply::Wait(tx) = done
-            && let Err(Err(e)) = tx.send(result)
-            && !matches!(e, StoreError::CapReached { .. })
-        {
-            // The caller gave up waiting and will never hear this failure: its reward
-            // went on (the event guard sent it), so the token is counted as unstored.
-            give_up(shared, 1, &e);
-        }
-    }
-    if retrying > 0
-        && let Some(e) = first_error
-        && shared.may_log()
-    {
-        // One line per pipeline, not per token: a Redis outage must not flood the log.
-        tracing::warn!(retrying, error = %e, "token writes failed; retrying in the background");
-    }
-}
-
-/// What one script call's reply means for the caller, counted.
-fn outcome(
-    reply: Result<i64, fred::error::Error>,
-    cap: u32,
-    stats: &StoreStats,
-) -> Result<(), StoreError> {
-    match reply {
-        // 2: already credited, nothing to store; the reward's token has done its job.
-        Ok(1 | 2) => {
-            stats.written.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }
-        Ok(_) => {
-            stats.capped.fetch_add(1, Ordering::Relaxed);
-            Err(StoreError::CapReached { cap })
-        }
-        Err(e) => {
-            stats.failed.fetch_add(1, Ordering::Relaxed);
-            Err(StoreError::from(e))
-        }
-    }
-}
-
-async fn run_pipeline(
-    client: &Client,
-    script: &Script,
-    batch: &[Write],
-    cap: u32,
-    ttl: i64,
-) -> Vec<Result<i64, fred::error::Error>> {
-    let calls = batch
-        .iter()
-        .map(|w| {
-            vec![
-                Value::from(2_i64),
-                Value::from(w.key.as_str()),
-                Value::from(credited_key(&w.key)),
-                Value::from(w.field.as_str()),
-                Value::from(w.value.as_str()),
-                Value::from(i64::from(cap)),
-                Value::from(ttl),
-            ]
-        })
-        .collect::<Vec<_>>();
-    script.eval_pipeline(client, &calls).await
 }

@@ -1,0 +1,252 @@
+//! The SDK side of `loadtest bench`: the SDK under test started on its own topic, the
+//! full-speed throughput run, the paced latency run, and the checks that every
+//! accepted event was delivered and every token written.
+
+use std::time::{Duration, Instant};
+
+use reward_tools::stack::StackEnv;
+use sdk::config::SdkConfig;
+use sdk::request::RewardRequest;
+use sdk::token::KeyRing;
+use sdk::{Sdk, SendError};
+
+use super::{BenchError, Paced, Percentiles, SdkSide, Throughput, micros, rewards};
+
+async fn start_sdk(
+    env: &StackEnv,
+    side: &SdkSide<'_>,
+    tag: &str,
+    topic: &str,
+) -> Result<Sdk, BenchError> {
+    let settings = reward_tools::stack::kafka_settings_toml(side.kafka);
+    let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
+    let text = format!(
+        r#"
+        default_queue = "bench"
+        [store]
+        redis_url = "{redis}"
+        key_prefix = "{tag}"
+        ttl_secs = 600
+        write_mode = "{write_mode}"
+        [producers.k]
+        kind = "kafka"
+        brokers = "{kafka}"
+        {settings}
+        [queues.bench]
+        topic = "{topic}"
+        primary = "k"
+        backup = "k"
+        ratio = 100
+        [types.cash]
+        [spool]
+        dir = "{spool}"
+        "#,
+        redis = env.redis_url,
+        kafka = env.kafka_brokers,
+        spool = spool.display(),
+        write_mode = side.write_mode,
+    );
+    let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
+    Sdk::builder(config)
+        .key_ring(KeyRing::random(1))
+        .watch(false)
+        .start()
+        .await
+        .map_err(|e| BenchError::Setup(format!("sdk: {e}")))
+}
+
+/// Waits until the SDK has every accepted event delivered; fails if it spooled or
+/// logged any (the broker refused them), or after `limit`.
+async fn wait_delivered(
+    sdk: &Sdk,
+    want: u64,
+    run: &'static str,
+    limit: Duration,
+) -> Result<(), BenchError> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = sdk.stats();
+        if s.spooled > 0 || s.logged > 0 {
+            return Err(BenchError::Incomplete {
+                run,
+                what: format!(
+                    "{} spooled, {} logged: the broker refused events",
+                    s.spooled, s.logged
+                ),
+            });
+        }
+        if s.delivered >= want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Incomplete {
+                run,
+                what: format!("{} of {want} delivered within {limit:?}", s.delivered),
+            });
+        }
+        // Coarse enough not to take CPU from the run being timed (2 cores), fine
+        // enough to be noise on runs of seconds.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn finish(sdk: &Sdk, run: &'static str) -> Result<(), BenchError> {
+    let report = sdk.close(Duration::from_secs(30)).await;
+    // Read after close: deferred writes are answered by then.
+    let failures = sdk.token_write_failures();
+    if report.left > 0 || report.tokens_left > 0 {
+        return Err(BenchError::Incomplete {
+            run,
+            what: format!(
+                "{} events and {} token writes unsettled at close",
+                report.left, report.tokens_left
+            ),
+        });
+    }
+    if failures > 0 {
+        return Err(BenchError::Incomplete {
+            run,
+            what: format!("{failures} token writes failed"),
+        });
+    }
+    Ok(())
+}
+
+pub(super) async fn sdk_run(
+    env: &StackEnv,
+    side: &SdkSide<'_>,
+    tag: &str,
+    topic: &str,
+    reqs: Vec<RewardRequest>,
+    concurrency: usize,
+) -> Result<Throughput, BenchError> {
+    let sdk = start_sdk(env, side, tag, topic).await?;
+    let n = reqs.len() as u64;
+    let concurrency = concurrency.max(1);
+    // Deal the requests out before the clock starts.
+    let mut shares: Vec<Vec<RewardRequest>> = (0..concurrency).map(|_| Vec::new()).collect();
+    for (i, r) in reqs.into_iter().enumerate() {
+        shares[i % concurrency].push(r);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for share in shares {
+        let sdk = sdk.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(share.len());
+            for r in share {
+                let t = Instant::now();
+                loop {
+                    match sdk.send_reward(r.clone()).await {
+                        Ok(_) => break,
+                        // Back-pressure is the SDK asking the caller to slow down: a
+                        // caller at full speed retries, as a real one would.
+                        Err(SendError::Backpressure(_)) => tokio::task::yield_now().await,
+                        Err(e) => return Err(format!("{}: {e}", r.trade_no)),
+                    }
+                }
+                lat.push(micros(t.elapsed()));
+            }
+            Ok(lat)
+        }));
+    }
+    let mut calls = Vec::with_capacity(n as usize);
+    for t in tasks {
+        match t.await {
+            Ok(Ok(l)) => calls.extend(l),
+            Ok(Err(e)) => {
+                return Err(BenchError::Incomplete {
+                    run: "sdk",
+                    what: format!("send_reward refused {e}"),
+                });
+            }
+            Err(e) => {
+                return Err(BenchError::Incomplete {
+                    run: "sdk",
+                    what: format!("caller task: {e}"),
+                });
+            }
+        }
+    }
+    wait_delivered(&sdk, n, "sdk", Duration::from_secs(120)).await?;
+    let elapsed = start.elapsed();
+    finish(&sdk, "sdk").await?;
+    Ok(Throughput {
+        events: n,
+        elapsed,
+        calls: Percentiles::of(&mut calls),
+    })
+}
+
+pub(super) async fn paced_run(
+    env: &StackEnv,
+    side: &SdkSide<'_>,
+    tag: &str,
+    topic: &str,
+    rate: f64,
+    secs: u64,
+) -> Result<Paced, BenchError> {
+    let sdk = start_sdk(env, side, tag, topic).await?;
+    let sdk_for_pacer = sdk.clone();
+    let total = ((rate * secs as f64) as u64).max(1);
+    let reqs = rewards(tag, total);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<(u64, u64), String>>();
+    let start = Instant::now();
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let runtime = tokio::runtime::Handle::current();
+    // The pacer: a blocking thread that sleeps with the OS's timer and spawns each call
+    // on the runtime when it is due (see the module doc for why not a tokio timer).
+    let pacer = tokio::task::spawn_blocking(move || {
+        for (i, r) in reqs.into_iter().enumerate() {
+            let due = start + period.mul_f64(i as f64);
+            let now = Instant::now();
+            // Calls due within 50 µs go at once: one sleep a call would cost more than
+            // the sleep's own precision at 10 k calls/s.
+            if due > now + Duration::from_micros(50) {
+                std::thread::sleep(due - now);
+            }
+            let (sdk, tx) = (sdk_for_pacer.clone(), tx.clone());
+            runtime.spawn(async move {
+                let begun = Instant::now();
+                let out = match sdk.send_reward(r).await {
+                    Ok(_) => Ok((micros(due.elapsed()), micros(begun.elapsed()))),
+                    Err(e) => Err(e.to_string()),
+                };
+                let _ = tx.send(out);
+            });
+        }
+    });
+    let mut lat = Vec::with_capacity(total as usize);
+    let mut call = Vec::with_capacity(total as usize);
+    let mut refused = 0u64;
+    let mut first_refusal = None;
+    while let Some(r) = rx.recv().await {
+        match r {
+            Ok((from_schedule, own)) => {
+                lat.push(from_schedule);
+                call.push(own);
+            }
+            Err(e) => {
+                refused += 1;
+                first_refusal.get_or_insert(e);
+            }
+        }
+    }
+    pacer
+        .await
+        .map_err(|e| BenchError::Setup(format!("pacer thread: {e}")))?;
+    let sent_for = start.elapsed();
+    let accepted = lat.len() as u64;
+    wait_delivered(&sdk, accepted, "paced", Duration::from_secs(120)).await?;
+    finish(&sdk, "paced").await?;
+    if let Some(e) = first_refusal {
+        eprintln!("[bench] paced run: {refused} calls refused, first: {e}");
+    }
+    Ok(Paced {
+        target_rate: rate,
+        achieved_rate: accepted as f64 / sent_for.as_secs_f64().max(1e-9),
+        latency: Percentiles::of(&mut lat),
+        call: Percentiles::of(&mut call),
+        refused,
+    })
+}

@@ -1,0 +1,277 @@
+//! The benchmarks against same-run baselines: `loadtest bench` (SDK vs raw rdkafka),
+//! `loadtest grant-bench` (GrantBatch vs the claim script) and `loadtest
+//! consumer-bench` (consumer vs a bare rdkafka consumer), with their result tables.
+
+use std::process::ExitCode;
+
+use reward_tools::stack::StackEnv;
+
+use crate::bench::{self, BenchOptions, BenchReport, Percentiles};
+use crate::consumer_bench::{self, ConsumerBenchOptions};
+use crate::grant_bench::{self, GrantBenchOptions};
+
+/// The arguments of `loadtest bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Rewards per throughput run.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+    rewards: u64,
+    /// Concurrent `send_reward` callers.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    concurrency: u64,
+    /// Partitions of each topic.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    partitions: i32,
+    /// Seconds of paced `send_reward` calls at half the measured rate (0: skip).
+    #[arg(long, default_value_t = 10)]
+    latency_secs: u64,
+    /// Throughput rounds (raw then sdk, each on fresh topics).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// A librdkafka setting for both sides, KEY=VALUE (repeatable), laid over the
+    /// SDK's defaults and the stack's (e.g. `--kafka-setting linger.ms=50`).
+    #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    kafka_settings: Vec<(String, String)>,
+    /// The SDK's token store write mode: `deferred` (the SDK's default: the call
+    /// does not wait for Redis at all), `direct` (each call awaits its script call)
+    /// or `batched` (through a writer task); see the sdk::store docs.
+    #[arg(long, default_value = "deferred", value_parser = ["direct", "batched", "deferred"])]
+    write_mode: String,
+}
+
+/// The arguments of `loadtest grant-bench`.
+#[derive(Debug, clap::Args)]
+pub struct GrantBenchArgs {
+    /// Grants through the service.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+    grants: u64,
+    /// Events per GrantBatch call.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    batch: u64,
+    /// Concurrent gRPC callers (one connection each).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    concurrency: u64,
+    /// redis-benchmark connections (-c).
+    #[arg(long, default_value_t = 50)]
+    redis_clients: u32,
+    /// redis-benchmark calls per round trip (-P).
+    #[arg(long, default_value_t = 16)]
+    pipeline: u32,
+    /// Users the grants are spread over.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    users: u64,
+}
+
+/// The arguments of `loadtest consumer-bench`.
+#[derive(Debug, clap::Args)]
+pub struct ConsumerBenchArgs {
+    /// Events on the topic.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+    messages: u64,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=256))]
+    partitions: i32,
+    /// Users the events are spread over.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    users: u64,
+    /// GrantBatch calls the consumer keeps in flight (its pipeline.concurrency).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    concurrency: u64,
+    /// Events per GrantBatch call at most (its pipeline.batch; the service takes up
+    /// to its server.max_batch, 1 000 in ops/reward-service.toml). Default: the
+    /// value in ops/consumer.toml.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    batch: Option<u64>,
+    /// A librdkafka setting for both consumers, KEY=VALUE (repeatable), over the
+    /// consumer's fetch defaults, which the bare consumer gets too (e.g.
+    /// `--consumer-setting fetch.wait.max.ms=500`).
+    #[arg(long = "consumer-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    consumer_settings: Vec<(String, String)>,
+}
+
+/// Runs `loadtest consumer-bench`: prints both consumers' rates and the ratio;
+/// answers failure if the run failed.
+pub async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
+    let ConsumerBenchArgs {
+        messages,
+        partitions,
+        users,
+        concurrency,
+        batch,
+        consumer_settings,
+    } = args;
+    let opts = ConsumerBenchOptions {
+        messages,
+        partitions,
+        users,
+        concurrency: usize::try_from(concurrency).unwrap_or(1024),
+        batch: batch.and_then(|b| usize::try_from(b).ok()),
+        consumer_settings,
+    };
+    println!("consumer-bench: {messages} events, {partitions} partitions");
+    match consumer_bench::run(&StackEnv::from_env(), &opts).await {
+        Ok(r) => {
+            println!("                           from start     steady   to first message");
+            for (name, t) in [
+                ("raw rdkafka (read + store)", r.raw),
+                ("consumer (credited)       ", r.consumer),
+            ] {
+                println!(
+                    "{name} {:>8.0}/s {:>8.0}/s {:>10.0} ms",
+                    t.from_start,
+                    t.steady,
+                    t.to_first.as_secs_f64() * 1000.0
+                );
+            }
+            println!(
+                "ratio consumer/raw         {:>10.2} {:>10.2}   (target >= 0.8)",
+                r.ratio(),
+                r.steady_ratio()
+            );
+            println!("  {:?}", r.stats);
+            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+                println!("{w}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("consumer-bench FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `loadtest grant-bench`: prints the service's and the bare script's rates and
+/// the ratio; answers failure if the run failed.
+pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
+    let GrantBenchArgs {
+        grants,
+        batch,
+        concurrency,
+        redis_clients,
+        pipeline,
+        users,
+    } = args;
+    let opts = GrantBenchOptions {
+        grants,
+        batch: usize::try_from(batch).unwrap_or(1000),
+        concurrency: usize::try_from(concurrency).unwrap_or(1024),
+        redis_clients,
+        pipeline,
+        users,
+    };
+    println!("grant-bench: {grants} grants in batches of {batch}, {concurrency} callers");
+    match grant_bench::run(&StackEnv::from_env(), &opts).await {
+        Ok(r) => {
+            println!("service GrantBatch   {:>10.0} grants/s", r.service_rate);
+            println!(
+                "  batch latency us   p50 {} p99 {} p99.9 {} max {} ({} calls)",
+                r.batch_latency.p50,
+                r.batch_latency.p99,
+                r.batch_latency.p999,
+                r.batch_latency.max,
+                r.batch_latency.count
+            );
+            println!(
+                "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms",
+                r.script_rate, r.script_p99_ms
+            );
+            println!("  ({})", r.script_command);
+            println!("ratio service/script {:>10.2}", r.ratio());
+            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+                println!("{w}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("grant-bench FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `loadtest bench`: prints each round's rates, the sdk/raw ratio and the paced
+/// latencies; answers failure if the run failed.
+pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
+    let BenchArgs {
+        rewards,
+        concurrency,
+        partitions,
+        latency_secs,
+        rounds,
+        kafka_settings,
+        write_mode,
+    } = args;
+    let opts = BenchOptions {
+        rewards,
+        concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
+        partitions,
+        latency_secs,
+        rounds,
+        kafka_settings: kafka_settings.into_iter().collect(),
+        write_mode,
+    };
+    match bench::run(&StackEnv::from_env(), &opts).await {
+        Ok(report) => {
+            print_bench(&report);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("bench FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints a `loadtest bench` report: the rounds' table, the paced run's latencies and
+/// Redis's fork warning if any.
+fn print_bench(r: &BenchReport) {
+    let pct = |p: &Percentiles| format!("{} / {} / {} / {}", p.p50, p.p99, p.p999, p.max);
+    println!(
+        "{:<6} {:<12} {:>10} {:>10} {:>12}  call latency us (p50 / p99 / p99.9 / max)",
+        "round", "run", "events", "secs", "events/s"
+    );
+    for (i, round) in r.rounds.iter().enumerate() {
+        for (name, t) in [("raw rdkafka", &round.raw), ("send_reward", &round.sdk)] {
+            println!(
+                "{:<6} {:<12} {:>10} {:>10.3} {:>12.0}  {}",
+                i + 1,
+                name,
+                t.events,
+                t.elapsed.as_secs_f64(),
+                t.rate(),
+                pct(&t.calls)
+            );
+        }
+        println!(
+            "{:<6} sdk/raw ratio {:.2} (target >= 0.9)",
+            i + 1,
+            round.ratio()
+        );
+    }
+    if let Some(p) = &r.paced {
+        println!(
+            "paced send_reward: asked {:.0}/s, got {:.0}/s, {} calls, {} refused (target p99 <= 1000 us)",
+            p.target_rate, p.achieved_rate, p.latency.count, p.refused,
+        );
+        for (what, l) in [("from schedule", &p.latency), ("call", &p.call)] {
+            println!(
+                "  latency us {what:<13}: p50 {} p99 {} p99.9 {} max {}",
+                l.p50, l.p99, l.p999, l.max
+            );
+        }
+    }
+    if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+        println!("{w}");
+    }
+}
+
+/// `KEY=VALUE`, both sides non-empty (librdkafka itself judges the key and value).
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}

@@ -1,0 +1,115 @@
+//! `loadtest clean`: removes the Redis keys that replays and benches leave behind and
+//! marks the cleaned runs' manifests.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The arguments of `loadtest clean`.
+#[derive(Debug, clap::Args)]
+pub struct CleanArgs {
+    /// Replay run directories (each holds manifest.json).
+    #[arg(required_unless_present = "leftovers", conflicts_with = "leftovers")]
+    dirs: Vec<PathBuf>,
+    /// Every run's keys of every load-tester key family, not only some runs'.
+    #[arg(long)]
+    leftovers: bool,
+    /// With --leftovers: remove them (without it, only count).
+    #[arg(long)]
+    yes: bool,
+    /// Only count what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+    /// Redis for --leftovers [default: the stack's, REDIS_URL].
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// With --leftovers --yes: the run directories whose manifests to mark cleaned.
+    #[arg(long, default_value = "/var/tmp/reward-loadtest")]
+    out: PathBuf,
+}
+
+/// Runs `loadtest clean`: answers success once the keys are removed (or counted) and
+/// the manifests marked, failure after printing why not.
+pub async fn clean_cmd(args: CleanArgs) -> ExitCode {
+    let CleanArgs {
+        dirs,
+        leftovers,
+        yes,
+        dry_run,
+        redis_url,
+        out,
+    } = args;
+    match clean(
+        &dirs,
+        leftovers.then_some(out.as_path()),
+        dry_run || (leftovers && !yes),
+        redis_url,
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("clean FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `loadtest clean` (see the subcommand's help).
+/// `leftovers`: every run's keys, and the run directories under this path to mark.
+async fn clean(
+    dirs: &[PathBuf],
+    leftovers: Option<&Path>,
+    dry_run: bool,
+    redis_url: Option<String>,
+) -> anyhow::Result<()> {
+    use crate::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
+    let (url, sel) = if leftovers.is_some() {
+        let url = match redis_url {
+            Some(u) => u,
+            None => reward_tools::stack::StackEnv::from_env().redis_url,
+        };
+        let families = REPLAY_FAMILIES
+            .iter()
+            .chain(BENCH_FAMILIES.iter())
+            .map(|f| f.to_string())
+            .collect();
+        (url, Selection::AnyRun { families })
+    } else {
+        let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        crate::clean::replay_runs(&dirs)?
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    let done = crate::clean::clean(&url, &sel, dry_run, |scanned, matched| {
+        bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
+        bar.tick();
+    })
+    .await?;
+    bar.finish_and_clear();
+    if dry_run {
+        println!(
+            "clean: {} keys would be removed (nothing removed{})",
+            done.matched,
+            if leftovers.is_some() {
+                "; add --yes"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
+    println!("clean: {} keys removed", done.removed);
+    if let Some(out) = leftovers {
+        let marked = crate::clean::mark_runs_cleaned(out, &url, reward_runtime::clock::now_ms())?;
+        println!(
+            "clean: {} run directories under {} marked cleaned",
+            marked.len(),
+            out.display()
+        );
+    }
+    for dir in dirs {
+        let mut m = crate::setup::Manifest::load(dir)?;
+        m.cleaned_unix_ms = Some(reward_runtime::clock::now_ms());
+        m.save(dir)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Draining after the schedule: the SDK hands every event to a broker, the budgets'
+//! spent amounts reach what was sent, the ledger holds every trade number sent; each
+//! wait gives up after a stretch without progress.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::setup::Setup;
+use reward_tools::stack::StackEnv;
+
+use super::schedule::progress_bar;
+
+/// Waits until the SDK holds no unsettled event and has replayed everything it
+/// spooled (or `drain` passes without an event moving).
+pub(super) async fn sdk_settled(sdk: &sdk::Sdk, drain: Duration) {
+    let mut last = (0, 0);
+    let mut moved = Instant::now();
+    loop {
+        let s = sdk.stats();
+        if s.unsettled == 0 && s.spooled <= s.replayed {
+            break;
+        }
+        if (s.delivered, s.replayed) != last {
+            last = (s.delivered, s.replayed);
+            moved = Instant::now();
+        }
+        if moved.elapsed() > drain {
+            eprintln!(
+                "replay: SDK still holds {} events, {} spooled not replayed; giving up the wait",
+                s.unsettled,
+                s.spooled - s.replayed
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the budgets' spent amounts, summed over the scopes sent to, reach
+/// the amount sent (or `drain` passes without them moving).
+pub(super) async fn budgets_spent(
+    env: &StackEnv,
+    setup: &Setup,
+    sent_amount_by_scope: &BTreeMap<String, i64>,
+    progress: bool,
+    drain: Duration,
+) -> anyhow::Result<()> {
+    let claims = reward_service::claim::Claims::connect(
+        &env.redis_url,
+        reward_service::claim::ClaimConfig {
+            key_prefix: setup.manifest.claims_prefix.clone(),
+            shards: setup.manifest.claims_shards,
+            ..reward_service::claim::ClaimConfig::default()
+        },
+    )
+    .await?;
+    let want: i64 = sent_amount_by_scope.values().sum();
+    let bar = progress_bar(
+        progress,
+        u64::try_from(want).unwrap_or(0),
+        "crediting (amount)",
+    );
+    let mut last_spent = -1;
+    let mut moved = Instant::now();
+    loop {
+        let mut spent = 0;
+        for scope in sent_amount_by_scope.keys() {
+            spent += claims.spent(scope).await.unwrap_or(0);
+        }
+        bar.set_position(u64::try_from(spent).unwrap_or(0));
+        if spent >= want {
+            break;
+        }
+        if spent != last_spent {
+            last_spent = spent;
+            moved = Instant::now();
+        }
+        if moved.elapsed() > drain {
+            eprintln!(
+                "replay: credits stalled at {spent} of {want} for {} s; reconciling what is there",
+                drain.as_secs()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bar.finish();
+    Ok(())
+}
+
+/// Waits until the ledger holds every distinct trade number sent (or `drain` passes
+/// without a new credit).
+pub(super) async fn ledger_complete(dir: &Path, drain: Duration) -> anyhow::Result<()> {
+    // A claim deducts the budget before the downstream call, so budgets can reach
+    // the sent amount while the last credits are still on their way (and a retry
+    // parked in the delay queue can sit behind them): wait until the ledger itself
+    // holds every distinct trade number sent, reading it as reconciliation does.
+    let mut last_credited = u64::MAX;
+    let mut moved = Instant::now();
+    loop {
+        let r = crate::reconcile::run(dir).await?;
+        if r.credited >= r.sent {
+            break;
+        }
+        if r.credited != last_credited {
+            last_credited = r.credited;
+            moved = Instant::now();
+        }
+        if moved.elapsed() > drain {
+            eprintln!(
+                "replay: the ledger holds {} of {} trade numbers, no progress for {} s; reconciling what is there",
+                r.credited,
+                r.sent,
+                drain.as_secs()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Fault injection during a run: each fault waits for its moment, then acts on the
+//! stand-in wallet, Redis, a stack server or a consumer, and is logged with its time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::faults::{Action, Fault};
+use crate::services::Child;
+use crate::setup::{Broker, Setup};
+use reward_tools::stack::StackEnv;
+
+use super::children::{Services, consumer_spec};
+
+/// The faults injected so far: (seconds, label).
+pub(super) type FaultLog = Arc<std::sync::Mutex<Vec<(f64, String)>>>;
+
+/// What the faults act on, cloned into each fault's task.
+#[derive(Clone)]
+pub(super) struct Targets {
+    pub(super) services: Arc<tokio::sync::Mutex<Services>>,
+    pub(super) script: PathBuf,
+    pub(super) setup: Setup,
+    pub(super) env: StackEnv,
+    pub(super) grpc: Option<String>,
+    pub(super) wallet: Option<crate::wallet::Wallet>,
+}
+
+/// Injects every fault at its time, each as its own task, and waits for them all.
+pub(super) async fn play(faults: Vec<Fault>, targets: Targets, log: FaultLog, start: Instant) {
+    let mut handles = Vec::new();
+    for f in faults {
+        let targets = targets.clone();
+        let log = log.clone();
+        handles.push(tokio::spawn(play_one(f, targets, log, start)));
+    }
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// Waits for one fault's time, injects it, and logs it (with its failure, if any).
+async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
+    tokio::time::sleep_until((start + Duration::from_secs_f64(f.at_secs)).into()).await;
+    let r = inject(
+        &f,
+        &t.services,
+        &t.script,
+        &t.setup,
+        &t.env,
+        t.grpc.as_deref(),
+        t.wallet.as_ref(),
+    )
+    .await;
+    let label = match &r {
+        Ok(()) => f.label(),
+        Err(e) => format!("{} FAILED: {e}", f.label()),
+    };
+    eprintln!(
+        "replay: fault at {:.1} s: {label}",
+        start.elapsed().as_secs_f64()
+    );
+    if let Ok(mut l) = log.lock() {
+        l.push((f.at_secs, label));
+    }
+}
+
+async fn inject(
+    f: &Fault,
+    services: &tokio::sync::Mutex<Services>,
+    script: &Path,
+    setup: &Setup,
+    env: &StackEnv,
+    grpc: Option<&str>,
+    wallet: Option<&crate::wallet::Wallet>,
+) -> anyhow::Result<()> {
+    let down = Duration::from_secs_f64(f.for_secs);
+    match f.action {
+        Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit => {
+            downstream(f, wallet, down).await
+        }
+        Action::RedisPause => redis_pause(env, down).await,
+        Action::StopServer => {
+            let server = f.server.as_deref().unwrap_or("kafka");
+            crate::faults::stack(script, "stop", server).await?;
+            tokio::time::sleep(down).await;
+            crate::faults::stack(script, "start", server).await
+        }
+        Action::KillConsumer => kill_consumer(f, services, setup, env, grpc, down).await,
+    }
+}
+
+/// The stand-in wallet fails, slows or answers late for `down`, then recovers.
+async fn downstream(
+    f: &Fault,
+    wallet: Option<&crate::wallet::Wallet>,
+    down: Duration,
+) -> anyhow::Result<()> {
+    let Some(w) = wallet else {
+        anyhow::bail!("no stand-in wallet running");
+    };
+    match f.action {
+        Action::DownstreamFail => w.set_fail_share(f.share.unwrap_or(0.0)),
+        Action::DownstreamSlow => {
+            w.set_delay(Duration::from_millis(f.delay_ms.unwrap_or(0)));
+        }
+        _ => w.set_late_share(f.share.unwrap_or(1.0)),
+    }
+    tokio::time::sleep(down).await;
+    match f.action {
+        Action::DownstreamFail => w.set_fail_share(0.0),
+        Action::DownstreamSlow => w.set_delay(Duration::ZERO),
+        _ => w.set_late_share(0.0),
+    }
+    Ok(())
+}
+
+/// Pauses every Redis client for `down`.
+async fn redis_pause(env: &StackEnv, down: Duration) -> anyhow::Result<()> {
+    // One connection of its own: the pausing client is not paused.
+    let client =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&env.redis_url)?)
+            .build()?;
+    fred::interfaces::ClientLike::init(&client).await?;
+    let ms = down.as_millis().to_string();
+    let _: String = fred::interfaces::ClientLike::custom(
+        &client,
+        fred::types::CustomCommand::new_static("CLIENT", fred::types::ClusterHash::FirstKey, false),
+        vec!["PAUSE", ms.as_str(), "ALL"],
+    )
+    .await?;
+    tokio::time::sleep(down).await;
+    let _ = fred::interfaces::ClientLike::quit(&client).await;
+    Ok(())
+}
+
+/// Kills a Kafka consumer hard, and restarts it after `down`.
+async fn kill_consumer(
+    f: &Fault,
+    services: &tokio::sync::Mutex<Services>,
+    setup: &Setup,
+    env: &StackEnv,
+    grpc: Option<&str>,
+    down: Duration,
+) -> anyhow::Result<()> {
+    let Some(grpc) = grpc else {
+        anyhow::bail!("kill-consumer needs --with-services");
+    };
+    let want = f.index.unwrap_or(0);
+    let mut victim = {
+        let mut s = services.lock().await;
+        let name = format!("consumer-kafka-{want}");
+        let Some(i) = s.consumers.iter().position(|c| c.spec.name == name) else {
+            anyhow::bail!("no {name} running");
+        };
+        s.consumers.remove(i)
+    };
+    victim.kill_hard().await;
+    tokio::time::sleep(down).await;
+    let spec = consumer_spec(setup, env, Broker::Kafka, want, grpc, victim.starts + 1)?;
+    let restarted = Child::start(spec, Duration::from_secs(90)).await;
+    let mut restarted = restarted?;
+    restarted.starts = victim.starts + 1;
+    services.lock().await.consumers.push(restarted);
+    Ok(())
+}

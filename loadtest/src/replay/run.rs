@@ -1,0 +1,362 @@
+//! One replay as a run: what its phases share, and one method per phase, from
+//! preparing the stack to assembling the report.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::reconcile::Reconciliation;
+use crate::setup::{self, Setup};
+use reward_runtime::clock::now_ms as unix_ms;
+use reward_tools::stack::{Server, StackEnv, check_reachable};
+
+use super::assemble::{build_report, sdk_counters, wallet_counters};
+use super::children::{self, Services};
+use super::collect::{self, Collected, CounterRow};
+use super::inject::{self, FaultLog, Targets};
+use super::schedule::{Counters, Sample, SceneGen, progress_bar, schedule};
+use super::{Ceilings, ReplayOptions, ReplayReport, drain};
+
+/// What the phases of one replay share. Fields drop in declaration order: the SDK
+/// before the children, before the wallet, before the setup.
+pub(super) struct Run<'a> {
+    /// When sending began (the schedule's time zero).
+    start: Instant,
+    /// The schedule's counters.
+    counters: Arc<Counters>,
+    /// The SDK every request goes through.
+    sdk: Arc<sdk::Sdk>,
+    /// The service and consumers (a fault may kill and restart a consumer).
+    services: Arc<tokio::sync::Mutex<Services>>,
+    /// The service's gRPC URL (with services).
+    grpc: Option<String>,
+    /// The stand-in wallet (runs with a downstream fault).
+    wallet: Option<crate::wallet::Wallet>,
+    /// The run directory.
+    pub(super) dir: PathBuf,
+    /// Topics, key prefixes, configs and the manifest of the run.
+    setup: Setup,
+    env: &'a StackEnv,
+    opts: &'a ReplayOptions,
+}
+
+/// The collector of samples: the sending side (one clone per scene) and its task.
+pub(super) struct Collector {
+    samples: mpsc::UnboundedSender<Sample>,
+    task: JoinHandle<anyhow::Result<Collected>>,
+}
+
+/// The tasks beside the schedule until the drain ends: the counter sampler and the
+/// faults.
+pub(super) struct Watchers {
+    stop: Arc<tokio::sync::Notify>,
+    sampler: JoinHandle<Vec<CounterRow>>,
+    fault_log: FaultLog,
+    faults: JoinHandle<()>,
+}
+
+/// What the watchers saw: the per-second counter samples and the faults injected
+/// (by time).
+pub(super) struct Watched {
+    samples: Vec<CounterRow>,
+    faults: Vec<(f64, String)>,
+}
+
+impl Watchers {
+    /// Waits for the faults to end, then stops the sampler.
+    pub(super) async fn stop(self) -> Watched {
+        let _ = self.faults.await;
+        self.stop.notify_one();
+        let samples = self.sampler.await.unwrap_or_default();
+        let faults = self
+            .fault_log
+            .lock()
+            .map(|l| {
+                let mut l = l.clone();
+                l.sort_by(|a, b| a.0.total_cmp(&b.0));
+                l
+            })
+            .unwrap_or_default();
+        Watched { samples, faults }
+    }
+}
+
+impl<'a> Run<'a> {
+    /// Prepares the run (stack reachable, run directory, topics and configs), starts
+    /// the stand-in wallet, the services and the SDK, then starts the clock.
+    pub(super) async fn start(env: &'a StackEnv, opts: &'a ReplayOptions) -> anyhow::Result<Self> {
+        let mut setup = Self::prepare(env, opts).await?;
+        let dir = setup.dir.clone();
+        eprintln!("replay: run directory {}", dir.display());
+        let wallet = Self::start_wallet(env, opts, &setup).await?;
+        let (services, grpc) = children::start(env, &setup, opts, wallet.as_ref()).await?;
+        let services = Arc::new(tokio::sync::Mutex::new(services));
+        let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;
+        let sdk = Arc::new(sdk::Sdk::builder(cfg).start().await?);
+        let start = Instant::now();
+        setup.manifest.started_unix_ms = unix_ms();
+        setup.manifest.save(&dir)?;
+        let counters = Arc::new(Counters {
+            max_in_flight: opts.max_in_flight,
+            ..Counters::default()
+        });
+        Ok(Self {
+            start,
+            counters,
+            sdk,
+            services,
+            grpc,
+            wallet,
+            dir,
+            setup,
+            env,
+            opts,
+        })
+    }
+
+    /// Checks that Redis, Kafka and the RocketMQ name server answer, then prepares
+    /// the run directory, topics and configs.
+    async fn prepare(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<Setup> {
+        let probe = Duration::from_secs(2);
+        check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+        check_reachable(Server::Kafka, crate::smoke::kafka::first_broker(env), probe).await?;
+        check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
+        let setup =
+            setup::prepare(env, &opts.plan, &opts.out, &opts.limits, opts.partitions).await?;
+        Ok(setup)
+    }
+
+    /// The stand-in wallet, when a fault breaks the downstream.
+    async fn start_wallet(
+        env: &StackEnv,
+        opts: &ReplayOptions,
+        setup: &Setup,
+    ) -> anyhow::Result<Option<crate::wallet::Wallet>> {
+        let wallet = if crate::faults::needs_wallet(&opts.faults) {
+            let ledger = reward_service::downstream::Ledger::connect(
+                &env.redis_url,
+                &setup.manifest.ledger_prefix,
+                &std::collections::HashMap::new(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+            Some(crate::wallet::Wallet::start(ledger).await?)
+        } else {
+            None
+        };
+        Ok(wallet)
+    }
+
+    /// Starts the collector: samples → histograms, per-second buckets and sent.tsv.
+    pub(super) fn start_collector(&self) -> Collector {
+        let (tx, rx) = mpsc::unbounded_channel::<Sample>();
+        let sent_path = self.dir.join("sent.tsv");
+        let task = tokio::spawn(collect::collect(rx, sent_path));
+        Collector { samples: tx, task }
+    }
+
+    /// Starts the per-second sampler of the SDK's and consumers' counters, then the
+    /// faults.
+    pub(super) fn start_watchers(&self) -> Watchers {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let sampler = tokio::spawn(collect::sample(
+            self.sdk.clone(),
+            self.dir.clone(),
+            stop.clone(),
+        ));
+        let fault_log: FaultLog = Arc::new(std::sync::Mutex::new(Vec::<(f64, String)>::new()));
+        let faults = self.opts.faults.clone();
+        let targets = Targets {
+            services: self.services.clone(),
+            script: self.opts.stack_script.clone(),
+            setup: self.setup.clone(),
+            env: self.env.clone(),
+            grpc: self.grpc.clone(),
+            wallet: self.wallet.clone(),
+        };
+        let faults = tokio::spawn(inject::play(faults, targets, fault_log.clone(), self.start));
+        Watchers {
+            stop,
+            sampler,
+            fault_log,
+            faults,
+        }
+    }
+
+    /// Plays every scene's schedule to its end (or until the run is aborted), then
+    /// waits for the collector; returns what it collected.
+    pub(super) async fn play_schedule(&self, collector: Collector) -> anyhow::Result<Collected> {
+        let Collector { samples, task } = collector;
+        let expected = self.opts.plan.expected_sends();
+        let bar = progress_bar(self.opts.progress, expected as u64, "sending");
+        let scenes = self.spawn_scenes(&samples);
+        drop(samples);
+        self.follow(scenes, &bar).await?;
+        bar.finish();
+        let collected = task.await??;
+        let send_end = self.start.elapsed();
+        self.print_schedule_end(&collected, send_end);
+        Ok(collected)
+    }
+
+    /// One schedule task per scene of the plan.
+    fn spawn_scenes(&self, samples: &mpsc::UnboundedSender<Sample>) -> Vec<JoinHandle<()>> {
+        let plan = &self.opts.plan;
+        let mut scenes = Vec::new();
+        for s in &plan.scenes {
+            let generator = SceneGen::for_scene(s, plan);
+            scenes.push(tokio::spawn(schedule(
+                self.sdk.clone(),
+                generator,
+                s.curve.clone(),
+                plan.duplicate_share,
+                self.start,
+                samples.clone(),
+                self.counters.clone(),
+            )));
+        }
+        scenes
+    }
+
+    /// Waits for every scene's schedule, updating the progress bar four times a second.
+    async fn follow(
+        &self,
+        scenes: Vec<JoinHandle<()>>,
+        bar: &indicatif::ProgressBar,
+    ) -> anyhow::Result<()> {
+        let counters = &self.counters;
+        let mut all = futures_util::future::join_all(scenes);
+        loop {
+            tokio::select! {
+                r = &mut all => { for x in r { x?; } break; }
+                () = tokio::time::sleep(Duration::from_millis(250)) => {
+                    bar.set_position(counters.scheduled.load(Ordering::Relaxed));
+                    bar.set_message(format!(
+                        "{} in flight, {} refused, {} shed",
+                        counters.in_flight.load(Ordering::Relaxed),
+                        counters.refused.load(Ordering::Relaxed),
+                        counters.shed.load(Ordering::Relaxed)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Says whether the schedule was stopped early, and what it did.
+    fn print_schedule_end(&self, collected: &Collected, send_end: Duration) {
+        let counters = &self.counters;
+        if counters.aborted.load(Ordering::Relaxed) {
+            eprintln!(
+                "replay: the load tester could not keep to the schedule (an arrival shed, or one started over {} s late); stopped early, the run is INVALID",
+                crate::slo::ABORT_LAG.as_secs()
+            );
+        }
+        eprintln!(
+            "replay: schedule done in {:.1} s: {} sent, {} refused, {} shed, {} capped draws",
+            send_end.as_secs_f64(),
+            collected.sent,
+            collected.refused.values().sum::<u64>(),
+            counters.shed.load(Ordering::Relaxed),
+            counters.capped.load(Ordering::Relaxed)
+        );
+    }
+
+    /// Drain: events onto a broker, then credits (budgets, then the ledger).
+    pub(super) async fn drain(&self, collected: &Collected) -> anyhow::Result<()> {
+        let limit = Duration::from_secs(self.opts.drain_secs);
+        drain::sdk_settled(&self.sdk, limit).await;
+        drain::budgets_spent(
+            self.env,
+            &self.setup,
+            &collected.sent_amount_by_scope,
+            self.opts.progress,
+            limit,
+        )
+        .await?;
+        drain::ledger_complete(&self.dir, limit).await
+    }
+
+    /// Saves every process's final metrics and stops the consumers and the service;
+    /// returns the consumers' final counters.
+    pub(super) async fn stop_services(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        children::stop(
+            &self.services,
+            &self.setup,
+            &self.dir,
+            self.opts.metrics.as_ref(),
+        )
+        .await
+    }
+
+    /// Closes the SDK and records its unstored tokens in the manifest.
+    pub(super) async fn close_sdk(&mut self) -> anyhow::Result<sdk::queue::CloseReport> {
+        let close = self.sdk.close(Duration::from_secs(30)).await;
+        // Writes still unanswered at close are as unstored as those given up.
+        self.setup.manifest.token_write_failures =
+            self.sdk.token_write_failures() + close.tokens_left;
+        self.setup.manifest.save(&self.dir)?;
+        Ok(close)
+    }
+
+    /// Reconciles the run directory; with `--ceilings`, then measures the parts'
+    /// ceilings on the same stack.
+    pub(super) async fn reconcile(&self) -> anyhow::Result<(Reconciliation, Option<Ceilings>)> {
+        let reconciliation = crate::reconcile::run(&self.dir).await?;
+        let ceilings = if self.opts.ceilings {
+            Some(self.measure_ceilings(&reconciliation).await?)
+        } else {
+            None
+        };
+        Ok((reconciliation, ceilings))
+    }
+
+    async fn measure_ceilings(&self, reconciliation: &Reconciliation) -> anyhow::Result<Ceilings> {
+        let n = reconciliation.sent.clamp(20_000, 200_000);
+        eprintln!("replay: measuring the parts' ceilings ({n} events each)");
+        let raw = crate::bench::raw_ceiling(self.env, n, self.opts.partitions).await?;
+        let (script, command) = crate::grant_bench::script_ceiling(self.env, n).await?;
+        Ok(Ceilings {
+            raw_producer_per_sec: raw,
+            claim_script_per_sec: script,
+            claim_script_command: command,
+        })
+    }
+
+    /// The report: what was collected and reconciled, the ceilings and the wallet's
+    /// counters.
+    pub(super) fn report(
+        &self,
+        collected: &Collected,
+        watched: Watched,
+        consumers: BTreeMap<String, u64>,
+        close: &sdk::queue::CloseReport,
+        reconciliation: Reconciliation,
+        ceilings: Option<Ceilings>,
+    ) -> ReplayReport {
+        let counters = &self.counters;
+        let mut report = build_report(
+            &self.opts.plan,
+            &self.setup,
+            collected,
+            counters.scheduled.load(Ordering::Relaxed),
+            counters.shed.load(Ordering::Relaxed),
+            &watched.samples,
+            sdk_counters(&self.sdk, close),
+            counters.aborted.load(Ordering::Relaxed),
+            consumers,
+            watched.faults,
+            reconciliation,
+        );
+        report.ceilings = ceilings;
+        if let Some(w) = &self.wallet {
+            report.wallet = wallet_counters(w);
+        }
+        report
+    }
+}

@@ -1,0 +1,224 @@
+//! Many grants at once: grouped by shard, one script call per group, all groups
+//! concurrently, each answer put back at its grant's place.
+
+use fred::prelude::*;
+
+use super::keys::{check_grant, check_id, new_claim_id, secs};
+use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant};
+
+impl Claims {
+    /// Groups items by (scene, shard): index lists.
+    fn by_shard<'a>(&self, grants: impl Iterator<Item = (usize, &'a Grant)>) -> Vec<Vec<usize>> {
+        let mut groups: std::collections::BTreeMap<(&str, &str, u32), Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, g) in grants {
+            groups
+                .entry((
+                    g.scene.as_str(),
+                    g.activity_id.as_str(),
+                    self.shard_of(&g.trade_no),
+                ))
+                .or_default()
+                .push(i);
+        }
+        groups.into_values().collect()
+    }
+
+    /// Claims many grants: exactly what [`Claims::claim`] would answer for each, in
+    /// one script call per (scene, shard) instead of one per grant. Grants of one
+    /// shard are decided in their order in `grants`; the answers come back in that
+    /// order too.
+    pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
+        let mut invalid = Vec::new();
+        let valid = grants
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| match check_grant(g) {
+                Ok(()) => true,
+                Err(e) => {
+                    invalid.push((*i, e));
+                    false
+                }
+            });
+        let groups = self.by_shard(valid.collect::<Vec<_>>().into_iter());
+        let mut out = self
+            .per_shard(grants, groups, |me, part| async move {
+                me.claim_shard(&part).await
+            })
+            .await;
+        for (i, e) in invalid {
+            out[i] = Err(e);
+        }
+        out
+    }
+
+    /// Runs `run` once per group of `items` (indices from [`Claims::by_shard`]), all
+    /// groups at once, and puts each answer back at its item's place. A group whose
+    /// call failed answers its error for each of its items; an item in no group
+    /// answers an error (its caller replaces it).
+    async fn per_shard<T, R, F, Fut>(
+        &self,
+        items: &[T],
+        groups: Vec<Vec<usize>>,
+        run: F,
+    ) -> Vec<Result<R, ClaimError>>
+    where
+        T: Clone + Send + 'static,
+        R: Send + 'static,
+        F: Fn(Claims, Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<Result<R, ClaimError>>, ClaimError>>
+            + Send
+            + 'static,
+    {
+        let mut out: Vec<Option<Result<R, ClaimError>>> = (0..items.len()).map(|_| None).collect();
+        let mut set = tokio::task::JoinSet::new();
+        for idx in groups {
+            let part: Vec<T> = idx.iter().map(|&i| items[i].clone()).collect();
+            let call = run(self.clone(), part);
+            set.spawn(async move { (idx, call.await) });
+        }
+        while let Some(joined) = set.join_next().await {
+            let Ok((idx, r)) = joined else { continue };
+            match r {
+                Ok(answers) => {
+                    for (i, a) in idx.into_iter().zip(answers) {
+                        out[i] = Some(a);
+                    }
+                }
+                Err(e) => {
+                    for i in idx {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("shard task failed".into()))))
+            .collect()
+    }
+
+    /// One (scene, shard)'s grants in one script call.
+    async fn claim_shard(
+        &self,
+        part: &[Grant],
+    ) -> Result<Vec<Result<Claim, ClaimError>>, ClaimError> {
+        let Some(first) = part.first() else {
+            return Ok(Vec::new());
+        };
+        let shard = self.shard_of(&first.trade_no);
+        let ids: Vec<String> = part.iter().map(|_| new_claim_id()).collect();
+        let reply: Vec<String> = self
+            .scripts
+            .claim_many
+            .eval(self.pool.next(), || {
+                let mut keys = vec![self.budget_key(&first.scene, shard)];
+                let mut args = vec![
+                    secs(self.cfg.lease_ms),
+                    secs(self.cfg.retention_secs),
+                    Value::from(first.scene.as_str()),
+                    Value::from(first.activity_id.as_str()),
+                ];
+                for (g, id) in part.iter().zip(&ids) {
+                    keys.push(self.record_key(shard, &g.trade_no));
+                    args.push(Value::from(g.user_id.as_str()));
+                    args.push(Value::from(g.reward_type.as_str()));
+                    args.push(Value::from(g.amount.to_string()));
+                    args.push(Value::from(id.as_str()));
+                }
+                (keys, args)
+            })
+            .await?;
+        if reply.len() != part.len() * 2 {
+            return Err(ClaimError::Reply(reply));
+        }
+        Ok(reply
+            .chunks(2)
+            .zip(ids)
+            .map(|(pair, id)| self.decode(&pair[0], pair[1].clone(), id))
+            .collect())
+    }
+
+    /// Marks many credited grants `GRANTED` with their receipts, one script call per
+    /// shard. `items`: grant, claim id, receipt. A receipt proves the credit, so a
+    /// record whose lease has passed to another owner is marked all the same.
+    pub async fn grant_many(
+        &self,
+        items: &[(Grant, String, String)],
+    ) -> Vec<Result<Finish, ClaimError>> {
+        self.finish_many(items, ClaimState::Granted).await
+    }
+
+    pub(super) async fn finish_many(
+        &self,
+        items: &[(Grant, String, String)],
+        state: ClaimState,
+    ) -> Vec<Result<Finish, ClaimError>> {
+        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (i, (g, _, _)) in items.iter().enumerate() {
+            groups
+                .entry(self.shard_of(&g.trade_no))
+                .or_default()
+                .push(i);
+        }
+        self.per_shard(
+            items,
+            groups.into_values().collect(),
+            move |me, part| async move {
+                Ok(me
+                    .finish_shard(&part, state)
+                    .await?
+                    .into_iter()
+                    .map(Ok)
+                    .collect())
+            },
+        )
+        .await
+    }
+
+    async fn finish_shard(
+        &self,
+        part: &[(Grant, String, String)],
+        state: ClaimState,
+    ) -> Result<Vec<Finish>, ClaimError> {
+        let Some((first, _, _)) = part.first() else {
+            return Ok(Vec::new());
+        };
+        for (g, _, _) in part {
+            check_id("scene", &g.scene)?;
+            check_id("trade number", &g.trade_no)?;
+        }
+        let shard = self.shard_of(&first.trade_no);
+        let reply: Vec<i64> = self
+            .scripts
+            .finish_many
+            .eval(self.pool.next(), || {
+                let mut keys = vec![self.doubt_key(shard)];
+                let mut args = vec![secs(self.cfg.retention_secs)];
+                for (g, id, result) in part {
+                    keys.push(self.record_key(shard, &g.trade_no));
+                    keys.push(self.budget_key(&g.scene, shard));
+                    args.push(Value::from(id.as_str()));
+                    args.push(Value::from(state.as_str()));
+                    args.push(Value::from(result.as_str()));
+                    args.push(Value::from(g.trade_no.as_str()));
+                }
+                (keys, args)
+            })
+            .await?;
+        if reply.len() != part.len() {
+            return Err(ClaimError::Reply(
+                reply.iter().map(i64::to_string).collect(),
+            ));
+        }
+        Ok(reply
+            .into_iter()
+            .map(|d| {
+                if d == 1 {
+                    Finish::Done
+                } else {
+                    Finish::LostLease
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,451 @@
+//! Claiming a grant: the idempotency record and the budget, checked and changed by one
+//! atomic Redis script.
+//!
+//! # Keys
+//! Every trade number has **one** record, whatever activity, scene or downstream it is
+//! granted through: one trade number, one grant. Its slot depends on the trade number
+//! only: shard `crc32(trade number) % shards`, hash tag `{prefix.shard}`. Each scene's
+//! budget is split over the same shards, one budget key per (shard, scene) in that
+//! shard's slot, so one script can check the record and deduct the budget atomically:
+//!
+//! ```text
+//! {prefix}:meta                        hash  shards (fixed at first use)
+//! {prefix}:{prefix.3}:b:{scene}        hash  cap, spent, hold, holder
+//! {prefix}:{prefix.3}:t:{trade_no}     hash  scene, activity, user, type, amount, state,
+//!                                            lease, owner, clean, result
+//! {prefix}:{prefix.3}:doubt            zset  trade numbers held IN_DOUBT → since (ms)
+//! ```
+//!
+//! **The shard count is fixed at first use.** It decides where every record and budget
+//! lives; an instance configured with another count would look for records in the
+//! wrong place and credit them again. [`Claims::connect`] stores the count in
+//! `{prefix}:meta` the first time and refuses to start ([`ClaimError::ShardsChanged`])
+//! when the configured count differs. To change it, use a new key prefix.
+//!
+//! # States ([`ClaimState`])
+//! `IN_PROGRESS` (with a lease and an owner, the claim id) → `GRANTED` (with the stored
+//! result) or `FAILED` (permanent; the budget is given back) or `IN_DOUBT` (the credit
+//! may have happened; the deduction stands, see [`crate::grant`]). Every transition is
+//! a compare-and-set inside a script. Lease times come from Redis's own clock (`TIME`),
+//! so workers' clocks never matter. Records expire `retention_secs` after their last
+//! change.
+//!
+//! A claim of a record that exists but whose lease is over says what the earlier
+//! owner left behind ([`Prior`]): released cleanly (it knows nothing was credited), in
+//! doubt, or nothing at all (it vanished mid-call). Only the first lets the new owner
+//! credit without first resolving the earlier attempt.
+//!
+//! # The guarantee
+//! - **No trade number is deducted twice**: the deduction happens only when the record
+//!   is created, in the same script; a takeover does not deduct again, and a permanent
+//!   failure refunds exactly once (only the owner can fail a grant).
+//! - **No shard spends past its cap**, whatever the concurrency, retries or crashes:
+//!   check and deduct are one script. The scene's total cap is the sum of its shards'
+//!   caps, so the scene never overspends either.
+//! - **A changed budget never lets a scene spend past the new total**:
+//!   [`Claims::set_budget`] first holds every shard of the scene (claims of new trade
+//!   numbers answer `RETRY` for at most [`BUDGET_HOLD_MS`]), reads what each has spent,
+//!   and gives each shard its spending plus an even share of what is left. A total
+//!   below what was spent is refused ([`ClaimError::BelowSpent`]). A start-up never
+//!   overwrites a live budget ([`Claims::init_budget`] sets only shards with none).
+//! - **Exact amounts**: amounts and budgets are at most [`MAX_AMOUNT`] (2^53 - 1), so
+//!   the scripts' double-precision arithmetic compares them exactly.
+//! - **No "last K trade numbers" list per shard**: the trade number's own record,
+//!   kept `retention_secs`, already refuses a second deduction. Redis for this store
+//!   must run without eviction (`maxmemory-policy noeviction`), which the stack's
+//!   Redis does; tokens older than the retention are never credited
+//!   ([`crate::service`]).
+//! - **A finish after a credit is never lost to a takeover**: marking a grant
+//!   `GRANTED` needs a receipt, not the lease, so a worker whose lease expired still
+//!   records its credit; the next owner then finds `GRANTED`.
+
+use std::sync::Arc;
+
+use fred::prelude::*;
+use reward_runtime::script::Script;
+
+mod batch;
+mod budget;
+mod doubt;
+mod keys;
+mod scripts;
+mod single;
+
+pub use self::scripts::CLAIM_LUA;
+
+use self::scripts::{
+    CLAIM_MANY_LUA, FINISH_MANY_LUA, HOLD_LUA, RELEASE_LUA, SWEEP_LUA, Scripts, UNHOLD_LUA,
+};
+
+/// The largest amount or budget: every integer up to it is exact in the scripts'
+/// double-precision numbers, and so is every comparison against it.
+pub const MAX_AMOUNT: i64 = (1 << 53) - 1;
+
+/// How long a budget change may hold a scene's shards (a crashed operator's hold
+/// ends by itself after this).
+pub const BUDGET_HOLD_MS: u64 = 5_000;
+
+/// Settings of the claim store.
+#[derive(Debug, Clone)]
+pub struct ClaimConfig {
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Shards of the record and budget space (fixed at first use, module doc).
+    pub shards: u32,
+    /// How long a claim is held before another worker may take it over.
+    pub lease_ms: u64,
+    /// How long a record is kept after its last change (default 30 days).
+    pub retention_secs: u64,
+    /// Redis connections in the pool.
+    pub pool_size: usize,
+}
+
+impl Default for ClaimConfig {
+    fn default() -> Self {
+        Self {
+            key_prefix: "rs".into(),
+            shards: 16,
+            lease_ms: 30_000,
+            retention_secs: 30 * 24 * 3600,
+            pool_size: 4,
+        }
+    }
+}
+
+/// One grant as the claim store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Budget scope (the service uses `activity/scene`, see [`crate::service`]).
+    pub scene: String,
+    /// The activity the reward was won in (kept in the record, used to find the
+    /// user's token once credited).
+    pub activity_id: String,
+    /// The global idempotency key.
+    pub trade_no: String,
+    /// Who is credited.
+    pub user_id: String,
+    /// What is credited.
+    pub reward_type: String,
+    /// How much (in the reward type's smallest unit).
+    pub amount: i64,
+}
+
+/// A record's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimState {
+    /// Claimed; a credit may be under way.
+    InProgress,
+    /// A credit's outcome is unknown; the deduction stands until it is resolved.
+    InDoubt,
+    /// Credited; the result is the receipt.
+    Granted,
+    /// Failed for good; refunded; the result is the reason.
+    Failed,
+}
+
+impl ClaimState {
+    /// The name stored in Redis.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::InProgress => "IN_PROGRESS",
+            ClaimState::InDoubt => "IN_DOUBT",
+            ClaimState::Granted => "GRANTED",
+            ClaimState::Failed => "FAILED",
+        }
+    }
+
+    /// The state a stored name stands for.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "IN_PROGRESS" => ClaimState::InProgress,
+            "IN_DOUBT" => ClaimState::InDoubt,
+            "GRANTED" => ClaimState::Granted,
+            "FAILED" => ClaimState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// What an earlier owner of a claimed record left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prior {
+    /// A new record: nothing was ever sent.
+    Fresh,
+    /// Released by an owner that knew nothing was credited.
+    Released,
+    /// Held in doubt: a credit may have happened.
+    InDoubt,
+    /// The earlier owner's lease ran out with no word: it may have credited.
+    Unknown,
+}
+
+impl Prior {
+    /// Whether the earlier attempt must be resolved before crediting.
+    pub fn needs_resolving(self) -> bool {
+        matches!(self, Prior::InDoubt | Prior::Unknown)
+    }
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller now owns the grant: credit downstream (after resolving `prior`
+    /// when it asks for that), then finish.
+    Claimed {
+        /// The owner id to finish with.
+        claim_id: String,
+        /// What the earlier owner left, if the record existed.
+        prior: Prior,
+    },
+    /// Already granted: the stored result; nothing is credited again.
+    Duplicate {
+        /// What the first grant stored.
+        result: String,
+    },
+    /// Failed permanently before: the stored reason.
+    FailedPermanent {
+        /// What the failure stored.
+        result: String,
+    },
+    /// Another worker holds a live lease, or the budget is being changed: try again
+    /// later (never drop the request).
+    RetryLater {
+        /// Milliseconds left on that lease or hold.
+        lease_left_ms: u64,
+    },
+    /// The trade number is known with another scene, user, type or amount: never
+    /// credited.
+    Conflict,
+    /// This trade number's budget shard has no room for the amount.
+    BudgetExhausted,
+    /// The scene has no budget set.
+    NoBudget,
+}
+
+/// A trade number's record as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its state.
+    pub state: ClaimState,
+    /// Its budget scope.
+    pub scene: String,
+    /// Its activity.
+    pub activity_id: String,
+    /// The user it was claimed for.
+    pub user_id: String,
+    /// Its reward type.
+    pub reward_type: String,
+    /// Its amount.
+    pub amount: i64,
+    /// The stored result (receipt when granted, reason when failed).
+    pub result: String,
+}
+
+/// What finishing a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The record moved to its final state (or was already `GRANTED`, for a grant).
+    Done,
+    /// The record is no longer this claim's (its lease expired and another claim took
+    /// over, or it was already finished otherwise): nothing changed.
+    LostLease,
+}
+
+/// Claim store failures.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClaimError {
+    /// The grant cannot be stored as given.
+    #[error("invalid grant: {0}")]
+    Invalid(&'static str),
+    /// Redis refused, timed out or is unreachable.
+    #[error("claim store: {0}")]
+    Redis(String),
+    /// The script answered something this build does not know.
+    #[error("claim store: unexpected reply {0:?}")]
+    Reply(Vec<String>),
+    /// The configured shard count differs from the one the store was created with.
+    #[error(
+        "claims.shards is {configured} but the claim store under prefix {prefix:?} was created with {stored}: records and budgets live by that count, so this instance would credit granted trade numbers again. Configure {stored}, or use a new key prefix"
+    )]
+    ShardsChanged {
+        /// The key prefix.
+        prefix: String,
+        /// What the config says.
+        configured: u32,
+        /// What the store was created with.
+        stored: u32,
+    },
+    /// A budget below what the scene has already spent.
+    #[error("budget {total} for {scene} is below what it has spent ({spent}); nothing changed")]
+    BelowSpent {
+        /// The scene.
+        scene: String,
+        /// The total asked for.
+        total: i64,
+        /// What its shards had spent.
+        spent: i64,
+    },
+    /// Another budget change of the same scene ran at the same time.
+    #[error("budget of {0} is being changed by another operator; nothing changed, try again")]
+    BudgetBusy(String),
+    /// The change was cut short after some shards took their new caps (a hold lapsed
+    /// or another operator took over). Every shard is still within a cap, but the
+    /// total is a mix of old and new: run the change again.
+    #[error(
+        "budget change of {scene} interrupted after {done} of {shards} shards took their new caps; run it again"
+    )]
+    BudgetPartial {
+        /// The scene.
+        scene: String,
+        /// Shards updated.
+        done: u32,
+        /// All shards.
+        shards: u32,
+    },
+    /// Keys of the previous claim-store layout exist under this prefix.
+    #[error(
+        "the claim store under prefix {0:?} holds keys of the previous layout (records keyed per scene): starting on it would forget which trade numbers were granted. Use a new key prefix, or remove the old keys once their events and tokens have expired"
+    )]
+    OldLayout(String),
+}
+
+impl From<fred::error::Error> for ClaimError {
+    fn from(e: fred::error::Error) -> Self {
+        ClaimError::Redis(e.to_string())
+    }
+}
+
+/// The claim store.
+#[derive(Clone)]
+pub struct Claims {
+    pool: Pool,
+    cfg: Arc<ClaimConfig>,
+    scripts: Arc<Scripts>,
+}
+
+impl std::fmt::Debug for Claims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claims")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An in-doubt grant as the operator's list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doubt {
+    /// The trade number.
+    pub trade_no: String,
+    /// Since when it is in doubt (Unix ms, Redis's clock).
+    pub since_ms: i64,
+    /// Its record, when it still has one.
+    pub record: Option<Record>,
+}
+
+impl Claims {
+    /// Connects to Redis at `redis_url`, loads the scripts, and fixes the shard count
+    /// at first use (or refuses a count other than the stored one).
+    pub async fn connect(redis_url: &str, cfg: ClaimConfig) -> Result<Self, ClaimError> {
+        if cfg.shards == 0 || cfg.lease_ms == 0 || cfg.retention_secs == 0 || cfg.pool_size == 0 {
+            return Err(ClaimError::Invalid(
+                "shards, lease_ms, retention_secs and pool_size must be positive",
+            ));
+        }
+        if cfg.key_prefix.is_empty() || cfg.key_prefix.contains(['{', '}']) {
+            return Err(ClaimError::Invalid(
+                "key prefix must be set, without braces",
+            ));
+        }
+        let pool = Builder::from_config(Config::from_url(redis_url)?).build_pool(cfg.pool_size)?;
+        pool.init().await?;
+        let load = |script: &'static str| {
+            let client = pool.next().clone();
+            async move { Script::load(&client, script).await }
+        };
+        let (claim, release, claim_many, finish_many, hold, unhold, sweep) = tokio::try_join!(
+            load(CLAIM_LUA),
+            load(RELEASE_LUA),
+            load(CLAIM_MANY_LUA),
+            load(FINISH_MANY_LUA),
+            load(HOLD_LUA),
+            load(UNHOLD_LUA),
+            load(SWEEP_LUA),
+        )?;
+        let scripts = Arc::new(Scripts {
+            claim,
+            release,
+            claim_many,
+            finish_many,
+            hold,
+            unhold,
+            sweep,
+        });
+        let meta = format!("{}:meta", cfg.key_prefix);
+        let exists: i64 = pool.next().exists(&meta).await?;
+        if exists == 0 && Self::old_layout(&pool, &cfg.key_prefix).await? {
+            return Err(ClaimError::OldLayout(cfg.key_prefix.clone()));
+        }
+        let _: i64 = pool.next().hsetnx(&meta, "shards", cfg.shards).await?;
+        let stored: Option<String> = pool.next().hget(&meta, "shards").await?;
+        let stored = stored.as_deref().map(str::parse::<u32>);
+        match stored {
+            Some(Ok(n)) if n == cfg.shards => {}
+            Some(Ok(n)) => {
+                return Err(ClaimError::ShardsChanged {
+                    prefix: cfg.key_prefix.clone(),
+                    configured: cfg.shards,
+                    stored: n,
+                });
+            }
+            _ => {
+                return Err(ClaimError::Reply(vec![format!(
+                    "{meta} holds no readable shard count"
+                )]));
+            }
+        }
+        Ok(Self {
+            pool,
+            cfg: Arc::new(cfg),
+            scripts,
+        })
+    }
+
+    /// Whether budget keys of the previous layout (`{prefix}:{scene:N}:budget`) exist:
+    /// one `SCAN` pass, made only when the store has no `meta` yet (its first start
+    /// under this layout).
+    async fn old_layout(pool: &Pool, prefix: &str) -> Result<bool, ClaimError> {
+        let pattern = format!("{prefix}:{{*}}:budget");
+        let client = pool.next();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = client
+                .custom(
+                    fred::types::CustomCommand::new_static(
+                        "SCAN",
+                        fred::types::ClusterHash::Random,
+                        false,
+                    ),
+                    vec![cursor.as_str(), "MATCH", pattern.as_str(), "COUNT", "1000"],
+                )
+                .await?;
+            if !keys.is_empty() {
+                return Ok(true);
+            }
+            if next == "0" {
+                return Ok(false);
+            }
+            cursor = next;
+        }
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &ClaimConfig {
+        &self.cfg
+    }
+
+    /// Whether Redis answers.
+    pub async fn ping(&self) -> Result<(), ClaimError> {
+        let _: String = self.pool.next().ping(None).await?;
+        Ok(())
+    }
+}

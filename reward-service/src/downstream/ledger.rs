@@ -1,0 +1,355 @@
+//! The built-in Redis ledger: a wallet that keeps a balance per user and reward type,
+//! the trade numbers it has credited, and counts of double credits and repeats.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::*;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use reward_runtime::clock::now_ms;
+use reward_runtime::script::Script;
+
+use super::{
+    Contract, Credit, CreditError, CreditFuture, CreditManyFuture, CreditStatus, Downstream,
+    ErrorCode, Receipt, StatusFuture,
+};
+
+/// KEYS: balance hash, credited hash, incident counter, repeat counter, receipt hash.
+/// ARGV: reward type, amount, trade no, now (Unix ms), honour key (1/0), user and
+/// type and amount as one string (what a repeat must match). Returns
+/// {balance, again}: again = 0 credited now, 1 credited a second
+/// time (incident), 2 a repeat answered with the first receipt, 3 a repeat with other
+/// fields (refused, incident).
+const LEDGER_LUA: &str = r"
+if ARGV[5] == '1' and redis.call('HEXISTS', KEYS[2], ARGV[3]) == 1 then
+  local first = redis.call('HGET', KEYS[5], ARGV[3])
+  if first and first ~= ARGV[6] then
+    redis.call('INCR', KEYS[3])
+    return {0, 3}
+  end
+  redis.call('INCR', KEYS[4])
+  return {0, 2}
+end
+local again = 0
+if redis.call('HSET', KEYS[2], ARGV[3], ARGV[4]) == 0 then
+  again = 1
+  redis.call('INCR', KEYS[3])
+end
+if ARGV[5] == '1' then redis.call('HSET', KEYS[5], ARGV[3], ARGV[6]) end
+local balance = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+return {balance, again}
+";
+
+/// The longest a ledger call waits for Redis before answering `Timeout`.
+pub const LEDGER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the ledger holds for one user (see [`Ledger::account`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Account {
+    /// Reward type → balance.
+    pub balances: HashMap<String, i64>,
+    /// Credited trade number → credit time (Unix ms).
+    pub credited: HashMap<String, i64>,
+    /// Times a trade number was credited again (or repeated with other fields).
+    pub double_credits: i64,
+    /// Repeats answered with the first receipt (a ledger that honours the key).
+    pub repeats: i64,
+}
+
+/// The built-in Redis wallet: a balance per user and reward type, and the set of
+/// trade numbers it has credited (see the module doc).
+#[derive(Clone)]
+pub struct Ledger {
+    client: Client,
+    prefix: String,
+    script: Script,
+    limits: Arc<HashMap<String, DefaultDirectRateLimiter>>,
+    incidents: Arc<AtomicU64>,
+    honours_key: bool,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("prefix", &self.prefix)
+            .field("honours_key", &self.honours_key)
+            .field("limited_types", &self.limits.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: fred::error::Error) -> CreditError {
+    let code = if e.kind() == &fred::error::ErrorKind::Timeout {
+        ErrorCode::Timeout
+    } else {
+        ErrorCode::Unavailable
+    };
+    CreditError::new(code, e.to_string())
+}
+
+impl Ledger {
+    /// Connects; `capacity` maps reward types to credits per second (types not named
+    /// are unlimited). The ledger starts strict (does not honour the key).
+    pub async fn connect(
+        redis_url: &str,
+        prefix: &str,
+        capacity: &HashMap<String, NonZeroU32>,
+    ) -> Result<Self, CreditError> {
+        let client = Builder::from_config(Config::from_url(redis_url).map_err(unavailable)?)
+            .with_performance_config(|p| p.default_command_timeout = LEDGER_TIMEOUT)
+            .build()
+            .map_err(unavailable)?;
+        client.init().await.map_err(unavailable)?;
+        let script = Script::load(&client, LEDGER_LUA)
+            .await
+            .map_err(unavailable)?;
+        let limits = capacity
+            .iter()
+            .map(|(t, per_sec)| (t.clone(), RateLimiter::direct(Quota::per_second(*per_sec))))
+            .collect();
+        Ok(Self {
+            client,
+            prefix: prefix.to_string(),
+            script,
+            limits: Arc::new(limits),
+            incidents: Arc::new(AtomicU64::new(0)),
+            honours_key: false,
+        })
+    }
+
+    /// Honours the idempotency key from now on, as a real wallet does (module doc).
+    pub fn honouring_key(mut self, yes: bool) -> Self {
+        self.honours_key = yes;
+        self
+    }
+
+    /// Double credits seen by this ledger instance since start.
+    pub fn double_credits(&self) -> u64 {
+        self.incidents.load(Ordering::Relaxed)
+    }
+
+    /// A user's balance of a reward type.
+    pub async fn balance(&self, user_id: &str, reward_type: &str) -> Result<i64, CreditError> {
+        let v: Option<i64> = self
+            .client
+            .hget(self.balance_key(user_id), reward_type)
+            .await
+            .map_err(unavailable)?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Everything the ledger holds for a user: balances, credited trade numbers with
+    /// their credit times, and the double-credit and repeat counts (for
+    /// reconciliation).
+    pub async fn account(&self, user_id: &str) -> Result<Account, CreditError> {
+        let (balances, credited, double_credits, repeats): (_, _, Option<i64>, Option<i64>) =
+            tokio::try_join!(
+                self.client.hgetall(self.balance_key(user_id)),
+                self.client.hgetall(self.credited_key(user_id)),
+                self.client.get(self.incidents_key(user_id)),
+                self.client.get(self.repeats_key(user_id)),
+            )
+            .map_err(unavailable)?;
+        Ok(Account {
+            balances,
+            credited,
+            double_credits: double_credits.unwrap_or(0),
+            repeats: repeats.unwrap_or(0),
+        })
+    }
+
+    fn balance_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:balance", self.prefix)
+    }
+
+    fn credited_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:credited", self.prefix)
+    }
+
+    fn incidents_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:double_credits", self.prefix)
+    }
+
+    fn repeats_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:repeats", self.prefix)
+    }
+
+    fn receipts_key(&self, user_id: &str) -> String {
+        format!("{}:ledger:{{{user_id}}}:fields", self.prefix)
+    }
+
+    /// What is refused before Redis is asked: a malformed credit, or one over its
+    /// reward type's capacity. Nothing was credited.
+    fn precheck(&self, c: &Credit) -> Result<(), CreditError> {
+        if c.user_id.is_empty() || c.user_id.contains(['{', '}']) || c.amount <= 0 {
+            return Err(CreditError::not_credited(
+                ErrorCode::Invalid,
+                "user id must be set without braces, amount positive",
+            ));
+        }
+        if let Some(limit) = self.limits.get(&c.reward_type)
+            && limit.check().is_err()
+        {
+            return Err(CreditError::not_credited(
+                ErrorCode::RateLimited,
+                format!("{} over its capacity", c.reward_type),
+            ));
+        }
+        Ok(())
+    }
+
+    fn keys(&self, c: &Credit) -> Vec<String> {
+        vec![
+            self.balance_key(&c.user_id),
+            self.credited_key(&c.user_id),
+            self.incidents_key(&c.user_id),
+            self.repeats_key(&c.user_id),
+            self.receipts_key(&c.user_id),
+        ]
+    }
+
+    fn args(&self, c: &Credit, now: i64) -> Vec<Value> {
+        vec![
+            Value::from(c.reward_type.as_str()),
+            Value::from(c.amount),
+            Value::from(c.trade_no.as_str()),
+            Value::from(now),
+            Value::from(if self.honours_key { "1" } else { "0" }),
+            // Only a ledger that honours the key compares a repeat's fields.
+            Value::from(if self.honours_key {
+                Self::fields(c)
+            } else {
+                String::new()
+            }),
+        ]
+    }
+
+    /// What a repeat of a credit must match.
+    fn fields(c: &Credit) -> String {
+        format!("{}\u{1f}{}\u{1f}{}", c.user_id, c.reward_type, c.amount)
+    }
+
+    fn receipt(c: &Credit) -> Receipt {
+        format!("ledger:{}", c.trade_no)
+    }
+
+    /// The receipt for Redis's answer to one credit's script call.
+    fn settle(
+        &self,
+        c: &Credit,
+        reply: Result<Vec<i64>, fred::error::Error>,
+    ) -> Result<Receipt, CreditError> {
+        let reply = reply.map_err(unavailable)?;
+        let again = reply.get(1).copied();
+        match again {
+            Some(0 | 2) => Ok(Self::receipt(c)),
+            Some(1) => {
+                self.incidents.fetch_add(1, Ordering::Relaxed);
+                Ok(Self::receipt(c))
+            }
+            Some(3) => {
+                self.incidents.fetch_add(1, Ordering::Relaxed);
+                Err(CreditError::not_credited(
+                    ErrorCode::Invalid,
+                    "idempotency key reused with another user, type or amount",
+                ))
+            }
+            _ => Err(CreditError::new(
+                ErrorCode::Unavailable,
+                format!("unexpected ledger reply {reply:?}"),
+            )),
+        }
+    }
+
+    async fn credit_now(&self, c: &Credit) -> Result<Receipt, CreditError> {
+        self.precheck(c)?;
+        let now = now_ms();
+        let reply = self
+            .script
+            .eval(&self.client, || (self.keys(c), self.args(c, now)))
+            .await;
+        self.settle(c, reply)
+    }
+
+    /// Many credits in one pipeline: still one script call per credit (each its own
+    /// balance change, double-credit check and answer, as a wallet API takes them),
+    /// but one write and one read on the connection instead of one each per credit.
+    async fn credit_batch(&self, cs: &[Credit]) -> Vec<Result<Receipt, CreditError>> {
+        let mut out: Vec<Option<Result<Receipt, CreditError>>> =
+            cs.iter().map(|c| self.precheck(c).err().map(Err)).collect();
+        let send: Vec<usize> = (0..cs.len()).filter(|&i| out[i].is_none()).collect();
+        let now = now_ms();
+        let replies = self.pipelined(cs, &send, now).await;
+        for (&i, reply) in send.iter().zip(replies) {
+            out[i] = Some(self.settle(&cs[i], reply));
+        }
+        out.into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(CreditError::new(
+                        ErrorCode::Unavailable,
+                        "ledger pipeline gave no answer",
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Sends the credits `which` of `cs` as one pipeline; one answer per credit.
+    async fn pipelined(
+        &self,
+        cs: &[Credit],
+        which: &[usize],
+        now: i64,
+    ) -> Vec<Result<Vec<i64>, fred::error::Error>> {
+        let calls = which
+            .iter()
+            .map(|&i| {
+                let c = &cs[i];
+                let keys = self.keys(c);
+                let mut call: Vec<Value> = vec![Value::from(keys.len() as i64)];
+                call.extend(keys.into_iter().map(Value::from));
+                call.extend(self.args(c, now));
+                call
+            })
+            .collect::<Vec<_>>();
+        self.script.eval_pipeline(&self.client, &calls).await
+    }
+
+    async fn status_now(&self, c: &Credit) -> Result<CreditStatus, CreditError> {
+        let at: Option<i64> = self
+            .client
+            .hget(self.credited_key(&c.user_id), c.trade_no.as_str())
+            .await
+            .map_err(unavailable)?;
+        Ok(match at {
+            Some(_) => CreditStatus::Credited(Self::receipt(c)),
+            None => CreditStatus::NotCredited,
+        })
+    }
+}
+
+impl Downstream for Ledger {
+    fn credit<'a>(&'a self, c: &'a Credit) -> CreditFuture<'a> {
+        Box::pin(self.credit_now(c))
+    }
+
+    fn credit_many<'a>(&'a self, cs: &'a [Credit]) -> CreditManyFuture<'a> {
+        Box::pin(self.credit_batch(cs))
+    }
+
+    fn contract(&self) -> Contract {
+        Contract {
+            honours_key: self.honours_key,
+            status: true,
+            max_call_ms: u64::try_from(LEDGER_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn status<'a>(&'a self, c: &'a Credit) -> StatusFuture<'a> {
+        Box::pin(self.status_now(c))
+    }
+}

@@ -1,0 +1,292 @@
+//! The spool side of the queue: the thread that owns the spool file (appends and
+//! syncs in batches, serves replays), and the loop that replays spooled events to a
+//! broker once one answers again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use prost::Message as _;
+use tokio::sync::{mpsc, oneshot};
+
+use super::engine::Engine;
+use super::{Envelope, OutMsg, Settled};
+use crate::spool::{Replay, Spool, SpoolError};
+
+pub(super) enum SpoolCmd {
+    Append(Envelope),
+    Take(oneshot::Sender<Result<Replay, SpoolError>>),
+    Ack(Replay, oneshot::Sender<Result<(), SpoolError>>),
+    Release(Replay),
+    Sync(oneshot::Sender<()>),
+}
+
+impl Engine {
+    pub(super) fn spool(&self, envs: Vec<Envelope>) {
+        for e in envs {
+            if let Err(mpsc::error::SendError(SpoolCmd::Append(e))) =
+                self.spool_tx.send(SpoolCmd::Append(e))
+            {
+                self.last_resort(&e, "spool thread gone");
+                self.settle(1);
+            }
+        }
+    }
+
+    fn last_resort(&self, e: &Envelope, why: &str) {
+        e.notify(Settled::Logged);
+        self.stats.logged.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("reward_sdk_logged_total").increment(1);
+        tracing::error!(
+            queue = %e.queue,
+            trade_no = %e.key,
+            event_b64 = %base64::engine::general_purpose::STANDARD.encode(&e.payload),
+            reason = why,
+            "event could be neither sent nor spooled; logged for manual replay"
+        );
+    }
+}
+
+/// Owns the spool file: appends and syncs in batches, serves replays.
+pub(super) fn spool_thread(
+    mut spool: Spool,
+    mut rx: mpsc::UnboundedReceiver<SpoolCmd>,
+    engine: std::sync::Weak<Engine>,
+    bytes: Arc<AtomicU64>,
+    sync_every: Duration,
+) {
+    let mut pending: Vec<Envelope> = Vec::new();
+    while let Some(cmd) = rx.blocking_recv() {
+        let cmds = gather(&mut rx, cmd, sync_every);
+        for cmd in cmds {
+            apply(cmd, &mut spool, &mut pending, &engine);
+        }
+        settle_pending(&engine, &mut pending, &mut spool);
+        bytes.store(spool.bytes(), Ordering::Relaxed);
+        metrics::gauge!("reward_sdk_spool_bytes").set(spool.bytes() as f64);
+    }
+    let _ = spool.sync();
+}
+
+/// The command just received, followed by those that arrived meanwhile.
+fn gather(
+    rx: &mut mpsc::UnboundedReceiver<SpoolCmd>,
+    first: SpoolCmd,
+    sync_every: Duration,
+) -> Vec<SpoolCmd> {
+    let mut cmds = vec![first];
+    // Gather what arrived meanwhile, up to one sync period.
+    let until = Instant::now() + sync_every;
+    while Instant::now() < until {
+        match rx.try_recv() {
+            Ok(c) => cmds.push(c),
+            Err(_) => {
+                if cmds.iter().any(|c| !matches!(c, SpoolCmd::Append(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1).min(sync_every));
+                if rx.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    cmds
+}
+
+/// Carries out one command on the spool file; appended envelopes wait in `pending`
+/// for the next sync.
+fn apply(
+    cmd: SpoolCmd,
+    spool: &mut Spool,
+    pending: &mut Vec<Envelope>,
+    engine: &std::sync::Weak<Engine>,
+) {
+    match cmd {
+        SpoolCmd::Append(e) => match spool.append_keyed(&e.queue, &e.key, &e.payload) {
+            Ok(()) => pending.push(e),
+            Err(err) => {
+                if let Some(engine) = engine.upgrade() {
+                    engine.last_resort(&e, &err.to_string());
+                    engine.settle(1);
+                }
+            }
+        },
+        SpoolCmd::Take(reply) => {
+            settle_pending(engine, pending, spool);
+            let _ = reply.send(spool.take());
+        }
+        SpoolCmd::Ack(replay, reply) => {
+            let _ = reply.send(spool.ack(&replay));
+        }
+        SpoolCmd::Release(replay) => spool.release(&replay),
+        SpoolCmd::Sync(reply) => {
+            settle_pending(engine, pending, spool);
+            let _ = reply.send(());
+        }
+    }
+}
+
+/// Syncs the spool and settles the envelopes appended since the last sync: spooled
+/// when the sync succeeded, logged when it failed.
+fn settle_pending(
+    engine: &std::sync::Weak<Engine>,
+    pending: &mut Vec<Envelope>,
+    spool: &mut Spool,
+) {
+    if pending.is_empty() {
+        return;
+    }
+    let Some(engine) = engine.upgrade() else {
+        return;
+    };
+    let synced = spool.sync();
+    let n = pending.len() as u64;
+    if let Err(e) = synced {
+        for p in pending.iter() {
+            engine.last_resort(p, &e.to_string());
+        }
+    } else {
+        for p in pending.iter() {
+            p.notify(Settled::Spooled);
+        }
+        engine.stats.spooled.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!("reward_sdk_spooled_total").increment(n);
+    }
+    pending.clear();
+    engine.settle(n);
+}
+
+/// Replays the spool whenever it holds data and the engine is not closing.
+pub(super) async fn replay_loop(engine: std::sync::Weak<Engine>) {
+    loop {
+        let every = match engine.upgrade() {
+            Some(e) => Duration::from_millis(e.spool_cfg.replay_every_ms.max(10)),
+            None => return,
+        };
+        tokio::time::sleep(every).await;
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        if engine.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if engine.spool_bytes() == 0 {
+            continue;
+        }
+        if let Err(e) = replay_once(&engine).await {
+            tracing::warn!(error = %e, "spool replay failed; will try again");
+        }
+    }
+}
+
+/// Replays the spool one segment at a time, oldest first, until it is empty or a
+/// segment fails. A delivered segment is deleted before the next is read, so a
+/// failure repeats only the segment it happened in (at least once), and memory holds
+/// one segment at most.
+async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
+    loop {
+        if engine.closing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel();
+        engine
+            .spool_tx
+            .send(SpoolCmd::Take(tx))
+            .map_err(|_| "spool thread gone".to_string())?;
+        let replay = rx
+            .await
+            .map_err(|_| "spool thread gone".to_string())?
+            .map_err(|e| e.to_string())?;
+        if replay.is_empty() {
+            return Ok(());
+        }
+        if replay.torn > 0 {
+            tracing::warn!(
+                bytes = replay.torn,
+                "spool held a torn tail (crash mid-write); skipped"
+            );
+            metrics::counter!("reward_sdk_spool_torn_bytes_total").increment(replay.torn);
+        }
+        match replay_segment(engine, &replay).await {
+            Ok(delivered) => {
+                let (tx, rx) = oneshot::channel();
+                engine
+                    .spool_tx
+                    .send(SpoolCmd::Ack(replay, tx))
+                    .map_err(|_| "spool thread gone".to_string())?;
+                rx.await
+                    .map_err(|_| "spool thread gone".to_string())?
+                    .map_err(|e| e.to_string())?;
+                engine
+                    .stats
+                    .replayed
+                    .fetch_add(delivered, Ordering::Relaxed);
+                engine
+                    .stats
+                    .delivered
+                    .fetch_add(delivered, Ordering::Relaxed);
+                metrics::counter!("reward_sdk_replayed_total").increment(delivered);
+            }
+            Err(delivered) => {
+                // Some records may have gone out before the failure: they go again
+                // with the segment (at least once).
+                let _ = engine.spool_tx.send(SpoolCmd::Release(replay));
+                return Err(format!(
+                    "no producer took a spooled batch ({delivered} of the segment went \
+                     out, the segment will repeat)"
+                ));
+            }
+        }
+    }
+}
+
+/// Sends one segment's records in batches, each to its queue's primary then backup;
+/// `Ok(records)` when every batch was acknowledged, `Err(sent so far)` otherwise.
+async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> Result<u64, u64> {
+    let mut delivered = 0u64;
+    for chunk in replay.records.chunks(engine.batch.max_events.max(1)) {
+        let mut by_queue: BTreeMap<&str, Vec<OutMsg>> = BTreeMap::new();
+        for r in chunk {
+            // The key it was sent with; a record of the older layout has none, and
+            // then its event's trade number is the key.
+            let key = r.key.clone().unwrap_or_else(|| {
+                proto::v1::RewardEvent::decode(r.payload.as_slice())
+                    .map(|e| e.trade_no)
+                    .unwrap_or_default()
+            });
+            by_queue.entry(r.queue.as_str()).or_default().push(OutMsg {
+                key,
+                payload: Bytes::from(r.payload.clone()),
+            });
+        }
+        for (queue, msgs) in by_queue {
+            // A queue removed from the config since falls back to the default queue
+            // (queue_config); None only if that is gone too.
+            let Some(q) = engine.queue_config(queue) else {
+                return Err(delivered);
+            };
+            let mut sent = false;
+            for p in [&q.primary, &q.backup] {
+                let Some(producer) = engine.producers.get(p) else {
+                    continue;
+                };
+                let results = producer.send_batch(&q.topic, &msgs).await;
+                let ok = results.len() == msgs.len() && results.iter().all(Result::is_ok);
+                engine.mark(p, ok);
+                if ok {
+                    sent = true;
+                    break;
+                }
+            }
+            if !sent {
+                return Err(delivered);
+            }
+            delivered += msgs.len() as u64;
+        }
+    }
+    Ok(delivered)
+}

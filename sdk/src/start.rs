@@ -1,0 +1,236 @@
+//! Starting an [`Sdk`]: the builder that connects the token store and the producers,
+//! and the live routing: the watch on the dynamic sources, and the checks a dynamic
+//! document passes before it replaces the routing in force.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{self, ConfigError, ProducerConfig, Routing, SdkConfig};
+use crate::queue::{Engine, Producer};
+// Only the broker clients built use the module path.
+#[cfg(any(feature = "kafka", feature = "rocketmq"))]
+use crate::queue;
+use crate::store::TokenStore;
+use crate::token::{KeyRing, TokenCodec};
+use crate::{Inner, Sdk, StartError};
+
+/// Builds an [`Sdk`].
+#[derive(Debug)]
+pub struct SdkBuilder {
+    config: SdkConfig,
+    keys: Option<KeyRing>,
+    producers: BTreeMap<String, Arc<dyn Producer>>,
+    watch: bool,
+}
+
+impl SdkBuilder {
+    /// A builder for `config`: keys and producers as configured, watching on.
+    pub(crate) fn new(config: SdkConfig) -> Self {
+        SdkBuilder {
+            config,
+            keys: None,
+            producers: BTreeMap::new(),
+            watch: true,
+        }
+    }
+
+    /// Uses this key ring instead of the configured/env one.
+    #[must_use]
+    pub fn key_ring(mut self, ring: KeyRing) -> Self {
+        self.keys = Some(ring);
+        self
+    }
+
+    /// Uses this producer for the configured name instead of building one.
+    #[must_use]
+    pub fn producer(mut self, name: &str, producer: Arc<dyn Producer>) -> Self {
+        self.producers.insert(name.to_string(), producer);
+        self
+    }
+
+    /// Whether to watch the dynamic sources (`[dynamic]`); on by default.
+    #[must_use]
+    pub fn watch(mut self, on: bool) -> Self {
+        self.watch = on;
+        self
+    }
+
+    /// Connects to Redis and the brokers and starts the queue tasks.
+    pub async fn start(self) -> Result<Sdk, StartError> {
+        let cfg = self.config;
+        let ring = match self.keys {
+            Some(r) => r,
+            None => match &cfg.token.keys_file {
+                Some(path) => KeyRing::from_file(path, None)?,
+                None => KeyRing::from_env()?,
+            },
+        };
+        let store = TokenStore::connect(cfg.store.clone()).await?;
+        let timeout = Duration::from_millis(cfg.batch.send_timeout_ms);
+        let mut producers = self.producers;
+        for (name, p) in &cfg.producers {
+            if producers.contains_key(name) {
+                continue;
+            }
+            let made: Arc<dyn Producer> = match p {
+                #[cfg(feature = "kafka")]
+                ProducerConfig::Kafka { brokers, settings } => Arc::new(
+                    queue::producer::KafkaProducer::new(name, brokers, settings, timeout)?,
+                ),
+                #[cfg(feature = "rocketmq")]
+                ProducerConfig::Rocketmq { namesrv, group } => {
+                    let rt = queue::rocketmq_runtime("reward-sdk-producer").map_err(|reason| {
+                        queue::ProduceError {
+                            producer: name.clone(),
+                            reason,
+                        }
+                    })?;
+                    Arc::new(
+                        queue::producer::RocketMqProducer::start(name, rt, namesrv, group, timeout)
+                            .await?,
+                    )
+                }
+                // Refused when the config was read; kept for a config built by hand.
+                #[allow(unreachable_patterns)]
+                other => {
+                    return Err(StartError::Config(ConfigError::Invalid(format!(
+                        "producer {name}: {}",
+                        config::not_built(other).unwrap_or("kind not built")
+                    ))));
+                }
+            };
+            producers.insert(name.clone(), made);
+        }
+        let routing = Arc::new(ArcSwap::from_pointee(cfg.routing.clone()));
+        let engine = Engine::start(
+            routing.clone(),
+            producers,
+            cfg.batch.clone(),
+            cfg.retry.clone(),
+            cfg.spool.clone(),
+        )?;
+        let inner = Arc::new(Inner {
+            codec: TokenCodec::new(ring),
+            store,
+            engine,
+            routing,
+            watcher: std::sync::Mutex::new(None),
+            config: cfg,
+        });
+        let sdk = Sdk { inner };
+        if self.watch {
+            sdk.start_watch();
+        }
+        Ok(sdk)
+    }
+}
+
+impl Sdk {
+    /// Watches the dynamic sources (`[dynamic]`), if any are set, and applies each
+    /// change laid over the start-up routing.
+    fn start_watch(&self) {
+        let dynamic = &self.inner.config.dynamic;
+        if dynamic.file.is_none() && dynamic.redis_key.is_none() {
+            return;
+        }
+        let sources = reward_runtime::dynamic::Sources {
+            base: toml::Table::new(),
+            file: dynamic.file.clone(),
+            redis: dynamic
+                .redis_key
+                .clone()
+                .map(|k| (self.inner.store.pool().clone(), k)),
+            poll: Duration::from_millis(dynamic.poll_ms.unwrap_or(500)),
+        };
+        let me = Arc::downgrade(&self.inner);
+        let apply: reward_runtime::dynamic::Apply = Arc::new(move |doc: &toml::Table| {
+            let Some(inner) = me.upgrade() else {
+                return Ok(());
+            };
+            // The sources carry changes: lay them over the start-up routing, so a key
+            // removed from the sources goes back to its start-up value.
+            let mut full = routing_table(&inner.config.routing);
+            reward_runtime::dynamic::merge(&mut full, doc);
+            Sdk { inner }.apply_config(&full).map_err(|e| e.to_string())
+        });
+        let handle = sources.watch(vec![apply]);
+        if let Ok(mut w) = self.inner.watcher.lock() {
+            *w = Some(handle);
+        }
+    }
+}
+
+/// The routing a whole dynamic document gives an SDK started with `config`, or why it
+/// is refused (inconsistent, or a queue that had no buffer at start-up).
+pub(crate) fn routing_of(config: &SdkConfig, doc: &toml::Table) -> Result<Routing, ConfigError> {
+    let routing = Routing::from_table(doc, &config.producers, config.limits.max_amount)?;
+    let known = &config.routing.queues;
+    if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
+        return Err(ConfigError::Invalid(format!(
+            "queue {q} did not exist at start-up; adding a queue needs a restart"
+        )));
+    }
+    Ok(routing)
+}
+
+/// Whether an SDK started with `config` would take `overrides` (the shared dynamic
+/// document's changes, as `ops/config` writes them) laid over its start-up routing:
+/// the check every running instance makes, for tools that want to refuse a change
+/// before writing it. Returns the routing that would result.
+///
+/// ```
+/// let cfg = sdk::config::SdkConfig::from_toml_str(r#"
+///     default_queue = "massive"
+///     [store]
+///     redis_url = "redis://127.0.0.1:16379"
+///     [producers.kafka]
+///     kind = "kafka"
+///     brokers = "127.0.0.1:19092"
+///     [queues.massive]
+///     topic = "reward-massive"
+///     primary = "kafka"
+///     backup = "kafka"
+///     [types.cash]
+/// "#).unwrap();
+/// let ok = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
+/// assert_eq!(sdk::check_dynamic(&cfg, &ok).unwrap().queues["massive"].ratio, 80);
+/// let bad = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
+/// assert!(sdk::check_dynamic(&cfg, &bad).is_err());
+/// ```
+pub fn check_dynamic(config: &SdkConfig, overrides: &toml::Table) -> Result<Routing, ConfigError> {
+    let mut full = routing_table(&config.routing);
+    reward_runtime::dynamic::merge(&mut full, overrides);
+    routing_of(config, &full)
+}
+
+/// The routing as a TOML document (the dynamic sections only).
+fn routing_table(r: &Routing) -> toml::Table {
+    let mut doc = toml::Table::new();
+    let mut queues = toml::Table::new();
+    for (name, q) in &r.queues {
+        let mut t = toml::Table::new();
+        t.insert("topic".into(), q.topic.clone().into());
+        t.insert("primary".into(), q.primary.clone().into());
+        t.insert("backup".into(), q.backup.clone().into());
+        t.insert("ratio".into(), i64::from(q.ratio).into());
+        queues.insert(name.clone(), t.into());
+    }
+    let mut types = toml::Table::new();
+    for (name, ty) in &r.types {
+        let mut t = toml::Table::new();
+        if let Some(q) = &ty.queue {
+            t.insert("queue".into(), q.clone().into());
+        }
+        if let Some(m) = ty.max_amount {
+            t.insert("max_amount".into(), m.into());
+        }
+        types.insert(name.clone(), t.into());
+    }
+    doc.insert("queues".into(), queues.into());
+    doc.insert("types".into(), types.into());
+    doc.insert("default_queue".into(), r.default_queue.clone().into());
+    doc
+}
