@@ -58,12 +58,10 @@ pub const ENV_PREFIX: &str = "REWARD_CONSUMER__";
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read, is not TOML, or an override does not fit it.
+    /// The file could not be read, is not TOML, has a field of the wrong type or
+    /// name, or an override does not fit it.
     #[error(transparent)]
     Document(#[from] reward_runtime::env::DocumentError),
-    /// Not valid TOML, or a field of the wrong type or name.
-    #[error("parsing: {0}")]
-    Parse(String),
     /// A value out of range.
     #[error("invalid: {0}")]
     Invalid(String),
@@ -269,16 +267,12 @@ struct Raw {
 impl ConsumerConfig {
     /// Reads `path` with the process environment's overrides and credential.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let (text, env) = reward_runtime::env::read_file(path)?;
-        Self::from_toml_str(&text, &env)
+        reward_runtime::env::load(path, Self::from_toml_str)
     }
 
     /// Parses a document; `env` supplies overrides and the credential.
     pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let doc = reward_runtime::env::service_document(text, env, ENV_PREFIX)?;
-        let raw: Raw = toml::Value::Table(doc)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let raw: Raw = reward_runtime::env::service_raw(text, env, ENV_PREFIX)?;
         let sdk = sdk::config::SdkConfig::from_table(&raw.sdk)?;
         let mut limits_doc = toml::Table::new();
         if let Some(l) = &raw.limits {

@@ -94,12 +94,10 @@ use self::sections::{
 /// Configuration failures, each naming what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read, is not TOML, or an override does not fit it.
+    /// The file could not be read, is not TOML, has the wrong shape, or an override
+    /// does not fit it.
     #[error("config: {0}")]
     Document(#[from] reward_runtime::env::DocumentError),
-    /// The TOML does not parse or has the wrong shape.
-    #[error("config: {0}")]
-    Parse(String),
     /// A value is out of range or inconsistent.
     #[error("config: {0}")]
     Invalid(String),
@@ -301,16 +299,12 @@ impl ServiceConfig {
     /// Reads `path`, applies `REWARD_SERVICE__*` (and, to the `[sdk]` section,
     /// `REWARD_SDK__*`) overrides and the credential from the environment, validates.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let (text, env) = reward_runtime::env::read_file(path)?;
-        Self::from_toml_str(&text, &env)
+        reward_runtime::env::load(path, Self::from_toml_str)
     }
 
     /// Parses a document with the given environment (overrides and credential).
     pub fn from_toml_str(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
-        let doc = reward_runtime::env::service_document(text, env, ENV_PREFIX)?;
-        let raw: Raw = toml::Value::Table(doc)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let raw: Raw = reward_runtime::env::service_raw(text, env, ENV_PREFIX)?;
         let sdk = sdk::config::SdkConfig::from_table(&raw.sdk)?;
         let server = server_config(raw.server)?;
         let claims = claim_config(raw.claims)?;

@@ -13,10 +13,10 @@ use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_config, uniqu
 use proto::v1::reward_service_client::RewardServiceClient;
 use proto::v1::{
     GrantAsyncRequest, GrantBatchRequest, GrantOutcome, GrantRequest, RewardEvent, RewardToken,
-    UserInfo,
 };
 use reward_service::downstream::Ledger;
 use reward_service::server::{Running, start};
+use reward_testkit::event;
 use sdk::request::{RedEnvelopeRain, User};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
@@ -336,21 +336,6 @@ async fn bad_http_inputs_get_their_documented_errors() {
 
     assert_eq!(r.shutdown().await.left, 0);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-fn event(trade_no: &str, user: &str, ty: &str, amount: i64) -> RewardEvent {
-    RewardEvent {
-        trade_no: trade_no.into(),
-        user: Some(UserInfo {
-            user_id: user.into(),
-            ..Default::default()
-        }),
-        activity_id: "cny".into(),
-        scene_id: "rain".into(),
-        reward_type: ty.into(),
-        amount,
-        ..Default::default()
-    }
 }
 
 fn authed<T>(msg: T) -> tonic::Request<T> {

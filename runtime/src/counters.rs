@@ -45,6 +45,17 @@ impl Counted {
         }
     }
 
+    /// A count of `name` labelled `key = value`, for a value known only at run time
+    /// (a producer's name): registered once, when the count is made.
+    pub fn with_label(name: &'static str, key: &'static str, value: &str) -> Self {
+        let key = Key::from_parts(name, vec![Label::new(key, value.to_string())]);
+        let metric = metrics::with_recorder(|r| r.register_counter(&key, &metadata()));
+        Self {
+            n: AtomicU64::new(0),
+            metric,
+        }
+    }
+
     /// Adds `k`.
     pub fn add(&self, k: u64) {
         self.n.fetch_add(k, Ordering::Relaxed);

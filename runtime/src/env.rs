@@ -38,6 +38,30 @@ pub fn read_file(path: &Path) -> Result<(String, Vec<(String, String)>), Documen
     Ok((text, std::env::vars().collect()))
 }
 
+/// How every service loads its configuration: reads `path` and the process
+/// environment, then hands both to `parse` (the service's own `from_toml_str`, which
+/// tests call with an environment of their own).
+pub fn load<T, E: From<DocumentError>>(
+    path: &Path,
+    parse: impl FnOnce(&str, &[(String, String)]) -> Result<T, E>,
+) -> Result<T, E> {
+    let (text, env) = read_file(path)?;
+    parse(&text, &env)
+}
+
+/// [`service_document`], then deserialized into `R`, the service's raw shape (unknown
+/// keys and wrong types are refused there, with serde's message).
+pub fn service_raw<R: serde::de::DeserializeOwned>(
+    text: &str,
+    env: &[(String, String)],
+    prefix: &str,
+) -> Result<R, DocumentError> {
+    let doc = service_document(text, env, prefix)?;
+    toml::Value::Table(doc)
+        .try_into()
+        .map_err(|e: toml::de::Error| DocumentError::Parse(e.to_string()))
+}
+
 /// Parses `text` and applies `env`'s overrides: `{prefix}SECTION__KEY=value` anywhere
 /// in the document, then [`SDK_PREFIX`] ones inside its `[sdk]` section (when it has
 /// one).

@@ -3,7 +3,8 @@
 //!
 //! - this module: the local stack's addresses, checked (a test that needs a server
 //!   and finds none fails loudly with the command that starts it, never skips),
-//!   unique names and directories, the repository root, running a command.
+//!   unique names and directories, the repository root, running a command, a test
+//!   reward event.
 //! - [`readback`]: reading back what reached a Kafka or RocketMQ topic, counted by
 //!   trade number (every one at least once, duplicates, undecodable messages).
 //!
@@ -37,6 +38,22 @@ fn reachable(what: &str, addr: &str) {
         "{what} at {addr} is not answering; start the local stack with `ops/stack up` \
          (and `eval \"$(ops/stack env)\"` for non-default ports)"
     );
+}
+
+/// A reward event of activity `cny`, scene `rain` (the scene test services budget).
+pub fn event(trade_no: &str, user: &str, reward_type: &str, amount: i64) -> proto::v1::RewardEvent {
+    proto::v1::RewardEvent {
+        trade_no: trade_no.into(),
+        user: Some(proto::v1::UserInfo {
+            user_id: user.into(),
+            ..Default::default()
+        }),
+        activity_id: "cny".into(),
+        scene_id: "rain".into(),
+        reward_type: reward_type.into(),
+        amount,
+        ..Default::default()
+    }
 }
 
 /// The stack's Redis URL; panics (never skips) if Redis is down.

@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::*;
 use prost::Message as _;
-use proto::v1::{DeadLetter, RewardEvent, UserInfo};
+use proto::v1::{DeadLetter, RewardEvent};
 use reward_consumer::config::ConsumerConfig;
 use reward_service::downstream::Ledger;
 use reward_tools::stack::{QueueSpec, SdkSection};
 
-pub use reward_testkit::{CREDENTIAL, stack};
+#[allow(unused_imports)] // each test file uses its own part of the kit
+pub use reward_testkit::{CREDENTIAL, event, stack};
 
 pub fn tag(prefix: &str) -> String {
     reward_testkit::unique(prefix)
@@ -256,22 +257,6 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
 pub fn consumer_config(text: &str) -> ConsumerConfig {
     let env = vec![("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string())];
     ConsumerConfig::from_toml_str(text, &env).unwrap_or_else(|e| panic!("consumer config: {e}"))
-}
-
-/// An event of scene `cny/rain`.
-pub fn event(trade_no: &str, user: &str, reward_type: &str, amount: i64) -> RewardEvent {
-    RewardEvent {
-        trade_no: trade_no.into(),
-        user: Some(UserInfo {
-            user_id: user.into(),
-            ..Default::default()
-        }),
-        activity_id: "cny".into(),
-        scene_id: "rain".into(),
-        reward_type: reward_type.into(),
-        amount,
-        ..Default::default()
-    }
 }
 
 /// An SDK on the test's queues, to put events on the events topic.

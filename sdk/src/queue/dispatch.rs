@@ -85,8 +85,9 @@ async fn failover(
         .stats
         .failovers
         .fetch_add(failed.len() as u64, Ordering::Relaxed);
-    metrics::counter!("reward_sdk_failovers_total", "from" => first.to_string())
-        .increment(failed.len() as u64);
+    if let Some(h) = engine.health.get(first) {
+        h.failovers_from.increment(failed.len() as u64);
+    }
     engine.attempt(second, &q.topic, failed).await
 }
 
@@ -133,8 +134,10 @@ impl Engine {
             .collect();
         let start = Instant::now();
         let results = p.send_batch(topic, &msgs).await;
-        metrics::histogram!("reward_sdk_send_seconds", "producer" => producer.to_string())
-            .record(start.elapsed().as_secs_f64());
+        let health = self.health.get(producer);
+        if let Some(h) = health {
+            h.send_seconds.record(start.elapsed().as_secs_f64());
+        }
         let mut failed = Vec::new();
         let mut ok = 0u64;
         let mut last_err = None;
@@ -162,11 +165,9 @@ impl Engine {
         }
         if ok > 0 {
             self.stats.delivered.fetch_add(ok, Ordering::Relaxed);
-            if let Ok(mut m) = self.stats.per_producer.lock() {
-                *m.entry(producer.to_string()).or_default() += ok;
+            if let Some(h) = health {
+                h.sent.add(ok);
             }
-            metrics::counter!("reward_sdk_sent_total", "producer" => producer.to_string())
-                .increment(ok);
             self.settle(ok);
         }
         failed
@@ -190,8 +191,7 @@ impl Engine {
         }
         let n = envs.len() as u64;
         self.retry_backlog.fetch_add(n, Ordering::Relaxed);
-        self.stats.retries.fetch_add(n, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_retries_total").increment(n);
+        self.stats.retries.add(n);
         let engine = self.clone();
         let q = q.clone();
         tokio::spawn(async move {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use reward_runtime::counters::Counted;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::dispatch::dispatch;
@@ -16,11 +17,31 @@ use super::{CloseReport, EnqueueError, Envelope, Producer, QueueStats, Slot, Sta
 use crate::config::{BatchConfig, QueueConfig, RetryConfig, Routing, SpoolConfig};
 use crate::spool::{Spool, SpoolError};
 
-#[derive(Debug, Default)]
+/// One producer's state: its run of failures and its metric handles, registered
+/// once when the engine starts (never looked up by name per batch).
+#[derive(Debug)]
 pub(super) struct Health {
     /// Milliseconds since the SDK started at which the current run of failures
     /// began; -1 while the producer is healthy.
     pub(super) failing_since: AtomicI64,
+    /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
+    pub(super) sent: Counted,
+    /// Events that failed over from it to their second producer.
+    pub(super) failovers_from: metrics::Counter,
+    /// Its batch send times.
+    pub(super) send_seconds: metrics::Histogram,
+}
+
+impl Health {
+    fn new(producer: &str) -> Self {
+        let name = producer.to_string();
+        Self {
+            failing_since: AtomicI64::new(-1),
+            sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
+            failovers_from: metrics::counter!("reward_sdk_failovers_total", "from" => name.clone()),
+            send_seconds: metrics::histogram!("reward_sdk_send_seconds", "producer" => name),
+        }
+    }
 }
 
 /// Everything the queue tasks share.
@@ -67,11 +88,7 @@ impl Engine {
         let (spool_tx, spool_rx) = mpsc::unbounded_channel();
         let health = producers
             .keys()
-            .map(|k| {
-                let h = Health::default();
-                h.failing_since.store(-1, Ordering::Relaxed);
-                (k.clone(), h)
-            })
+            .map(|k| (k.clone(), Health::new(k)))
             .collect();
         let queues: Vec<String> = routing.load().queues.keys().cloned().collect();
         let engine = Arc::new(Self {
@@ -86,7 +103,7 @@ impl Engine {
             settled: Notify::new(),
             retry_backlog: AtomicU64::new(0),
             closing: AtomicBool::new(false),
-            stats: QueueStats::default(),
+            stats: QueueStats::new(),
             spool_tx,
             spool_bytes: spool_bytes.clone(),
             senders: Mutex::new(HashMap::new()),
@@ -177,7 +194,14 @@ impl Engine {
     }
 
     pub(crate) fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot(self.unsettled.load(Ordering::Acquire))
+        let per_producer = self
+            .health
+            .iter()
+            .filter(|(_, h)| h.sent.get() > 0)
+            .map(|(name, h)| (name.clone(), h.sent.get()))
+            .collect();
+        self.stats
+            .snapshot(self.unsettled.load(Ordering::Acquire), per_producer)
     }
 
     pub(crate) fn spool_bytes(&self) -> u64 {

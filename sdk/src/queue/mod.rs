@@ -36,10 +36,10 @@ mod envelope;
 mod spool_worker;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use reward_runtime::counters::Counted;
 use tokio::sync::mpsc;
 
 pub(crate) use engine::Engine;
@@ -55,17 +55,18 @@ pub fn bucket(user_id: &str) -> u8 {
     u8::try_from(n % 100).unwrap_or(0)
 }
 
-/// Counts since start; read them with [`QueueStats::snapshot`].
-#[derive(Debug, Default)]
+/// Counts since start; read them with [`QueueStats::snapshot`]. Those with a
+/// Prometheus counter of their own are [`Counted`]: the number read here and the
+/// metric move in one step. Per-producer counts live with each producer's health.
+#[derive(Debug)]
 pub struct QueueStats {
     accepted: AtomicU64,
     delivered: AtomicU64,
     failovers: AtomicU64,
-    retries: AtomicU64,
-    spooled: AtomicU64,
-    replayed: AtomicU64,
-    logged: AtomicU64,
-    per_producer: Mutex<BTreeMap<String, u64>>,
+    retries: Counted,
+    spooled: Counted,
+    replayed: Counted,
+    logged: Counted,
 }
 
 /// A copy of the counters.
@@ -92,21 +93,29 @@ pub struct StatsSnapshot {
 }
 
 impl QueueStats {
-    fn snapshot(&self, unsettled: u64) -> StatsSnapshot {
+    fn new() -> Self {
+        Self {
+            accepted: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+            retries: Counted::new("reward_sdk_retries_total", &[]),
+            spooled: Counted::new("reward_sdk_spooled_total", &[]),
+            replayed: Counted::new("reward_sdk_replayed_total", &[]),
+            logged: Counted::new("reward_sdk_logged_total", &[]),
+        }
+    }
+
+    fn snapshot(&self, unsettled: u64, per_producer: BTreeMap<String, u64>) -> StatsSnapshot {
         StatsSnapshot {
             accepted: self.accepted.load(Ordering::Relaxed),
             delivered: self.delivered.load(Ordering::Relaxed),
             failovers: self.failovers.load(Ordering::Relaxed),
-            retries: self.retries.load(Ordering::Relaxed),
-            spooled: self.spooled.load(Ordering::Relaxed),
-            replayed: self.replayed.load(Ordering::Relaxed),
-            logged: self.logged.load(Ordering::Relaxed),
+            retries: self.retries.get(),
+            spooled: self.spooled.get(),
+            replayed: self.replayed.get(),
+            logged: self.logged.get(),
             unsettled,
-            per_producer: self
-                .per_producer
-                .lock()
-                .map(|m| m.clone())
-                .unwrap_or_default(),
+            per_producer,
         }
     }
 }

@@ -38,8 +38,7 @@ impl Engine {
 
     fn last_resort(&self, e: &Envelope, why: &str) {
         e.notify(Settled::Logged);
-        self.stats.logged.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_logged_total").increment(1);
+        self.stats.logged.inc();
         tracing::error!(
             queue = %e.queue,
             trade_no = %e.key,
@@ -153,8 +152,7 @@ fn settle_pending(
         for p in pending.iter() {
             p.notify(Settled::Spooled);
         }
-        engine.stats.spooled.fetch_add(n, Ordering::Relaxed);
-        metrics::counter!("reward_sdk_spooled_total").increment(n);
+        engine.stats.spooled.add(n);
     }
     pending.clear();
     engine.settle(n);
@@ -221,15 +219,11 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
                 rx.await
                     .map_err(|_| "spool thread gone".to_string())?
                     .map_err(|e| e.to_string())?;
-                engine
-                    .stats
-                    .replayed
-                    .fetch_add(delivered, Ordering::Relaxed);
+                engine.stats.replayed.add(delivered);
                 engine
                     .stats
                     .delivered
                     .fetch_add(delivered, Ordering::Relaxed);
-                metrics::counter!("reward_sdk_replayed_total").increment(delivered);
             }
             Err(delivered) => {
                 // Some records may have gone out before the failure: they go again

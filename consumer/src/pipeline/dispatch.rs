@@ -1,0 +1,394 @@
+//! The dispatcher: admits each fetched message, queues it by priority, applies the
+//! type and global limits, and sends batches to the service's `GrantBatch`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use prost::Message as _;
+use proto::v1::{GrantBatchRequest, RewardEvent};
+use tokio::sync::mpsc;
+
+use reward_runtime::clock::now_ms;
+
+use crate::limits::Verdict;
+
+use super::settle::{GRANT_ATTEMPTS, grant_backoff};
+use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready};
+use proto::reasons::DeadLetterReason;
+
+impl Pipeline {
+    /// Handles every item received until the sender is dropped, then waits for the
+    /// batches and side tasks in flight.
+    pub async fn run(self, mut rx: mpsc::Receiver<Item>) {
+        let mut queues: BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>> = BTreeMap::new();
+        // Per type: messages over the type's rate, waiting for its next credit.
+        let mut held: BTreeMap<String, VecDeque<Ready>> = BTreeMap::new();
+        let mut batch: Vec<Ready> = Vec::new();
+        let mut batch_started = Instant::now();
+        let mut open = true;
+        loop {
+            // Take everything already waiting, without blocking.
+            self.take_waiting(&mut rx, &mut open, &mut queues);
+            if !open && queues.is_empty() {
+                // Closing: what waits for its type's rate is parked, not waited for.
+                self.park_held(&mut held).await;
+            }
+            let next = self.next_ready(&mut queues, &mut held).await;
+            let Some(ready) = next else {
+                // Nothing ready: send what we have, then wait for more (or, with
+                // messages held, for their types' next credits).
+                if !batch.is_empty() {
+                    self.flush(std::mem::take(&mut batch)).await;
+                }
+                if !open {
+                    break;
+                }
+                self.wait_for_item(&mut rx, held.is_empty(), &mut queues, &mut open)
+                    .await;
+                continue;
+            };
+            self.take_global_credit(&mut batch).await;
+            if batch.is_empty() {
+                batch_started = Instant::now();
+            }
+            batch.push(ready);
+            if batch.len() >= self.inner.cfg.batch || batch_started.elapsed() >= LINGER {
+                self.flush(std::mem::take(&mut batch)).await;
+            }
+        }
+        self.drain().await;
+    }
+
+    /// Admits every item already waiting in `rx`, without blocking; `open` turns false
+    /// when the sender is gone.
+    fn take_waiting(
+        &self,
+        rx: &mut mpsc::Receiver<Item>,
+        open: &mut bool,
+        queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
+    ) {
+        while *open {
+            match rx.try_recv() {
+                Ok(item) => self.admit(item, queues),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => *open = false,
+            }
+        }
+    }
+
+    /// Parks every held message for `limited_delay_ms` (used when closing).
+    async fn park_held(&self, held: &mut BTreeMap<String, VecDeque<Ready>>) {
+        for (_, q) in std::mem::take(held) {
+            for ready in q {
+                self.park_later(ready, Park::Limited, None).await;
+            }
+        }
+    }
+
+    /// The next message to batch: a held one whose type has a credit now, else the
+    /// first queued one (highest priority first) that passes its type's limit.
+    async fn next_ready(
+        &self,
+        queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
+        held: &mut BTreeMap<String, VecDeque<Ready>>,
+    ) -> Option<Ready> {
+        // A held message whose type has a credit now goes first; then new ones.
+        // Held messages go first, unless a higher-priority type is queued.
+        let top = queues.keys().next().map(|p| p.0);
+        let mut next = self.release_held(held, top).await;
+        while next.is_none() {
+            let Some(ready) = queues.iter_mut().find_map(|(_, q)| q.pop_front()) else {
+                break;
+            };
+            next = self.type_gate(ready, held).await;
+        }
+        queues.retain(|_, q| !q.is_empty());
+        next
+    }
+
+    /// Waits for the next item and admits it: without limit when nothing is held,
+    /// else at most `HELD_POLL`; `open` turns false when the sender is gone.
+    async fn wait_for_item(
+        &self,
+        rx: &mut mpsc::Receiver<Item>,
+        held_is_empty: bool,
+        queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
+        open: &mut bool,
+    ) {
+        let recv = if held_is_empty {
+            rx.recv().await.map(Some)
+        } else {
+            match tokio::time::timeout(HELD_POLL, rx.recv()).await {
+                Ok(r) => r.map(Some),
+                Err(_) => Some(None),
+            }
+        };
+        match recv {
+            Some(Some(item)) => self.admit(item, queues),
+            Some(None) => {}
+            None => *open = false,
+        }
+    }
+
+    /// Takes one credit of the global limit. When it has to wait, the batch so far is
+    /// sent first and the wait is counted.
+    async fn take_global_credit(&self, batch: &mut Vec<Ready>) {
+        if !self.inner.limits.try_global() {
+            // About to wait: send what we have first, so a binding limit paces
+            // credits one by one instead of in batch-sized lumps.
+            if !batch.is_empty() {
+                self.flush(std::mem::take(batch)).await;
+            }
+            self.inner.stats.limiter_wait();
+            self.inner.limits.global().await;
+        }
+    }
+
+    /// Waits for every batch, then every side task (batches start side tasks).
+    async fn drain(&self) {
+        let n = u32::try_from(self.inner.cfg.concurrency.max(1)).unwrap_or(u32::MAX);
+        let _ = self.inner.batches.acquire_many(n).await;
+        loop {
+            let done = self.inner.side_done.notified();
+            if self.inner.side_pending.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            done.await;
+        }
+    }
+
+    /// The next message allowed by its type's limit: a held one whose type has a
+    /// credit now (highest priority first, none below `above`), else none. Held messages of a type that
+    /// became fused are parked.
+    async fn release_held(
+        &self,
+        held: &mut BTreeMap<String, VecDeque<Ready>>,
+        above: Option<u8>,
+    ) -> Option<Ready> {
+        let limits = &self.inner.limits;
+        // A type fused meanwhile gives its held messages to the delay queue at once,
+        // whatever its priority, so they do not sit in the window while it is fused.
+        let fused: Vec<String> = held
+            .keys()
+            .filter(|t| limits.is_fused(t))
+            .cloned()
+            .collect();
+        for t in fused {
+            for ready in held.remove(&t).unwrap_or_default() {
+                self.park_later(ready, Park::Fused, None).await;
+            }
+        }
+        let mut order: Vec<(u8, String)> = held
+            .keys()
+            .map(|t| (limits.priority(t), t.clone()))
+            .filter(|(p, _)| above.is_none_or(|a| *p >= a))
+            .collect();
+        order.sort_by_key(|o| std::cmp::Reverse(o.0));
+        let mut out = None;
+        for (_, t) in order {
+            match limits.check(&t) {
+                Verdict::Pass => {
+                    out = held.get_mut(&t).and_then(VecDeque::pop_front);
+                }
+                Verdict::Fused => {
+                    for ready in held.remove(&t).unwrap_or_default() {
+                        self.park_later(ready, Park::Fused, None).await;
+                    }
+                }
+                Verdict::Limited => {}
+            }
+            if out.is_some() {
+                break;
+            }
+        }
+        held.retain(|_, q| !q.is_empty());
+        out
+    }
+
+    /// Applies the type limit to a new message: `Some` if it may go on now; otherwise
+    /// it is held (its type has room to hold it) or parked.
+    async fn type_gate(
+        &self,
+        ready: Ready,
+        held: &mut BTreeMap<String, VecDeque<Ready>>,
+    ) -> Option<Ready> {
+        let t = ready.event.reward_type.clone();
+        let waiting = held.get(&t).is_some_and(|q| !q.is_empty());
+        let verdict = if waiting {
+            // Others of this type are already waiting: keep their order.
+            if self.inner.limits.is_fused(&t) {
+                Verdict::Fused
+            } else {
+                Verdict::Limited
+            }
+        } else {
+            self.inner.limits.check(&t)
+        };
+        match verdict {
+            Verdict::Pass => Some(ready),
+            Verdict::Fused => {
+                self.park_later(ready, Park::Fused, None).await;
+                None
+            }
+            Verdict::Limited => {
+                let room = self.hold_room(&t);
+                let q = held.entry(t).or_default();
+                if q.len() < room {
+                    q.push_back(ready);
+                } else {
+                    self.park_later(ready, Park::Limited, None).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// How many messages of a type may wait in memory for its rate (`hold_ms` worth).
+    fn hold_room(&self, reward_type: &str) -> usize {
+        let rate = self.inner.limits.limit_of(reward_type).rate;
+        let n = rate * self.inner.cfg.hold_ms as f64 / 1000.0;
+        (n.ceil() as usize).clamp(1, self.inner.cfg.window)
+    }
+
+    /// Decodes an item and queues it by priority (or settles it at once).
+    fn admit(&self, item: Item, queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>) {
+        let stats = &self.inner.stats;
+        stats.consumed();
+        let event = match RewardEvent::decode(item.raw.as_ref()) {
+            Ok(e) => e,
+            Err(e) => {
+                stats.decode_error();
+                let me = self.clone();
+                let why = e.to_string();
+                self.side(async move {
+                    me.dead_letter(None, item, DeadLetterReason::Decode, &why)
+                        .await;
+                });
+                return;
+            }
+        };
+        // Ids the service could never key, or a reward type the SDK's routing does not
+        // declare, settle now: every per-type structure (limits, held lines, delay
+        // queues, metric labels) stays bounded by the declared types, whatever a
+        // hostile payload carries.
+        let unknown_type = !self
+            .inner
+            .sdk
+            .routing()
+            .types
+            .contains_key(&event.reward_type);
+        if let Err((field, problem)) = proto::ids::check_event(&event) {
+            let me = self.clone();
+            let why = format!("{field} {problem}");
+            self.side(async move {
+                me.dead_letter(Some(event), item, DeadLetterReason::Invalid, &why)
+                    .await;
+            });
+            return;
+        }
+        if unknown_type {
+            let me = self.clone();
+            self.side(async move {
+                me.dead_letter(
+                    Some(event),
+                    item,
+                    DeadLetterReason::UnknownType,
+                    "UNKNOWN_TYPE",
+                )
+                .await;
+            });
+            return;
+        }
+        if event.not_before_ms > now_ms() + 50 {
+            let me = self.clone();
+            let due = event.not_before_ms;
+            self.side(async move {
+                me.park(Ready { item, event }, Park::Early, due).await;
+            });
+            return;
+        }
+        let p = self.inner.limits.priority(&event.reward_type);
+        queues
+            .entry(std::cmp::Reverse(p))
+            .or_default()
+            .push_back(Ready { item, event });
+    }
+
+    /// Runs a side task (park, dead letter), at most `SIDE_TASKS` at once.
+    pub(super) fn side(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.side_with(None, f);
+    }
+
+    /// As `side`, with a permit already taken (or to be taken in the task).
+    pub(super) fn side_with(
+        &self,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.inner.side_pending.fetch_add(1, Ordering::AcqRel);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _permit = match permit {
+                Some(p) => Some(p),
+                None => me.inner.side.clone().acquire_owned().await.ok(),
+            };
+            f.await;
+            if me.inner.side_pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                me.inner.side_done.notify_waiters();
+            }
+        });
+    }
+
+    /// Sends a batch once a slot is free.
+    async fn flush(&self, batch: Vec<Ready>) {
+        let permit = self.inner.batches.clone().acquire_owned().await;
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            me.grant(batch).await;
+        });
+    }
+
+    /// One GrantBatch call and the settling of its results.
+    async fn grant(&self, batch: Vec<Ready>) {
+        let mut answer = None;
+        for attempt in 0..GRANT_ATTEMPTS {
+            // The events are copied into each attempt's request (once, normally).
+            let mut req = tonic::Request::new(GrantBatchRequest {
+                events: batch.iter().map(|r| r.event.clone()).collect(),
+            });
+            req.metadata_mut()
+                .insert("authorization", self.inner.auth.clone());
+            req.set_timeout(self.inner.timeout);
+            let mut client = self.inner.client.clone();
+            match client.grant_batch(req).await {
+                Ok(resp) => {
+                    answer = Some(resp.into_inner().results);
+                    break;
+                }
+                Err(status) => {
+                    self.inner.stats.service_error();
+                    tracing::warn!(code = ?status.code(), message = status.message(), attempt,
+                        "GrantBatch failed");
+                    if matches!(
+                        status.code(),
+                        tonic::Code::InvalidArgument | tonic::Code::Unauthenticated
+                    ) {
+                        break;
+                    }
+                    if attempt + 1 < GRANT_ATTEMPTS {
+                        tokio::time::sleep(grant_backoff(attempt)).await;
+                    }
+                }
+            }
+        }
+        let mut results = answer.unwrap_or_default().into_iter();
+        for ready in batch {
+            let r = results
+                .next()
+                .filter(|r| r.trade_no == ready.event.trade_no);
+            self.settle(ready, r).await;
+        }
+    }
+}

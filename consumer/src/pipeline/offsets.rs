@@ -1,0 +1,168 @@
+//! The per-partition windows of in-flight offsets: which offsets a source fetched,
+//! which are settled, and what may be committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::tracker::{Generation, TrackError, Window};
+
+/// A partition: topic and number.
+pub type PartKey = (Arc<str>, i32);
+
+/// Where a message's offset is marked done.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// Its partition.
+    pub part: PartKey,
+    /// The assignment it was fetched in (0: untracked, the mark is a no-op).
+    pub generation: Generation,
+    /// Its offset.
+    pub offset: i64,
+    /// Told once the message is settled (sources whose client keeps the offsets,
+    /// RocketMQ's push consumer, wait on it).
+    pub signal: Option<std::sync::mpsc::Sender<()>>,
+}
+
+/// The windows of every partition this consumer holds.
+#[derive(Debug)]
+pub struct Offsets {
+    windows: Mutex<HashMap<PartKey, Window>>,
+    room: Notify,
+    next_generation: AtomicU64,
+    capacity: usize,
+}
+
+impl Offsets {
+    /// Windows of `capacity` offsets each.
+    pub fn new(capacity: usize) -> Self {
+        Offsets {
+            windows: Mutex::new(HashMap::new()),
+            room: Notify::new(),
+            next_generation: AtomicU64::new(1),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PartKey, Window>> {
+        // A panic while holding the lock cannot leave a window half-changed in a way
+        // that loses a commit (each method changes one window in one step).
+        self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fresh(&self) -> Window {
+        Window::new(
+            self.next_generation.fetch_add(1, Ordering::Relaxed),
+            self.capacity,
+        )
+    }
+
+    /// New assignments: each partition starts a new window (and generation).
+    pub fn assign(&self, parts: &[PartKey]) {
+        let mut w = self.lock();
+        for p in parts {
+            w.insert(p.clone(), self.fresh());
+        }
+    }
+
+    /// Revoked partitions: answers the offsets to commit for them; the rest of their
+    /// windows is dropped (late completions are ignored by generation).
+    pub fn revoke(&self, parts: &[PartKey]) -> Vec<(PartKey, i64)> {
+        let mut w = self.lock();
+        let mut out = Vec::new();
+        for p in parts {
+            if let Some(mut win) = w.remove(p)
+                && let Some(pos) = win.position()
+            {
+                win.advance();
+                out.push((p.clone(), pos));
+            }
+        }
+        self.room.notify_one();
+        out
+    }
+
+    /// Tracks a fetched offset, waiting while its window is full. `Ok(0)`: the offset
+    /// is below one already tracked (a redelivery after a seek); handle it, but its
+    /// completion marks nothing.
+    pub async fn track(&self, part: &PartKey, offset: i64) -> Generation {
+        let mut waited = false;
+        loop {
+            {
+                let mut w = self.lock();
+                let win = w.entry(part.clone()).or_insert_with(|| self.fresh());
+                if win.is_full() {
+                    win.compact();
+                }
+                match win.track(offset) {
+                    Ok(()) => return win.generation(),
+                    Err(TrackError::NotRising { .. }) => return 0,
+                    Err(TrackError::Full(_)) => {}
+                }
+            }
+            if !waited {
+                metrics::counter!("reward_consumer_window_full_total").increment(1);
+                waited = true;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(50), self.room.notified()).await;
+        }
+    }
+
+    /// Marks an offset done.
+    pub fn complete(&self, ack: &Ack) {
+        if ack.generation == 0 {
+            return;
+        }
+        let done = self
+            .lock()
+            .get_mut(&ack.part)
+            .is_some_and(|w| w.complete(ack.generation, ack.offset));
+        if done {
+            self.room.notify_one();
+        }
+    }
+
+    /// The offsets to commit now, for every partition whose finished prefix moved.
+    pub fn advance_all(&self) -> Vec<(PartKey, i64)> {
+        let mut w = self.lock();
+        w.iter_mut()
+            .filter_map(|(p, win)| win.advance().map(|o| (p.clone(), o)))
+            .collect()
+    }
+
+    /// The commit position of every partition (for the final commit on shutdown).
+    pub fn positions(&self) -> Vec<(PartKey, i64)> {
+        let mut w = self.lock();
+        w.iter_mut()
+            .filter_map(|(p, win)| {
+                win.advance();
+                win.position().map(|o| (p.clone(), o))
+            })
+            .collect()
+    }
+
+    /// Messages in flight (tracked, not yet popped) over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.lock().values().map(Window::unfinished).sum()
+    }
+
+    /// Partitions (queues) this member holds a window for.
+    pub fn assigned(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Reports window occupancy and commit lag per partition as gauges.
+    pub fn report(&self) {
+        for ((topic, partition), win) in self.lock().iter() {
+            let (t, p) = (topic.to_string(), partition.to_string());
+            metrics::gauge!("reward_consumer_window_occupancy_messages", "topic" => t.clone(), "partition" => p.clone())
+                .set(win.len() as f64);
+            metrics::gauge!("reward_consumer_commit_lag_messages", "topic" => t, "partition" => p)
+                .set(win.commit_lag() as f64);
+        }
+    }
+}

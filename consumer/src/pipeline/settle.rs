@@ -1,0 +1,306 @@
+//! What happens to a message once the service answered (or did not): done, retried
+//! after a backoff, parked in the delay queue, requeued at once, or written to the
+//! dead-letter or failure topic.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use prost::Message as _;
+use proto::v1::{DeadLetter, GrantOutcome, GrantResult, RewardEvent};
+use sdk::Sdk;
+use sdk::queue::Settled;
+
+use reward_runtime::clock::now_ms;
+
+use crate::config::PipelineConfig;
+
+use super::stats::{LastResort, Requeue};
+use super::{Item, Park, Pipeline, Ready};
+use proto::reasons::DeadLetterReason;
+
+impl Pipeline {
+    pub(super) async fn settle(&self, ready: Ready, result: Option<GrantResult>) {
+        let stats = &self.inner.stats;
+        let Some(r) = result else {
+            return self
+                .retry(ready, "SERVICE_UNAVAILABLE", Duration::ZERO)
+                .await;
+        };
+        let outcome = GrantOutcome::try_from(r.outcome).unwrap_or(GrantOutcome::Unspecified);
+        match outcome {
+            GrantOutcome::Granted | GrantOutcome::Accepted => {
+                stats.granted(&ready.event.reward_type);
+                self.done(&ready.item.ack);
+            }
+            GrantOutcome::Duplicate => {
+                stats.duplicate();
+                self.done(&ready.item.ack);
+            }
+            // Held for an operator by the service (its record lists it): retrying
+            // would only be answered the same.
+            GrantOutcome::InDoubt => {
+                stats.in_doubt();
+                tracing::warn!(trade_no = %ready.event.trade_no, "grant held in doubt for an operator");
+                self.done(&ready.item.ack);
+            }
+            GrantOutcome::FailedPermanent => {
+                stats.failed_permanent();
+                self.done(&ready.item.ack);
+            }
+            GrantOutcome::Conflict | GrantOutcome::Invalid | GrantOutcome::BudgetExhausted => {
+                let reason = match outcome {
+                    GrantOutcome::Conflict => DeadLetterReason::Conflict,
+                    GrantOutcome::Invalid => DeadLetterReason::Invalid,
+                    _ => DeadLetterReason::BudgetExhausted,
+                };
+                let me = self.clone();
+                let Ready { item, event } = ready;
+                self.side(async move {
+                    me.dead_letter(Some(event), item, reason, &r.error_code)
+                        .await;
+                });
+            }
+            GrantOutcome::FailedRetryable
+            | GrantOutcome::RetryLater
+            | GrantOutcome::Unspecified => {
+                let after = Duration::from_millis(u64::try_from(r.retry_after_ms).unwrap_or(0));
+                let code = if r.error_code.is_empty() {
+                    outcome.as_str_name().to_string()
+                } else {
+                    r.error_code
+                };
+                self.retry(ready, &code, after).await;
+            }
+        }
+    }
+
+    /// A failure a retry can fix: park with `retry_count + 1`, or dead-letter past the
+    /// maximum.
+    async fn retry(&self, ready: Ready, code: &str, after: Duration) {
+        let next = ready.event.retry_count.saturating_add(1);
+        if next > self.inner.cfg.max_retries {
+            let me = self.clone();
+            let code = code.to_string();
+            let Ready { item, event } = ready;
+            self.side(async move {
+                me.dead_letter(Some(event), item, DeadLetterReason::MaxRetries, &code)
+                    .await;
+            });
+            return;
+        }
+        let mut ready = ready;
+        ready.event.retry_count = next;
+        let delay = self.inner.cfg.backoff(next).max(after);
+        self.park_later(ready, Park::Failed, Some(delay)).await;
+    }
+
+    pub(super) async fn park_later(&self, ready: Ready, why: Park, after: Option<Duration>) {
+        let cfg = &self.inner.cfg;
+        let delay = after.unwrap_or(match why {
+            Park::Limited => Duration::from_millis(cfg.limited_delay_ms),
+            _ => Duration::from_millis(cfg.fused_delay_ms),
+        });
+        let due = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        // Waiting for a side permit here is the dispatcher's back-pressure when Redis
+        // is slow; the task itself runs concurrently.
+        let permit = self.inner.side.clone().acquire_owned().await.ok();
+        let me = self.clone();
+        self.side_with(permit, async move {
+            me.park(ready, why, due).await;
+        });
+    }
+
+    /// Parks a message until `due`, then marks it done.
+    pub(super) async fn park(&self, mut ready: Ready, why: Park, due: i64) {
+        let stats = &self.inner.stats;
+        ready.event.not_before_ms = due;
+        let encoded = Bytes::from(ready.event.encode_to_vec());
+        let parked = self
+            .inner
+            .delay
+            .park(
+                &ready.event.reward_type,
+                &ready.event.trade_no,
+                encoded.clone(),
+                due,
+            )
+            .await;
+        match parked {
+            Ok(()) => {
+                stats.requeued(match why {
+                    Park::Failed => Requeue::Failed,
+                    Park::Limited => Requeue::Limited,
+                    Park::Fused => Requeue::Fused,
+                    Park::Early => Requeue::Early,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, trade_no = %ready.event.trade_no,
+                    "delay queue refused a park; requeueing at once");
+                self.requeue_now(&ready.event, encoded).await;
+            }
+        }
+        self.done(&ready.item.ack);
+    }
+
+    /// Hands an event straight back to the virtual queue (every queue is tried);
+    /// the last resort is the log.
+    async fn requeue_now(&self, event: &RewardEvent, encoded: Bytes) {
+        let key = requeue_key(event);
+        let user = event.user.as_ref().map_or("", |u| u.user_id.as_str());
+        if let Some(Settled::Delivered | Settled::Spooled) = queue_anywhere(
+            &self.inner.sdk,
+            &self.inner.cfg,
+            event,
+            user,
+            &key,
+            &encoded,
+        )
+        .await
+        {
+            self.inner.stats.requeued(Requeue::Direct);
+            return;
+        }
+        self.last_resort(&event.trade_no, &encoded, LastResort::Requeue);
+    }
+
+    fn last_resort(&self, trade_no: &str, payload: &[u8], what: LastResort) {
+        self.inner.stats.last_resort(what);
+        let what = what.label();
+        tracing::error!(
+            trade_no,
+            what,
+            payload_b64 = %base64::engine::general_purpose::STANDARD.encode(payload),
+            "no queue took this message; logged for manual replay"
+        );
+    }
+
+    /// Writes a dead letter (or failure record) and marks the message done.
+    pub(super) async fn dead_letter(
+        &self,
+        event: Option<RewardEvent>,
+        item: Item,
+        reason: DeadLetterReason,
+        code: &str,
+    ) {
+        let (queue, other) = if reason.is_dead_letter() {
+            (
+                &self.inner.cfg.dead_letter_queue,
+                &self.inner.cfg.failure_queue,
+            )
+        } else {
+            (
+                &self.inner.cfg.failure_queue,
+                &self.inner.cfg.dead_letter_queue,
+            )
+        };
+        let trade_no = event.as_ref().map(|e| e.trade_no.clone());
+        let user = event
+            .as_ref()
+            .and_then(|e| e.user.as_ref())
+            .map(|u| u.user_id.clone())
+            .unwrap_or_default();
+        let key = trade_no.clone().unwrap_or_else(|| {
+            format!(
+                "{}:{}:{}",
+                item.ack.part.0, item.ack.part.1, item.ack.offset
+            )
+        });
+        let letter = DeadLetter {
+            event,
+            raw: item.raw.to_vec(),
+            reason: reason.as_str().to_string(),
+            error_code: code.to_string(),
+            source_topic: item.ack.part.0.to_string(),
+            dead_at_ms: now_ms(),
+        };
+        let payload = Bytes::from(letter.encode_to_vec());
+        let mut settled = false;
+        for q in [queue, other] {
+            match self
+                .inner
+                .sdk
+                .enqueue_confirmed(Some(q), None, &user, key.clone(), payload.clone())
+                .await
+            {
+                Ok((_, rx)) => {
+                    // Logged by the SDK already if neither broker nor spool took it.
+                    settled = matches!(rx.await, Ok(Settled::Delivered | Settled::Spooled));
+                    if !settled {
+                        self.inner.stats.last_resort(LastResort::DeadLetter);
+                        settled = true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %q, error = %e, "dead-letter queue refused; trying the other");
+                }
+            }
+        }
+        if settled {
+            self.inner.stats.lettered(reason);
+        } else {
+            self.last_resort(
+                trade_no.as_deref().unwrap_or(""),
+                &payload,
+                LastResort::DeadLetter,
+            );
+        }
+        self.done(&item.ack);
+    }
+}
+
+/// How often one GrantBatch is sent before its events are parked for a retry.
+pub(super) const GRANT_ATTEMPTS: u32 = 3;
+
+/// The wait before GrantBatch attempt `attempt + 1`: 500 ms times the attempt number,
+/// with ±50 % jitter so many consumers that failed together do not come back together.
+pub(super) fn grant_backoff(attempt: u32) -> Duration {
+    let base = 500 * u64::from(attempt + 1);
+    Duration::from_millis(base / 2 + rand::random_range(0..=base))
+}
+
+/// The partition key of a requeued event: `{trade_no}{retry_count}`.
+pub fn requeue_key(event: &RewardEvent) -> String {
+    format!("{}{}", event.trade_no, event.retry_count)
+}
+
+/// Queues an encoded event: its type's queue first, then every other queue but the
+/// dead-letter and failure ones; answers how it settled (`None`: no queue took it).
+pub async fn queue_anywhere(
+    sdk: &Sdk,
+    cfg: &PipelineConfig,
+    event: &RewardEvent,
+    user: &str,
+    key: &str,
+    encoded: &Bytes,
+) -> Option<Settled> {
+    let routing = sdk.routing();
+    let first = routing
+        .route(&event.reward_type)
+        .map_or(routing.default_queue.clone(), |(q, _)| q.to_string());
+    let mut order = vec![first.clone()];
+    order.extend(
+        routing
+            .queues
+            .keys()
+            .filter(|q| **q != first && **q != cfg.dead_letter_queue && **q != cfg.failure_queue)
+            .cloned(),
+    );
+    for q in order {
+        match sdk
+            .enqueue_confirmed(Some(&q), None, user, key.to_string(), encoded.clone())
+            .await
+        {
+            Ok((_, rx)) => match rx.await {
+                Ok(s @ (Settled::Delivered | Settled::Spooled)) => return Some(s),
+                _ => continue,
+            },
+            Err(e) => {
+                tracing::warn!(queue = %q, error = %e, "queue refused a requeue; trying the next");
+            }
+        }
+    }
+    None
+}
