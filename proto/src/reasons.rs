@@ -12,7 +12,7 @@ pub enum DeadLetterReason {
     Decode,
     /// The event breaks a rule the service checks (ids, amount, scene).
     Invalid,
-    /// The reward type has no downstream in the service's config.
+    /// The reward type is not one the SDK's routing declares.
     UnknownType,
     /// Every retry of a retryable failure was spent (dead-letter topic).
     MaxRetries,

@@ -1,25 +1,28 @@
 //! Counts kept once: the number a process reads (its stats file, its shutdown
 //! report, a test) and the Prometheus counter a dashboard scrapes move in one step.
 //!
-//! A [`Counted`] holds its metric handle, registered when the count is made (not
-//! looked up by name per event), next to an atomic this process reads back: the two
-//! cannot drift, and counting costs one atomic add and the recorder's own add. A
-//! [`Family`] is a labelled metric whose handles are registered once per label value
-//! (a reward type, a producer), so the hot path neither formats nor allocates a
-//! label. Handles made before the process installs its recorder count nothing in
-//! Prometheus (the `metrics` crate's rule), so binaries install it first.
+//! A [`Counted`] holds its metric handle next to an atomic this process reads back:
+//! the two cannot drift, and counting costs one atomic add and the recorder's own add.
+//! The handle is registered with the process's recorder the first time the count
+//! moves and kept after (never looked up by name per event), so a series appears when
+//! it first counts, as with the `metrics` macros, and a library that makes its counts
+//! at start-up still reports to a recorder its host installs later, as long as that
+//! is before the first event. A [`Family`] is a labelled metric whose handles are
+//! registered once per label value (a reward type, a producer), so the hot path
+//! neither formats nor allocates a label.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
-use metrics::{Counter, Key, Label};
+use metrics::{Counter, Histogram, Key, Label};
 
 /// A count this process reads back, mirrored to a Prometheus counter.
 #[derive(Debug)]
 pub struct Counted {
     n: AtomicU64,
-    metric: Counter,
+    key: Key,
+    metric: OnceLock<Counter>,
 }
 
 impl Counted {
@@ -37,29 +40,32 @@ impl Counted {
             .iter()
             .map(|(k, v)| Label::from_static_parts(k, v))
             .collect();
-        let key = Key::from_parts(name, labels);
-        let metric = metrics::with_recorder(|r| r.register_counter(&key, &metadata()));
-        Self {
-            n: AtomicU64::new(0),
-            metric,
-        }
+        Self::of(Key::from_parts(name, labels))
     }
 
     /// A count of `name` labelled `key = value`, for a value known only at run time
-    /// (a producer's name): registered once, when the count is made.
+    /// (a producer's name).
     pub fn with_label(name: &'static str, key: &'static str, value: &str) -> Self {
-        let key = Key::from_parts(name, vec![Label::new(key, value.to_string())]);
-        let metric = metrics::with_recorder(|r| r.register_counter(&key, &metadata()));
+        Self::of(Key::from_parts(
+            name,
+            vec![Label::new(key, value.to_string())],
+        ))
+    }
+
+    fn of(key: Key) -> Self {
         Self {
             n: AtomicU64::new(0),
-            metric,
+            key,
+            metric: OnceLock::new(),
         }
     }
 
     /// Adds `k`.
     pub fn add(&self, k: u64) {
         self.n.fetch_add(k, Ordering::Relaxed);
-        self.metric.increment(k);
+        self.metric
+            .get_or_init(|| metrics::with_recorder(|r| r.register_counter(&self.key, &metadata())))
+            .increment(k);
     }
 
     /// Adds one.
@@ -70,6 +76,32 @@ impl Counted {
     /// The count since this value was made.
     pub fn get(&self) -> u64 {
         self.n.load(Ordering::Relaxed)
+    }
+}
+
+/// A histogram handle registered on first use and kept (a producer's send times).
+#[derive(Debug)]
+pub struct Timing {
+    key: Key,
+    metric: OnceLock<Histogram>,
+}
+
+impl Timing {
+    /// The histogram `name` labelled `key = value`.
+    pub fn with_label(name: &'static str, key: &'static str, value: &str) -> Self {
+        Self {
+            key: Key::from_parts(name, vec![Label::new(key, value.to_string())]),
+            metric: OnceLock::new(),
+        }
+    }
+
+    /// Records one value (seconds, for `*_seconds` histograms).
+    pub fn record(&self, v: f64) {
+        self.metric
+            .get_or_init(|| {
+                metrics::with_recorder(|r| r.register_histogram(&self.key, &metadata()))
+            })
+            .record(v);
     }
 }
 

@@ -2,7 +2,7 @@
 //! compared in constant time.
 //!
 //! A credential comes from `VAR` or, when that is unset, from the file `VAR_FILE`
-//! names (one line; a trailing newline is dropped), so a secret need not sit in a
+//! names (one line; trailing whitespace and newlines are dropped), so a secret need not sit in a
 //! process's environment. It must be at least [`MIN_LEN`] bytes with no whitespace
 //! or control character. `Debug` shows its length only, and no error names its
 //! value, so a credential never reaches a log or a stored record.
@@ -53,7 +53,7 @@ impl Credential {
             (Some(v), _) => v,
             (None, Some(path)) => std::fs::read_to_string(&path)
                 .map_err(|e| CredentialError(format!("{file_var} {path}: {e}")))?
-                .trim_end_matches(['\n', '\r'])
+                .trim_end()
                 .to_string(),
             (None, None) => return Err(CredentialError(format!("set {var} or {file_var}"))),
         };

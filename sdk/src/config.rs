@@ -3,7 +3,7 @@
 //!
 //! The document has a static part (connections, token store, batching, spool; read
 //! once) and a dynamic part (`[queues]`, `[types]`, `default_queue`: ratios, routing and
-//! topics) that [`crate::dynamic`] may replace while the process runs. Both parts are
+//! topics) that [`reward_runtime::dynamic`] may replace while the process runs. Both parts are
 //! validated by the same code, so a bad runtime change is refused exactly as a bad file
 //! at start-up would be.
 //!

@@ -32,6 +32,10 @@
 //! were never stored are counted ([`Sdk::token_write_failures`]) and reported by
 //! [`Sdk::close`].
 //!
+//! Metrics go through the `metrics` facade (names in `docs/metrics.md`): install the
+//! process's recorder before the first reward is sent, or the SDK's counts reach
+//! nothing (the handles are registered at their first event and kept).
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use sdk::{Sdk, config::SdkConfig, request::{RedEnvelopeRain, User}};

@@ -86,7 +86,7 @@ async fn failover(
         .failovers
         .fetch_add(failed.len() as u64, Ordering::Relaxed);
     if let Some(h) = engine.health.get(first) {
-        h.failovers_from.increment(failed.len() as u64);
+        h.failovers_from.add(failed.len() as u64);
     }
     engine.attempt(second, &q.topic, failed).await
 }

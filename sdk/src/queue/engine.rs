@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use reward_runtime::counters::Counted;
+use reward_runtime::counters::{Counted, Timing};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::dispatch::dispatch;
@@ -17,8 +17,8 @@ use super::{CloseReport, EnqueueError, Envelope, Producer, QueueStats, Slot, Sta
 use crate::config::{BatchConfig, QueueConfig, RetryConfig, Routing, SpoolConfig};
 use crate::spool::{Spool, SpoolError};
 
-/// One producer's state: its run of failures and its metric handles, registered
-/// once when the engine starts (never looked up by name per batch).
+/// One producer's state: its run of failures and its metric handles (registered on
+/// first use and kept: never looked up by name per batch).
 #[derive(Debug)]
 pub(super) struct Health {
     /// Milliseconds since the SDK started at which the current run of failures
@@ -27,19 +27,18 @@ pub(super) struct Health {
     /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
     pub(super) sent: Counted,
     /// Events that failed over from it to their second producer.
-    pub(super) failovers_from: metrics::Counter,
+    pub(super) failovers_from: Counted,
     /// Its batch send times.
-    pub(super) send_seconds: metrics::Histogram,
+    pub(super) send_seconds: Timing,
 }
 
 impl Health {
     fn new(producer: &str) -> Self {
-        let name = producer.to_string();
         Self {
             failing_since: AtomicI64::new(-1),
             sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
-            failovers_from: metrics::counter!("reward_sdk_failovers_total", "from" => name.clone()),
-            send_seconds: metrics::histogram!("reward_sdk_send_seconds", "producer" => name),
+            failovers_from: Counted::with_label("reward_sdk_failovers_total", "from", producer),
+            send_seconds: Timing::with_label("reward_sdk_send_seconds", "producer", producer),
         }
     }
 }

@@ -223,7 +223,11 @@ impl Known {
     fn check_value(&self, key: &str, kind: Kind, value: &str) -> Result<(), String> {
         match kind {
             Kind::Rate { zero } => match value.parse::<f64>() {
-                Ok(v) if v.is_finite() && v <= MAX_RATE && (v > 0.0 || (zero && v == 0.0)) => {
+                Ok(v)
+                    if v.is_finite()
+                        && v <= MAX_RATE
+                        && (v >= f64::MIN_POSITIVE || (zero && v == 0.0)) =>
+                {
                     Ok(())
                 }
                 _ if zero => Err(format!(
