@@ -42,9 +42,9 @@ enum Command {
     ///   4  money passed, the run was invalid (the machine could not generate the load)
     ///
     /// Every run gets fresh Redis key prefixes, topics and consumer groups (a tag), so
-    /// runs never see each other's data. With --with-services the reward service and
-    /// the consumers run as child processes (the binaries beside this one) and are
-    /// stopped at the end; their logs are in the run directory.
+    /// runs never see each other's data. The reward service and the consumers run as
+    /// child processes (the binaries beside this one) and are stopped at the end; their
+    /// logs are in the run directory.
     #[command(verbatim_doc_comment)]
     Replay(ReplayArgs),
     /// Reconcile a finished replay from its run directory: every sent trade number

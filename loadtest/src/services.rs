@@ -1,5 +1,4 @@
-//! The reward service and the consumers as child processes of a replay
-//! (`loadtest replay --with-services`).
+//! The reward service and the consumers as child processes of a replay.
 //!
 //! They run as the real binaries (`reward-service`, `reward-consumer`, found beside
 //! the `loadtest` executable, so one `cargo build` provides all three), with configs

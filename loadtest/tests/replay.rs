@@ -63,17 +63,11 @@ fn loadtest(args: &[&str], env: &[(String, String)]) -> (bool, String) {
 }
 
 /// The exit status and output of `loadtest replay` with `args` (after the common
-/// ones: services as children, one RocketMQ consumer, quiet) and the run directory it
-/// printed. The directory is kept: a failing test names it, and its logs, sent.tsv
-/// and report stay there to read.
+/// ones: one RocketMQ consumer, quiet; the services always start as children) and the
+/// run directory it printed. The directory is kept: a failing test names it, and its
+/// logs, sent.tsv and report stay there to read.
 fn replay(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String, PathBuf) {
-    let mut all = vec![
-        "replay",
-        "--with-services",
-        "--rocketmq-consumers",
-        "1",
-        "--quiet",
-    ];
+    let mut all = vec!["replay", "--rocketmq-consumers", "1", "--quiet"];
     all.extend_from_slice(args);
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(&all)
@@ -500,9 +494,6 @@ fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
     let (ok, text) = loadtest(&["replay", "--with-services", "--limit", "coupon=-5"], &[]);
     assert!(!ok);
     assert!(text.contains("the rate must be > 0"), "{text}");
-    let (ok, text) = loadtest(&["replay"], &[]);
-    assert!(!ok);
-    assert!(text.contains("needs --with-services"), "{text}");
     let (ok, text) = loadtest(&["replay", "--with-services", "--limit", "gold=5"], &[]);
     assert!(!ok);
     assert!(

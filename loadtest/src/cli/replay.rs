@@ -23,13 +23,14 @@ pub struct ReplayArgs {
     /// Play the event's curve over this many seconds [default: the profile's].
     #[arg(long)]
     duration: Option<f64>,
-    /// Start the reward service and consumers as child processes.
-    #[arg(long)]
+    /// Accepted for older commands: a replay always starts its own reward service and
+    /// consumers as child processes (each run has its own topics and key prefixes).
+    #[arg(long, hide = true)]
     with_services: bool,
-    /// Kafka consumer group members (with --with-services).
+    /// Kafka consumer group members.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     consumers: u32,
-    /// RocketMQ consumer group members (with --with-services). At least one: the
+    /// RocketMQ consumer group members. At least one: the
     /// `special` queue (coupons) has RocketMQ as its primary, and the `massive`
     /// queue fails over to it.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
@@ -112,7 +113,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         profile,
         scale,
         duration,
-        with_services,
+        with_services: _,
         consumers,
         rocketmq_consumers,
         limits,
@@ -127,7 +128,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         ceilings,
         metrics_addr,
     } = args;
-    check_services_and_limits(with_services, &limits)?;
+    check_limits(&limits)?;
     let (plan, faults) = load_plan(&profile, scale, duration, &slo, faults)?;
     println!(
         "replay {}: {:.0} s, peak {:.0}/s, ~{:.0} requests, {} users",
@@ -140,7 +141,6 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
     let opts = ReplayOptions {
         plan,
         out,
-        with_services,
         kafka_consumers: consumers,
         rocketmq_consumers,
         limits: limits.into_iter().collect(),
@@ -156,20 +156,8 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
     Ok((opts, metrics_addr))
 }
 
-/// Refuses a run without `--with-services` and a `--limit` on an unknown reward type
-/// (printing why; exit status 2).
-fn check_services_and_limits(
-    with_services: bool,
-    limits: &[(String, f64)],
-) -> Result<(), ExitCode> {
-    if !with_services {
-        // Each run has its own topics and key prefixes (so reconciliation reads
-        // only its own data); services started elsewhere would not read them.
-        eprintln!(
-            "error: replay needs --with-services for now: every run uses its own topics and Redis key prefixes, which a reward service and consumers started elsewhere do not know"
-        );
-        return Err(ExitCode::from(2));
-    }
+/// Refuses a `--limit` on an unknown reward type (printing why; exit status 2).
+fn check_limits(limits: &[(String, f64)]) -> Result<(), ExitCode> {
     let known = crate::setup::TYPES.map(|t| t.0);
     if let Some((t, _)) = limits.iter().find(|(t, _)| !known.contains(&t.as_str())) {
         eprintln!(

@@ -160,29 +160,17 @@ pub(super) fn consumer_spec(
     })
 }
 
-/// With `--with-services`, starts the service and the consumers and waits until
-/// every Kafka member holds partitions; returns them and the service's gRPC URL.
+/// Starts the service and the consumers (every run has its own topics and key
+/// prefixes, which only services started for it know) and waits until every Kafka
+/// member holds partitions; returns them and the service's gRPC URL.
 pub(super) async fn start(
     env: &StackEnv,
     setup: &Setup,
     opts: &ReplayOptions,
     wallet: Option<&crate::wallet::Wallet>,
-) -> anyhow::Result<(Services, Option<String>)> {
-    let (services, grpc) = if opts.with_services {
-        let (s, g) = start_services(env, setup, opts, wallet).await?;
-        (s, Some(g))
-    } else {
-        (
-            Services {
-                service: None,
-                consumers: Vec::new(),
-            },
-            None,
-        )
-    };
-    if opts.with_services {
-        wait_assigned(&setup.dir, opts.kafka_consumers).await?;
-    }
+) -> anyhow::Result<(Services, String)> {
+    let (services, grpc) = start_services(env, setup, opts, wallet).await?;
+    wait_assigned(&setup.dir, opts.kafka_consumers).await?;
     Ok((services, grpc))
 }
 

@@ -22,7 +22,7 @@ pub(super) struct Targets {
     pub(super) script: PathBuf,
     pub(super) setup: Setup,
     pub(super) env: StackEnv,
-    pub(super) grpc: Option<String>,
+    pub(super) grpc: String,
     pub(super) wallet: Option<crate::wallet::Wallet>,
 }
 
@@ -48,7 +48,7 @@ async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
         &t.script,
         &t.setup,
         &t.env,
-        t.grpc.as_deref(),
+        &t.grpc,
         t.wallet.as_ref(),
     )
     .await;
@@ -71,7 +71,7 @@ async fn inject(
     script: &Path,
     setup: &Setup,
     env: &StackEnv,
-    grpc: Option<&str>,
+    grpc: &str,
     wallet: Option<&crate::wallet::Wallet>,
 ) -> anyhow::Result<()> {
     let down = Duration::from_secs_f64(f.for_secs);
@@ -140,12 +140,9 @@ async fn kill_consumer(
     services: &tokio::sync::Mutex<Services>,
     setup: &Setup,
     env: &StackEnv,
-    grpc: Option<&str>,
+    grpc: &str,
     down: Duration,
 ) -> anyhow::Result<()> {
-    let Some(grpc) = grpc else {
-        anyhow::bail!("kill-consumer needs --with-services");
-    };
     let want = f.index.unwrap_or(0);
     let mut victim = {
         let mut s = services.lock().await;

@@ -63,8 +63,6 @@ pub struct ReplayOptions {
     pub plan: Plan,
     /// Where run directories go.
     pub out: PathBuf,
-    /// Start the reward service and consumers as children.
-    pub with_services: bool,
     /// Kafka consumer group members.
     pub kafka_consumers: u32,
     /// RocketMQ consumer group members.

@@ -33,8 +33,8 @@ pub(super) struct Run<'a> {
     sdk: Arc<sdk::Sdk>,
     /// The service and consumers (a fault may kill and restart a consumer).
     services: Arc<tokio::sync::Mutex<Services>>,
-    /// The service's gRPC URL (with services).
-    grpc: Option<String>,
+    /// The service's gRPC URL.
+    grpc: String,
     /// The stand-in wallet (runs with a downstream fault).
     wallet: Option<crate::wallet::Wallet>,
     /// The run directory.
