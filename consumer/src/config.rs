@@ -32,6 +32,11 @@
 //! shards = 8
 //! poll_ms = 100
 //!
+//! [fleet]                     # crate::fleet: the instances sharing one set of rates
+//! key_prefix = "rc-fleet"     # the same for every consumer in front of the same downstreams
+//! lease_ms = 100              # how often an instance leases permits from Redis
+//! live_ttl_ms = 2000          # an instance silent this long no longer counts as live
+//!
 //! [limits]                    # crate::limits; changed live through [dynamic]
 //! [dynamic]                   # sdk::config::DynamicConfig: file and/or Redis hash
 //! redis_key = "reward:config"
@@ -50,6 +55,7 @@ use std::time::Duration;
 use reward_runtime::credential::Credential;
 use serde::Deserialize;
 
+use crate::fleet::FleetConfig;
 use crate::limits::{LimitsConfig, LimitsError};
 
 /// Prefix of the environment overrides.
@@ -238,6 +244,8 @@ pub struct ConsumerConfig {
     pub service: ServiceLink,
     /// The delay queue.
     pub delay: DelayConfig,
+    /// Where the fleet's instances lease their permits.
+    pub fleet: FleetConfig,
     /// Limits at start-up.
     pub limits: LimitsConfig,
     /// Where limit changes come from.
@@ -257,6 +265,8 @@ struct Raw {
     service: ServiceLink,
     #[serde(default)]
     delay: DelayConfig,
+    #[serde(default)]
+    fleet: FleetConfig,
     #[serde(default)]
     limits: Option<toml::Table>,
     #[serde(default)]
@@ -285,6 +295,7 @@ impl ConsumerConfig {
             pipeline: raw.pipeline,
             service: raw.service,
             delay: raw.delay,
+            fleet: raw.fleet,
             limits,
             dynamic: raw.dynamic,
             sdk,
@@ -324,6 +335,9 @@ fn check(raw: &Raw, sdk: &sdk::config::SdkConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::Invalid(
             "delay.key_prefix must be set, without braces".into(),
         ));
+    }
+    if let Some(problem) = raw.fleet.problem() {
+        return Err(ConfigError::Invalid(problem));
     }
     if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://") {
         return Err(ConfigError::Invalid(format!(
@@ -416,9 +430,9 @@ mod tests {
 
     #[test]
     fn the_local_stack_sample_parses() {
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../ops/consumer.toml"))
-                .unwrap();
+        // Tests run in the package's folder (a path compiled in could name another
+        // checkout that shared the target directory).
+        let text = std::fs::read_to_string("../ops/consumer.toml").unwrap();
         let c = ConsumerConfig::from_toml_str(&text, &env()).unwrap();
         assert_eq!(c.limits.effective_global(), 402_000.0);
         assert_eq!(c.limits.types["cash"].priority, 10);

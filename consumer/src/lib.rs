@@ -13,6 +13,8 @@
 //!
 //! - [`tracker`]: the per-partition window of in-flight offsets (what may be committed);
 //! - [`limits`]: the global and per-type rate limits, fuses and priorities, changed live;
+//! - [`fleet`]: leases those limits' permits from Redis, so a rate holds for the whole
+//!   fleet of consumer instances;
 //! - [`delay`]: the Redis delay queue for requeued messages;
 //! - [`pipeline`]: decode → limits → GrantBatch → settle; the mover;
 //! - [`kafka`], [`rocketmq`]: the two sources, one pipeline; [`config`]: the TOML
@@ -22,6 +24,7 @@
 
 pub mod config;
 pub mod delay;
+pub mod fleet;
 pub mod kafka;
 pub mod limits;
 pub mod pipeline;
@@ -66,6 +69,9 @@ pub struct Running {
     fetch: tokio::task::JoinHandle<AnySource>,
     handler: tokio::task::JoinHandle<()>,
     mover: tokio::task::JoinHandle<()>,
+    leases: tokio::task::JoinHandle<()>,
+    /// Stops the lease task, after the pipeline drained (draining needs permits).
+    lease_stop: watch::Sender<bool>,
     watcher: Option<tokio::task::JoinHandle<()>>,
     sdk: sdk::Sdk,
     stats: Arc<Stats>,
@@ -148,6 +154,14 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
     );
     let limits = Limits::new(cfg.limits.clone());
     let watcher = watch_limits(cfg, &sdk, &limits);
+    let leaser = fleet::Leaser::load(
+        sdk.store().pool().next(),
+        cfg.fleet.clone(),
+        fleet::instance_name(),
+    )
+    .await?;
+    // Checks need leased permits from here on; the first lease follows at once.
+    limits.lease_on();
     let offsets = Arc::new(Offsets::new(cfg.pipeline.window));
     let pipeline = Pipeline::new(
         cfg.pipeline.clone(),
@@ -171,6 +185,13 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
             source
         })
     };
+    let (lease_stop, lease_stop_rx) = watch::channel(false);
+    let leases = tokio::spawn(fleet::run(
+        leaser,
+        sdk.store().pool().clone(),
+        limits.clone(),
+        lease_stop_rx,
+    ));
     let handler = tokio::spawn(pipeline.run(rx));
     let mover = tokio::spawn(pipeline::mover(
         delay.clone(),
@@ -186,6 +207,8 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
         fetch,
         handler,
         mover,
+        leases,
+        lease_stop,
         watcher,
         sdk,
         stats,
@@ -300,6 +323,8 @@ impl Running {
             tracing::warn!("grace period over with work in flight; it will be re-delivered");
         }
         let _ = self.mover.await;
+        let _ = self.lease_stop.send(true);
+        let _ = self.leases.await;
         if let Some(w) = self.watcher {
             w.abort();
         }

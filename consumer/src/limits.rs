@@ -34,10 +34,19 @@
 //! is parked in the delay queue at once (`crate::delay`) and never holds a worker, so a
 //! slow coupon never delays cash. Only the global limit waits, and it serves waiting
 //! messages by priority (`crate::pipeline`).
+//!
+//! # For the whole fleet
+//! A running consumer leases its permits from Redis ([`crate::fleet`]): a check then
+//! takes one leased permit *and* one credit of the type's `governor` limiter, which
+//! runs at the fleet rate and smooths each lease over its period. [`Limits::new`]
+//! alone (no lease task) limits one process, as the unit tests here use it. A change
+//! of a type's rate or burst also drops the leased permits beyond the new lease, so a
+//! lowered rate is in effect at the next check, not after the old lease is spent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -45,6 +54,8 @@ use governor::clock::DefaultClock;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
+
+use crate::fleet::{Ask, Grant, Plan};
 
 type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
 
@@ -199,6 +210,118 @@ fn empty_limiter(rate: f64, burst: u32) -> Arc<Direct> {
 struct TypeState {
     limit: TypeLimit,
     limiter: Arc<Direct>,
+    pool: Arc<Pool>,
+}
+
+/// Permits leased from the fleet's bucket and not yet spent, and whether anything
+/// asked for one since the last lease.
+#[derive(Debug, Default)]
+struct Pool {
+    permits: AtomicI64,
+    asked: AtomicBool,
+    /// Permits spent since the last lease.
+    used: AtomicI64,
+    /// Thousandths of a permit carried between refills without Redis.
+    carry_milli: AtomicI64,
+    /// Lease periods in a row without a take.
+    quiet: std::sync::atomic::AtomicU32,
+}
+
+/// Lease periods without a take before a pool counts as idle. A dispatcher waiting on
+/// the global valve takes no type permit meanwhile; it is not idle for that.
+const QUIET_PERIODS: u32 = 3;
+
+impl Pool {
+    /// Whether anything asked for a permit within the last `QUIET_PERIODS` leases.
+    fn busy(&self) -> bool {
+        if self.asked.swap(false, Ordering::AcqRel) {
+            self.quiet.store(0, Ordering::Relaxed);
+            true
+        } else {
+            self.quiet.fetch_add(1, Ordering::Relaxed) + 1 < QUIET_PERIODS
+        }
+    }
+
+    fn take(&self) -> bool {
+        self.asked.store(true, Ordering::Relaxed);
+        let ok = self
+            .permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                (p > 0).then_some(p - 1)
+            })
+            .is_ok();
+        if ok {
+            self.used.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    fn put_back(&self) {
+        self.permits.fetch_add(1, Ordering::AcqRel);
+        self.used.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Keeps at most `target` permits; answers how many were taken off.
+    fn trim(&self, target: i64) -> i64 {
+        let old = self
+            .permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                Some(p.min(target.max(0)))
+            })
+            .unwrap_or(0);
+        (old - target.max(0)).max(0)
+    }
+
+    fn add(&self, n: i64, cap: i64) {
+        let _ = self
+            .permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                Some((p + n.max(0)).min(cap.max(p)))
+            });
+    }
+}
+
+/// The leased side of the limits, kept across changes of the settings.
+#[derive(Debug, Default)]
+struct Leased {
+    /// Whether a lease task runs (checks then need leased permits).
+    on: AtomicBool,
+    /// Per reward type (listed or met).
+    types: std::sync::Mutex<BTreeMap<String, Arc<Pool>>>,
+    global: Pool,
+    /// Priorities that waited for the global valve since the last lease.
+    waiting: std::sync::Mutex<BTreeSet<u8>>,
+    /// Woken when global permits arrive.
+    refilled: tokio::sync::Notify,
+}
+
+impl Leased {
+    fn pool(&self, reward_type: &str) -> Arc<Pool> {
+        match self.types.lock() {
+            Ok(mut m) => m.entry(reward_type.to_string()).or_default().clone(),
+            // A poisoned map (a panic elsewhere) leases nothing for new types.
+            Err(_) => Arc::new(Pool::default()),
+        }
+    }
+}
+
+/// Permits an instance holds for a bucket of `rate`/s: two lease periods of the fleet
+/// rate while asked for, one period shared by the live instances while idle.
+fn target(rate: f64, period: Duration, asked: bool, live: u32) -> i64 {
+    let per_period = rate * period.as_secs_f64();
+    let t = if asked {
+        2.0 * per_period
+    } else {
+        per_period / f64::from(live.max(1))
+    };
+    (t.ceil() as i64).max(1)
+}
+
+/// The fleet bucket's capacity: the burst, or two lease periods of the rate if larger.
+fn cap(rate: f64, burst: u32, period: Duration) -> f64 {
+    f64::from(burst)
+        .max(2.0 * rate * period.as_secs_f64())
+        .max(1.0)
 }
 
 /// What a type check decided.
@@ -226,17 +349,20 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct Limits {
     state: Arc<ArcSwap<State>>,
+    leased: Arc<Leased>,
 }
 
 impl Limits {
     /// Limits with the given settings.
     pub fn new(config: LimitsConfig) -> Self {
+        let leased = Arc::new(Leased::default());
         Limits {
-            state: Arc::new(ArcSwap::from_pointee(Self::build(config, None))),
+            state: Arc::new(ArcSwap::from_pointee(Self::build(config, None, &leased))),
+            leased,
         }
     }
 
-    fn build(config: LimitsConfig, old: Option<&State>) -> State {
+    fn build(config: LimitsConfig, old: Option<&State>, leased: &Leased) -> State {
         let global_rate = config.effective_global();
         // An unchanged limiter keeps its state; only a changed one is rebuilt (empty).
         let keep = |old: &TypeState, new: &TypeLimit| {
@@ -245,15 +371,22 @@ impl Limits {
         let mut types = BTreeMap::new();
         for (name, t) in &config.types {
             let burst = t.burst.unwrap_or(config.default_burst);
+            let pool = leased.pool(name);
             let limiter = match old.and_then(|o| o.types.get(name)) {
                 Some(o) if keep(o, t) => o.limiter.clone(),
-                _ => empty_limiter(t.rate, burst),
+                _ => {
+                    // A changed rate: what was leased at the old one goes, beyond
+                    // one lease of the new one.
+                    pool.trim(target(t.rate, Duration::from_millis(100), false, 1));
+                    empty_limiter(t.rate, burst)
+                }
             };
             types.insert(
                 name.clone(),
                 TypeState {
                     limit: t.clone(),
                     limiter,
+                    pool,
                 },
             );
         }
@@ -264,7 +397,12 @@ impl Limits {
             {
                 o.global.clone()
             }
-            _ => empty_limiter(global_rate, config.global_burst),
+            _ => {
+                leased
+                    .global
+                    .trim(target(global_rate, Duration::from_millis(100), false, 1));
+                empty_limiter(global_rate, config.global_burst)
+            }
         };
         let default_limit = TypeLimit {
             rate: config.default_rate,
@@ -300,7 +438,7 @@ impl Limits {
         if old.config == config {
             return Ok(());
         }
-        let new = Self::build(config, Some(&old));
+        let new = Self::build(config, Some(&old), &self.leased);
         self.state.store(Arc::new(new));
         Ok(())
     }
@@ -337,12 +475,13 @@ impl Limits {
             .map_or(0, |t| t.limit.priority)
     }
 
-    /// Takes one credit of a type's rate, without waiting.
+    /// Takes one credit of a type's rate, without waiting: a leased permit (when a
+    /// lease task runs) and a credit of the type's local limiter.
     pub fn check(&self, reward_type: &str) -> Verdict {
         let s = self.state.load();
-        let ok = match s.types.get(reward_type) {
+        let (limiter, pool) = match s.types.get(reward_type) {
             Some(t) if t.limit.fused => return Verdict::Fused,
-            Some(t) => t.limiter.check().is_ok(),
+            Some(t) => (t.limiter.clone(), t.pool.clone()),
             None => {
                 let limiter = match s.unlisted.lock() {
                     Ok(mut m) => m
@@ -353,32 +492,202 @@ impl Limits {
                         .clone(),
                     Err(_) => return Verdict::Limited,
                 };
-                limiter.check().is_ok()
+                (limiter, self.leased.pool(reward_type))
             }
         };
-        if ok { Verdict::Pass } else { Verdict::Limited }
+        if self.leased.on.load(Ordering::Acquire) {
+            if !pool.take() {
+                return Verdict::Limited;
+            }
+            if limiter.check().is_err() {
+                pool.put_back();
+                return Verdict::Limited;
+            }
+            return Verdict::Pass;
+        }
+        if limiter.check().is_ok() {
+            Verdict::Pass
+        } else {
+            Verdict::Limited
+        }
     }
 
-    /// Takes one credit of the global rate if one is free now.
-    pub fn try_global(&self) -> bool {
-        self.state.load().global.check().is_ok()
+    /// Takes one credit of the global rate for a message of `priority`, if one is
+    /// free now.
+    pub fn try_global(&self, priority: u8) -> bool {
+        self.take_global(priority).is_ok()
     }
 
-    /// Waits for one credit of the global rate. A change of the limits while waiting
-    /// takes effect at the next credit.
-    pub async fn global(&self) {
-        loop {
-            let s = self.state.load_full();
-            match s.global.check() {
-                Ok(()) => return,
-                Err(not_until) => {
-                    let wait = not_until
-                        .wait_time_from(governor::clock::Clock::now(&DefaultClock::default()));
-                    // Re-read the limits at least every 100 ms.
-                    tokio::time::sleep(wait.min(Duration::from_millis(100))).await;
-                }
+    /// One global credit, or why not: `None` = no leased permit, `Some(d)` = the
+    /// local limiter has one in `d`.
+    fn take_global(&self, priority: u8) -> Result<(), Option<Duration>> {
+        let s = self.state.load();
+        // Global 0 means the sum of the type rates: in a fleet the type buckets hold
+        // that sum already, so only an explicit global rate leases a bucket of its own.
+        let leased = self.leased.on.load(Ordering::Acquire) && s.config.global > 0.0;
+        if leased {
+            if let Ok(mut w) = self.leased.waiting.lock() {
+                w.insert(priority);
+            }
+            if !self.leased.global.take() {
+                return Err(None);
             }
         }
+        match s.global.check() {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                if leased {
+                    self.leased.global.put_back();
+                }
+                Err(Some(not_until.wait_time_from(governor::clock::Clock::now(
+                    &DefaultClock::default(),
+                ))))
+            }
+        }
+    }
+
+    /// Waits for one credit of the global rate for a message of `priority`. A change
+    /// of the limits while waiting takes effect at the next credit.
+    pub async fn global(&self, priority: u8) {
+        loop {
+            let wait = match self.take_global(priority) {
+                Ok(()) => return,
+                Err(None) => Duration::from_millis(100),
+                Err(Some(d)) => d,
+            };
+            // Re-read the limits at least every 100 ms; a lease wakes the wait early.
+            let refilled = self.leased.refilled.notified();
+            tokio::pin!(refilled);
+            refilled.as_mut().enable();
+            if self.take_global(priority).is_ok() {
+                return;
+            }
+            tokio::select! {
+                () = refilled => {}
+                () = tokio::time::sleep(wait.min(Duration::from_millis(100))) => {}
+            }
+        }
+    }
+
+    /// From now on a check needs a leased permit ([`crate::fleet::run`] calls it).
+    pub(crate) fn lease_on(&self) {
+        self.leased.on.store(true, Ordering::Release);
+    }
+
+    /// Whether checks need leased permits.
+    pub fn leasing(&self) -> bool {
+        self.leased.on.load(Ordering::Acquire)
+    }
+
+    /// What the next lease gives back and asks for, with `live` instances leasing every
+    /// `period`. Permits beyond each bucket's need leave the pools here.
+    pub(crate) fn lease_plan(&self, period: Duration, live: u32) -> Plan {
+        let s = self.state.load();
+        let mut types = Vec::new();
+        let mut ask = |name: &str, rate: f64, burst: u32, fused: bool| {
+            let pool = self.leased.pool(name);
+            let asked = pool.busy();
+            pool.used.store(0, Ordering::Relaxed);
+            let tgt = if fused {
+                0
+            } else {
+                target(rate, period, asked, live)
+            };
+            let give = pool.trim(tgt);
+            let have = pool.permits.load(Ordering::Acquire);
+            types.push(Ask {
+                name: name.to_string(),
+                rate,
+                cap: cap(rate, burst, period),
+                give,
+                want: (tgt - have).max(0),
+            });
+        };
+        for (name, t) in &s.types {
+            ask(
+                name,
+                t.limit.rate,
+                t.limit.burst.unwrap_or(s.config.default_burst),
+                t.limit.fused,
+            );
+        }
+        let met: Vec<String> = match self.leased.types.lock() {
+            Ok(m) => m
+                .keys()
+                .filter(|k| !s.types.contains_key(*k))
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for name in met {
+            ask(&name, s.config.default_rate, s.config.default_burst, false);
+        }
+        let g = &self.leased.global;
+        let rate = s.config.effective_global();
+        let asked = g.busy();
+        // Without an explicit global rate the type buckets already hold the sum.
+        let tgt = if s.config.global > 0.0 {
+            target(rate, period, asked, live)
+        } else {
+            0
+        };
+        let give = g.trim(tgt);
+        let have = g.permits.load(Ordering::Acquire);
+        let mut classes: Vec<u8> = match self.leased.waiting.lock() {
+            Ok(mut w) => std::mem::take(&mut *w).into_iter().collect(),
+            Err(_) => Vec::new(),
+        };
+        classes.reverse();
+        Plan {
+            types,
+            global: Ask {
+                name: String::new(),
+                rate,
+                cap: cap(rate, s.config.global_burst, period),
+                give,
+                want: (tgt - have).max(0),
+            },
+            global_used: g.used.swap(0, Ordering::AcqRel),
+            classes,
+        }
+    }
+
+    /// Adds what a lease granted.
+    pub(crate) fn lease_granted(&self, plan: &Plan, grant: &Grant) {
+        for (ask, n) in plan.types.iter().zip(&grant.types) {
+            self.leased.pool(&ask.name).add(*n, i64::MAX);
+        }
+        self.leased.global.add(grant.global, i64::MAX);
+        self.leased.refilled.notify_waiters();
+    }
+
+    /// Refills without Redis: each bucket at `rate / live` for `elapsed`, up to what
+    /// the plan wanted.
+    pub(crate) fn lease_fallback(&self, plan: &Plan, elapsed: Duration, live: u32) {
+        let share = |a: &Ask, pool: &Pool| {
+            let milli = (a.rate / f64::from(live.max(1)) * elapsed.as_secs_f64() * 1000.0) as i64
+                + pool.carry_milli.load(Ordering::Relaxed);
+            pool.carry_milli.store(milli % 1000, Ordering::Relaxed);
+            pool.add((milli / 1000).min(a.want), i64::MAX);
+        };
+        for a in &plan.types {
+            share(a, &self.leased.pool(&a.name));
+        }
+        share(&plan.global, &self.leased.global);
+        self.leased.refilled.notify_waiters();
+    }
+
+    /// A plan that gives every held permit back and asks for none (leaving the fleet).
+    pub(crate) fn lease_release(&self) -> Plan {
+        let mut plan = self.lease_plan(Duration::from_millis(100), 1);
+        for a in &mut plan.types {
+            a.give += self.leased.pool(&a.name).trim(0);
+            a.want = 0;
+        }
+        plan.global.give += self.leased.global.trim(0);
+        plan.global.want = 0;
+        plan.classes.clear();
+        plan
     }
 
     /// Types listed in the settings.

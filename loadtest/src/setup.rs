@@ -199,6 +199,11 @@ pub enum Broker {
     Rocketmq,
 }
 
+/// A type's rate when the run sets none: a fleet-wide limit (the consumers lease it
+/// from Redis, `reward_consumer::fleet`), above every shipped profile's peak so that
+/// only a `--limit` binds.
+pub const DEFAULT_TYPE_RATE: f64 = 20_000.0;
+
 /// A consumer's config (`index` numbers it among its broker's members).
 pub fn consumer_toml(
     env: &StackEnv,
@@ -225,7 +230,7 @@ pub fn consumer_toml(
     };
     let mut limits = String::new();
     for (t, _, priority, _) in TYPES {
-        let rate = m.limits.get(t).copied().unwrap_or(1000.0);
+        let rate = m.limits.get(t).copied().unwrap_or(DEFAULT_TYPE_RATE);
         let burst = (rate / 100.0).ceil().max(10.0);
         limits.push_str(&format!(
             "[limits.types.{t}]\nrate = {rate}\nburst = {burst}\npriority = {priority}\n"
@@ -261,6 +266,8 @@ key_prefix = "ltd-{tag}"
 shards = 8
 poll_ms = 100
 lease_ms = 30000
+[fleet]
+key_prefix = "ltf-{tag}"
 [limits]
 global = 0
 global_burst = 2000

@@ -89,12 +89,22 @@ pub fn temp_dir(prefix: &str) -> PathBuf {
     d
 }
 
-/// The repository's root (where `ops/`, `docs/` and `loadtest/profiles/` are).
+/// The repository's root (where `ops/`, `docs/` and `loadtest/profiles/` are): the
+/// nearest directory above the test's working directory (cargo runs tests in their
+/// package's folder) that holds `ops/stack`. Found at run time, not compiled in: a
+/// shared target directory can hold this crate built from a checkout elsewhere.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    let start = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    start
+        .ancestors()
+        .find(|d| d.join("ops/stack").is_file() && d.join("Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| {
+            panic!(
+                "no repository (a folder with ops/stack) above {}",
+                start.display()
+            )
+        })
 }
 
 /// Runs `cmd` to its end: its exit code (-1 when killed) and stdout then stderr.

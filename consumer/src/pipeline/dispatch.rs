@@ -48,7 +48,8 @@ impl Pipeline {
                     .await;
                 continue;
             };
-            self.take_global_credit(&mut batch).await;
+            let priority = self.inner.limits.priority(&ready.event.reward_type);
+            self.take_global_credit(&mut batch, priority).await;
             if batch.is_empty() {
                 batch_started = Instant::now();
             }
@@ -133,15 +134,15 @@ impl Pipeline {
 
     /// Takes one credit of the global limit. When it has to wait, the batch so far is
     /// sent first and the wait is counted.
-    async fn take_global_credit(&self, batch: &mut Vec<Ready>) {
-        if !self.inner.limits.try_global() {
+    async fn take_global_credit(&self, batch: &mut Vec<Ready>, priority: u8) {
+        if !self.inner.limits.try_global(priority) {
             // About to wait: send what we have first, so a binding limit paces
             // credits one by one instead of in batch-sized lumps.
             if !batch.is_empty() {
                 self.flush(std::mem::take(batch)).await;
             }
             self.inner.stats.limiter_wait();
-            self.inner.limits.global().await;
+            self.inner.limits.global(priority).await;
         }
     }
 

@@ -242,6 +242,8 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
         lease_ms = 5000
         [limits]
         {limits}
+        [fleet]
+        key_prefix = "fleet-{tag}"
         [dynamic]
         redis_key = "cfg-{tag}"
         poll_ms = 200
