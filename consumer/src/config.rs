@@ -24,7 +24,7 @@
 //! failure_queue = "failures"
 //!
 //! [service]
-//! grpc = "http://127.0.0.1:50051"
+//! grpc = "http://127.0.0.1:50051"   # several instances: "http://a:50051,http://b:50051"
 //! timeout_ms = 10000
 //!
 //! [delay]
@@ -193,11 +193,26 @@ impl PipelineConfig {
     }
 }
 
+/// Most service endpoints one consumer balances over.
+pub const MAX_ENDPOINTS: usize = 64;
+
+impl ServiceLink {
+    /// The endpoints `grpc` names (comma-separated, blanks ignored).
+    pub fn endpoints(&self) -> Vec<&str> {
+        self.grpc
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect()
+    }
+}
+
 /// The reward service.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceLink {
-    /// gRPC endpoint, `http://host:port`.
+    /// gRPC endpoint, `http://host:port`, or several instances' endpoints separated by
+    /// commas: calls are balanced over them (see [`crate::pipeline`]).
     pub grpc: String,
     /// Deadline of one GrantBatch call.
     #[serde(default = "ten_seconds")]
@@ -339,11 +354,18 @@ fn check(raw: &Raw, sdk: &sdk::config::SdkConfig) -> Result<(), ConfigError> {
     if let Some(problem) = raw.fleet.problem() {
         return Err(ConfigError::Invalid(problem));
     }
-    if !raw.service.grpc.starts_with("http://") && !raw.service.grpc.starts_with("https://") {
+    let endpoints = raw.service.endpoints();
+    if endpoints.is_empty() || endpoints.len() > MAX_ENDPOINTS {
         return Err(ConfigError::Invalid(format!(
-            "service.grpc {:?} must be an http:// or https:// URL",
-            raw.service.grpc
+            "service.grpc must name 1 to {MAX_ENDPOINTS} endpoints"
         )));
+    }
+    for e in endpoints {
+        if !e.starts_with("http://") && !e.starts_with("https://") {
+            return Err(ConfigError::Invalid(format!(
+                "service.grpc {e:?} must be an http:// or https:// URL"
+            )));
+        }
     }
     let (topics, group) = match &raw.source {
         SourceConfig::Kafka { topics, group, .. } => (topics, group),
@@ -429,6 +451,19 @@ mod tests {
     }
 
     #[test]
+    fn several_service_endpoints_are_read_in_order() {
+        let doc = DOC.replace(
+            "grpc = \"http://127.0.0.1:50051\"",
+            "grpc = \"http://127.0.0.1:50051, http://127.0.0.1:50052\"",
+        );
+        let c = ConsumerConfig::from_toml_str(&doc, &env()).unwrap();
+        assert_eq!(
+            c.service.endpoints(),
+            ["http://127.0.0.1:50051", "http://127.0.0.1:50052"]
+        );
+    }
+
+    #[test]
     fn the_local_stack_sample_parses() {
         // Tests run in the package's folder (a path compiled in could name another
         // checkout that shared the target directory).
@@ -448,6 +483,15 @@ mod tests {
             DOC.replace("[sdk.queues.dead]", "[sdk.queues.dead2]"),
             DOC.replace("rate = 2000", "rate = -1"),
             DOC.replace("[service]", "[service]\nport = 5"),
+            // Several service endpoints: each must be a URL; none is refused.
+            DOC.replace(
+                "grpc = \"http://127.0.0.1:50051\"",
+                "grpc = \"http://127.0.0.1:50051,tcp://127.0.0.1:50052\"",
+            ),
+            DOC.replace("grpc = \"http://127.0.0.1:50051\"", "grpc = \" , \""),
+            // The fleet's key prefix is a hash tag: no braces.
+            DOC.replace("[service]", "[fleet]\nkey_prefix = \"a{b}\"\n[service]"),
+            DOC.replace("[service]", "[fleet]\nlease_ms = 0\n[service]"),
         ];
         for doc in bad {
             assert!(

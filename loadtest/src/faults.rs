@@ -33,6 +33,13 @@
 //!
 //!
 //! [[faults]]
+//! at_secs = 15
+//! action = "kill-service"      # kill -9 a reward service instance (`index`, default 0)
+//! for_secs = 3                 # in the middle of its batches; restart it on the same
+//!                              # address after for_secs (with --services 2 the others
+//!                              # carry the load meanwhile)
+//!
+//! [[faults]]
 //! at_secs = 20
 //! action = "redis-pause"       # `CLIENT PAUSE` the stack's Redis: every client's
 //! for_secs = 2                 # commands wait (at most 60 s), nothing is lost
@@ -59,6 +66,9 @@ pub enum Action {
     KillConsumer,
     /// Stop one server of the local stack, then start it again.
     StopServer,
+    /// SIGKILL one reward service instance (`index`, default 0), then start it again
+    /// on the same address.
+    KillService,
     /// The downstream fails `share` of credits (503, nothing credited).
     DownstreamFail,
     /// The downstream holds every credit `delay_ms` before answering.
@@ -82,7 +92,7 @@ pub struct Fault {
     /// `stop-server`: which (`kafka`, `broker`, `namesrv`, `redis`).
     #[serde(default)]
     pub server: Option<String>,
-    /// `kill-consumer`: which Kafka member (0-based).
+    /// `kill-consumer`: which Kafka member; `kill-service`: which instance (0-based).
     #[serde(default)]
     pub index: Option<u32>,
     /// How long the thing stays down.
@@ -118,6 +128,11 @@ impl Fault {
         match self.action {
             Action::KillConsumer => format!(
                 "kill -9 consumer {} ({} s down)",
+                self.index.unwrap_or(0),
+                self.for_secs
+            ),
+            Action::KillService => format!(
+                "kill -9 service {} ({} s down)",
                 self.index.unwrap_or(0),
                 self.for_secs
             ),
@@ -176,9 +191,9 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                     "faults[{i}]: stop-server needs server = kafka, broker, namesrv or redis, got {other:?}"
                 ),
             },
-            Action::KillConsumer => {
+            Action::KillConsumer | Action::KillService => {
                 if f.server.is_some() {
-                    anyhow::bail!("faults[{i}]: kill-consumer takes no server");
+                    anyhow::bail!("faults[{i}]: kill-consumer and kill-service take no server");
                 }
             }
             Action::RedisPause => {

@@ -2,8 +2,9 @@
 //!
 //! Always built (the SDK uses these too; they need only Redis and TOML):
 //! - [`clock`]: wall-clock time in the one unit every record carries (Unix ms).
-//! - [`script`]: a Lua script on Redis, called by SHA, reloaded after `NOSCRIPT`;
-//!   one-call and pipelined forms.
+//! - [`script`]: a Lua script on Redis, called by SHA, sent with its body after
+//!   `NOSCRIPT` (any node of a cluster); one-call and pipelined forms.
+//! - [`keyspace`]: `SCAN` over one Redis or every primary of a Redis Cluster.
 //! - [`dynamic`]: the dynamic-config watcher: a file and a Redis hash merged over
 //!   the start-up document, polled, handed to subscribers that validate and swap.
 //! - [`env`]: configuration documents and their `PREFIX__SECTION__KEY` environment
@@ -26,6 +27,7 @@ pub mod counters;
 pub mod credential;
 pub mod dynamic;
 pub mod env;
+pub mod keyspace;
 pub mod script;
 #[cfg(feature = "service")]
 pub mod service;

@@ -1,12 +1,21 @@
-//! Lua scripts on Redis: loaded once, called by SHA, reloaded when Redis forgot them.
+//! Lua scripts on Redis: called by SHA, sent with their body where a node forgot them.
 //!
 //! Every atomic step of the pipeline (a token write, a claim, a ledger credit, a
 //! token move, a delay-queue claim) is one Lua script, so a step either happens whole
 //! or not at all, whatever the connection does. A [`Script`] is loaded with `SCRIPT
 //! LOAD` at start-up and called with `EVALSHA` (the body is not resent per call). A
 //! Redis that restarted or ran `SCRIPT FLUSH` answers `NOSCRIPT`; the script is then
-//! loaded again and the same call sent once more. That resend is safe because a
-//! `NOSCRIPT` reply means the script did not run.
+//! sent once more as `EVAL` with its body, which runs it and puts it back in that
+//! node's script cache. That resend is safe because a `NOSCRIPT` reply means the
+//! script did not run.
+//!
+//! # On a Redis Cluster
+//! Each primary keeps its own script cache, and a replica promoted by a failover starts
+//! with an empty one. So the body goes with the call wherever a node says `NOSCRIPT`:
+//! the call is routed by its first key like the `EVALSHA` was, so it lands on the node
+//! that forgot, and every later `EVALSHA` there finds the script. `SCRIPT LOAD` at
+//! start-up only learns the SHA (any node answers the same one); no node needs to be
+//! loaded ahead, and a reshard or failover needs no reload pass.
 //!
 //! [`Script::eval_pipeline`] sends many calls in one pipeline (one write and one read
 //! on the connection); in a cluster each call is routed by its first key.
@@ -30,8 +39,8 @@ pub struct Script {
 }
 
 impl Script {
-    /// Loads `source` (`SCRIPT LOAD`) and remembers its SHA. In a cluster, fred sends
-    /// the load to every primary.
+    /// Loads `source` (`SCRIPT LOAD`) and remembers its SHA. In a cluster this loads
+    /// one node; the others get the body at their first `NOSCRIPT` (module doc).
     pub async fn load(client: &Client, source: &'static str) -> Result<Self, fred::error::Error> {
         let sha: String = client.script_load(source).await?;
         Ok(Self {
@@ -50,14 +59,9 @@ impl Script {
         self.source
     }
 
-    async fn reload(&self, client: &Client) -> Result<(), fred::error::Error> {
-        let _: String = client.script_load(self.source).await?;
-        Ok(())
-    }
-
     /// Runs the script with the keys and arguments `call` builds; after a `NOSCRIPT`
-    /// reply, loads it and sends once more. `call` runs once per send, so the usual
-    /// single send makes no spare copy of its arguments.
+    /// reply, sends it once more with its body (`EVAL`). `call` runs once per send, so
+    /// the usual single send makes no spare copy of its arguments.
     pub async fn eval<R: FromValue>(
         &self,
         client: &Client,
@@ -66,9 +70,8 @@ impl Script {
         let (keys, args) = call();
         match client.evalsha(self.sha(), keys, args).await {
             Err(e) if is_noscript(&e) => {
-                self.reload(client).await?;
                 let (keys, args) = call();
-                client.evalsha(self.sha(), keys, args).await
+                client.eval(self.source, keys, args).await
             }
             other => other,
         }
@@ -76,24 +79,21 @@ impl Script {
 
     /// Sends one `EVALSHA` per call, all in one pipeline, and answers each call's
     /// reply in order. Each call is `numkeys, keys..., args...`. Calls answered
-    /// `NOSCRIPT` are sent again (in one more pipeline) after a reload. A
+    /// `NOSCRIPT` are sent again with the body (`EVAL`, in one more pipeline). A
     /// connection-level failure answers every call with that error.
     pub async fn eval_pipeline<R: FromValue>(
         &self,
         client: &Client,
         calls: &[Vec<Value>],
     ) -> Vec<Result<R, fred::error::Error>> {
-        let mut replies = pipeline(client, self.sha(), calls.iter()).await;
+        let mut replies = pipeline(client, "EVALSHA", self.sha(), calls.iter()).await;
         let lost: Vec<usize> = (0..replies.len())
             .filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e)))
             .collect();
         if lost.is_empty() {
             return replies;
         }
-        let again = match self.reload(client).await {
-            Ok(()) => pipeline(client, self.sha(), lost.iter().map(|&i| &calls[i])).await,
-            Err(e) => lost.iter().map(|_| Err(e.clone())).collect(),
-        };
+        let again = pipeline(client, "EVAL", self.source, lost.iter().map(|&i| &calls[i])).await;
         for (i, a) in lost.into_iter().zip(again) {
             replies[i] = a;
         }
@@ -103,7 +103,8 @@ impl Script {
 
 async fn pipeline<'a, R: FromValue>(
     client: &Client,
-    sha: &str,
+    command: &'static str,
+    script: &str,
     calls: impl ExactSizeIterator<Item = &'a Vec<Value>>,
 ) -> Vec<Result<R, fred::error::Error>> {
     let n = calls.len();
@@ -111,13 +112,13 @@ async fn pipeline<'a, R: FromValue>(
     let pipe = client.pipeline();
     for call in calls {
         let mut args = Vec::with_capacity(call.len() + 1);
-        args.push(Value::from(sha));
+        args.push(Value::from(script));
         args.extend(call.iter().cloned());
-        // fred's pipelines have no Lua interface, so EVALSHA goes as a custom command;
-        // in a cluster it is routed by its key (argument 2: sha, numkeys, key, ...).
+        // fred's pipelines have no Lua interface, so EVALSHA/EVAL go as custom commands;
+        // in a cluster each is routed by its key (argument 2: script, numkeys, key, ...).
         let queued: Result<(), _> = pipe
             .custom(
-                CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
+                CustomCommand::new_static(command, ClusterHash::Offset(2), false),
                 args,
             )
             .await;

@@ -26,6 +26,12 @@ pub const CREDENTIAL: &str = "test-credential-0123456789";
 /// The wallet credential (wallet HTTP routes) test services run with.
 pub const WALLET_CREDENTIAL: &str = "test-wallet-credential-0123456789";
 
+/// The Redis address to probe (a cluster's first node).
+fn redis_addr(env: &StackEnv) -> String {
+    env.redis_host_port()
+        .unwrap_or_else(|e| panic!("REDIS_URL: {e}"))
+}
+
 fn reachable(what: &str, addr: &str) {
     use std::net::{TcpStream, ToSocketAddrs};
     let ok = addr
@@ -59,7 +65,7 @@ pub fn event(trade_no: &str, user: &str, reward_type: &str, amount: i64) -> prot
 /// The stack's Redis URL; panics (never skips) if Redis is down.
 pub fn redis_url() -> String {
     let env = StackEnv::from_env();
-    reachable("Redis", env.redis_url.trim_start_matches("redis://"));
+    reachable("Redis", &redis_addr(&env));
     env.redis_url
 }
 
@@ -67,7 +73,7 @@ pub fn redis_url() -> String {
 /// skips) if Redis, the Kafka broker or the RocketMQ name server is down.
 pub fn stack() -> StackEnv {
     let env = StackEnv::from_env();
-    reachable("Redis", env.redis_url.trim_start_matches("redis://"));
+    reachable("Redis", &redis_addr(&env));
     reachable(
         "Kafka broker (tansu)",
         env.kafka_brokers.split(',').next().unwrap_or_default(),

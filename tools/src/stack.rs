@@ -79,7 +79,8 @@ pub enum StackError {
 /// The addresses of the local stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackEnv {
-    /// `redis://host:port[/db]`.
+    /// `redis://host:port[/db]`, or `redis-cluster://host:port?node=host:port&...` for a
+    /// Redis Cluster (fred reads both; every component takes either).
     pub redis_url: String,
     /// Comma-separated `host:port` bootstrap list.
     pub kafka_brokers: String,
@@ -103,7 +104,7 @@ impl StackEnv {
         }
     }
 
-    /// `host:port` of the Redis URL.
+    /// `host:port` of the Redis URL (a cluster URL's first node).
     pub fn redis_host_port(&self) -> Result<String, StackError> {
         let bad = |reason: &str| StackError::BadAddress {
             var: "REDIS_URL",
@@ -113,7 +114,9 @@ impl StackEnv {
         let rest = self
             .redis_url
             .strip_prefix("redis://")
-            .ok_or_else(|| bad("must start with redis://"))?;
+            .or_else(|| self.redis_url.strip_prefix("redis-cluster://"))
+            .ok_or_else(|| bad("must start with redis:// or redis-cluster://"))?;
+        let rest = rest.split('?').next().unwrap_or_default();
         let rest = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
         let host_port = rest.split('/').next().unwrap_or_default();
         if host_port.is_empty() {
@@ -402,6 +405,12 @@ mod tests {
         );
         assert_eq!(env("redis://h/3").redis_host_port().unwrap(), "h:6379");
         assert_eq!(env("redis://u:p@h:1/0").redis_host_port().unwrap(), "h:1");
+        assert_eq!(
+            env("redis-cluster://127.0.0.1:17000?node=127.0.0.1:17001")
+                .redis_host_port()
+                .unwrap(),
+            "127.0.0.1:17000"
+        );
         assert!(matches!(
             env("http://h:1").redis_host_port(),
             Err(StackError::BadAddress {

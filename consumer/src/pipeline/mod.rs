@@ -144,7 +144,8 @@ const LINGER: Duration = Duration::from_millis(20);
 const SIDE_TASKS: usize = 512;
 
 impl Pipeline {
-    /// A handler calling the service at `grpc` (lazily connected).
+    /// A handler calling the service at `grpc` (lazily connected): one endpoint, or
+    /// several separated by commas, balanced.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: PipelineConfig,
@@ -156,11 +157,25 @@ impl Pipeline {
         timeout: Duration,
         offsets: Arc<Offsets>,
     ) -> Result<Self, PipelineError> {
-        let channel = tonic::transport::Endpoint::from_shared(grpc.to_string())
-            .map_err(|e| PipelineError::Endpoint(format!("{grpc}: {e}")))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(5))
-            .connect_lazy();
+        let endpoints = grpc
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                tonic::transport::Endpoint::from_shared(e.to_string())
+                    .map(|ep| ep.tcp_nodelay(true).connect_timeout(Duration::from_secs(5)))
+                    .map_err(|err| PipelineError::Endpoint(format!("{e}: {err}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let channel = match endpoints.as_slice() {
+            [] => return Err(PipelineError::Endpoint("no service endpoint".into())),
+            [one] => one.connect_lazy(),
+            // Several service instances: each call goes to a ready one (power of two
+            // choices); an instance that stops answering is skipped until it connects
+            // again. A call that failed on a dying instance is retried like any failed
+            // call, and the claims' leases keep its grants single (docs/cluster.md).
+            many => tonic::transport::Channel::balance_list(many.iter().cloned()),
+        };
         let client = RewardServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);

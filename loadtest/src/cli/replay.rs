@@ -27,6 +27,10 @@ pub struct ReplayArgs {
     /// consumers as child processes (each run has its own topics and key prefixes).
     #[arg(long, hide = true)]
     with_services: bool,
+    /// Reward service instances; the consumers balance their GrantBatch calls over
+    /// them (a `kill-service` fault kills one with SIGKILL and restarts it).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    services: u32,
     /// Kafka consumer group members.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     consumers: u32,
@@ -114,6 +118,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         scale,
         duration,
         with_services: _,
+        services,
         consumers,
         rocketmq_consumers,
         limits,
@@ -141,6 +146,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
     let opts = ReplayOptions {
         plan,
         out,
+        services,
         kafka_consumers: consumers,
         rocketmq_consumers,
         limits: limits.into_iter().collect(),

@@ -12,7 +12,8 @@ use reward_tools::stack::StackEnv;
 use super::ReplayOptions;
 
 pub(super) struct Services {
-    pub(super) service: Option<Child>,
+    /// The reward service instances, in index order (`kill-service` index).
+    pub(super) services: Vec<Child>,
     pub(super) consumers: Vec<Child>,
 }
 
@@ -190,32 +191,50 @@ async fn start_services(
             urls.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
         ),
     )?;
-    let spec = Spec {
-        name: "service".into(),
-        program: crate::services::bin_dir().join("reward-service"),
-        args: vec!["--config".into(), config.display().to_string()],
-        env: vec![
-            (
-                "REWARD_SERVICE_TOKEN_FILE".into(),
-                setup.credential_file().display().to_string(),
-            ),
-            (
-                "REWARD_WALLET_TOKEN_FILE".into(),
-                setup.wallet_credential_file().display().to_string(),
-            ),
-        ],
-        log: setup.dir.join("service.log"),
-        ready_line: "reward-service: gRPC on ".into(),
-    };
-    let service = Child::start(spec, Duration::from_secs(60)).await?;
-    let grpc = service
-        .ready
-        .trim_start_matches("reward-service: gRPC on ")
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let grpc = format!("http://{grpc}");
+    let mut instances = Vec::new();
+    let mut endpoints = Vec::new();
+    for i in 0..opts.services.max(1) {
+        let name = if i == 0 {
+            "service".to_string()
+        } else {
+            format!("service-{i}")
+        };
+        let spec = Spec {
+            name: name.clone(),
+            program: crate::services::bin_dir().join("reward-service"),
+            args: vec!["--config".into(), config.display().to_string()],
+            env: vec![
+                (
+                    "REWARD_SERVICE_TOKEN_FILE".into(),
+                    setup.credential_file().display().to_string(),
+                ),
+                (
+                    "REWARD_WALLET_TOKEN_FILE".into(),
+                    setup.wallet_credential_file().display().to_string(),
+                ),
+            ],
+            log: setup.dir.join(format!("{name}.log")),
+            ready_line: "reward-service: gRPC on ".into(),
+        };
+        let mut service = Child::start(spec, Duration::from_secs(60)).await?;
+        let addr = service
+            .ready
+            .trim_start_matches("reward-service: gRPC on ")
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        // A restart (kill-service) binds the same address, so the consumers' endpoint
+        // list stays true.
+        service
+            .spec
+            .env
+            .push(("REWARD_SERVICE__SERVER__GRPC_ADDR".into(), addr.clone()));
+        endpoints.push(format!("http://{addr}"));
+        instances.push(service);
+    }
+    let grpc = endpoints.join(",");
     let mut consumers = Vec::new();
     for (broker, n) in [
         (Broker::Kafka, opts.kafka_consumers),
@@ -228,7 +247,7 @@ async fn start_services(
     }
     Ok((
         Services {
-            service: Some(service),
+            services: instances,
             consumers,
         },
         grpc,
@@ -262,12 +281,16 @@ async fn save_metrics(
         .iter()
         .map(|c| (c.spec.name.clone(), metrics_url(&c.ready), None))
         .collect();
-    if let Some(svc) = &s.service {
-        // The service's /metrics takes its grant credential.
-        let credential = std::fs::read_to_string(setup.credential_file())
-            .map(|t| t.trim().to_string())
-            .ok();
-        scrapes.push(("service".into(), metrics_url(&svc.ready), credential));
+    // The service's /metrics takes its grant credential.
+    let credential = std::fs::read_to_string(setup.credential_file())
+        .map(|t| t.trim().to_string())
+        .ok();
+    for svc in &s.services {
+        scrapes.push((
+            svc.spec.name.clone(),
+            metrics_url(&svc.ready),
+            credential.clone(),
+        ));
     }
     for (name, url, bearer) in scrapes {
         match scrape(&url, bearer.as_deref()).await {
@@ -289,9 +312,10 @@ async fn stop_children(s: &mut Services) {
             eprintln!("replay: {name} did not stop cleanly (see its log)");
         }
     }
-    if let Some(svc) = s.service.take()
-        && svc.stop(Duration::from_secs(30)).await != Some(0)
-    {
-        eprintln!("replay: the reward service did not stop cleanly (see service.log)");
+    for svc in s.services.drain(..) {
+        let name = svc.spec.name.clone();
+        if svc.stop(Duration::from_secs(30)).await != Some(0) {
+            eprintln!("replay: {name} did not stop cleanly (see {name}.log)");
+        }
     }
 }

@@ -87,7 +87,32 @@ async fn inject(
             crate::faults::stack(script, "start", server).await
         }
         Action::KillConsumer => kill_consumer(f, services, setup, env, grpc, down).await,
+        Action::KillService => kill_service(f, services, down).await,
     }
+}
+
+/// Kills a reward service instance hard (its batches in flight die with it), and
+/// restarts it on the same address after `down`.
+async fn kill_service(
+    f: &Fault,
+    services: &tokio::sync::Mutex<Services>,
+    down: Duration,
+) -> anyhow::Result<()> {
+    let want = usize::try_from(f.index.unwrap_or(0)).unwrap_or(usize::MAX);
+    let mut victim = {
+        let mut s = services.lock().await;
+        if want >= s.services.len() {
+            anyhow::bail!("no service instance {want} running");
+        }
+        s.services.remove(want)
+    };
+    victim.kill_hard().await;
+    tokio::time::sleep(down).await;
+    let restarted = victim.restart(Duration::from_secs(60)).await?;
+    let mut s = services.lock().await;
+    let at = want.min(s.services.len());
+    s.services.insert(at, restarted);
+    Ok(())
 }
 
 /// The stand-in wallet fails, slows or answers late for `down`, then recovers.

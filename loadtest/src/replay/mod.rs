@@ -63,6 +63,8 @@ pub struct ReplayOptions {
     pub plan: Plan,
     /// Where run directories go.
     pub out: PathBuf,
+    /// Reward service instances (the consumers balance over them).
+    pub services: u32,
     /// Kafka consumer group members.
     pub kafka_consumers: u32,
     /// RocketMQ consumer group members.

@@ -411,31 +411,12 @@ impl Claims {
     }
 
     /// Whether budget keys of the previous layout (`{prefix}:{scene:N}:budget`) exist:
-    /// one `SCAN` pass, made only when the store has no `meta` yet (its first start
+    /// one `SCAN` pass (per primary on a cluster), made only when the store has no `meta` yet (its first start
     /// under this layout).
     async fn old_layout(pool: &Pool, prefix: &str) -> Result<bool, ClaimError> {
+        // Every primary of a cluster: a SCAN answers for its own node only.
         let pattern = format!("{prefix}:{{*}}:budget");
-        let client = pool.next();
-        let mut cursor = "0".to_string();
-        loop {
-            let (next, keys): (String, Vec<String>) = client
-                .custom(
-                    fred::types::CustomCommand::new_static(
-                        "SCAN",
-                        fred::types::ClusterHash::Random,
-                        false,
-                    ),
-                    vec![cursor.as_str(), "MATCH", pattern.as_str(), "COUNT", "1000"],
-                )
-                .await?;
-            if !keys.is_empty() {
-                return Ok(true);
-            }
-            if next == "0" {
-                return Ok(false);
-            }
-            cursor = next;
-        }
+        Ok(reward_runtime::keyspace::any_match(pool.next(), &pattern).await?)
     }
 
     /// The store's settings.

@@ -58,8 +58,8 @@
 //!
 //! Unanswered writes live in memory: `close` waits for them (its report counts what is
 //! left, `tokens_left`), and a crash loses them, exactly as a failed write. In every
-//! mode a reply of `NOSCRIPT` (Redis restarted and lost its script cache) loads the
-//! script again and sends once more.
+//! mode a reply of `NOSCRIPT` (Redis restarted, or a cluster node that never saw the
+//! script or was just promoted) sends the call once more with the script's body.
 
 mod writer;
 
