@@ -57,7 +57,8 @@ impl DelayQueue {
         shards: u32,
         lease_ms: u64,
     ) -> Result<Self, fred::error::Error> {
-        let pool = Builder::from_config(Config::from_url(url)?).build_pool(2)?;
+        let pool = reward_runtime::redis::builder(url, std::time::Duration::from_secs(5))?
+            .build_pool(2)?;
         pool.init().await?;
         Ok(DelayQueue {
             pool,

@@ -215,7 +215,7 @@ pub async fn run(
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
-    let (service, credential) = crate::grant_bench::start_service(env, &tag, &dir).await?;
+    let (service, credential) = crate::grant_bench::start_service(env, &tag, &dir, 0).await?;
     let claims = service.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", "rain");
     claims

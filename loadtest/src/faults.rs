@@ -40,6 +40,16 @@
 //!                              # carry the load meanwhile)
 //!
 //! [[faults]]
+//! at_secs = 10
+//! action = "redis-reshard"     # Redis Cluster only: move `slots` slots (keys migrate
+//! slots = 2000                 # live, clients see MOVED/ASK) between two primaries
+//!
+//! [[faults]]
+//! at_secs = 20
+//! action = "redis-failover"    # Redis Cluster only: kill -9 a primary; its replica
+//! for_secs = 10                # takes over; the node comes back as a replica
+//!
+//! [[faults]]
 //! at_secs = 20
 //! action = "redis-pause"       # `CLIENT PAUSE` the stack's Redis: every client's
 //! for_secs = 2                 # commands wait (at most 60 s), nothing is lost
@@ -66,6 +76,11 @@ pub enum Action {
     KillConsumer,
     /// Stop one server of the local stack, then start it again.
     StopServer,
+    /// Redis Cluster: SIGKILL a primary (`ops/stack kill-primary`), start the node
+    /// again after `for_secs` (it rejoins as a replica).
+    RedisFailover,
+    /// Redis Cluster: move `slots` slots between two primaries while the run goes on.
+    RedisReshard,
     /// SIGKILL one reward service instance (`index`, default 0), then start it again
     /// on the same address.
     KillService,
@@ -105,6 +120,9 @@ pub struct Fault {
     /// `downstream-slow`: delay per credit, ms.
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// `redis-reshard`: slots to move (default 2000).
+    #[serde(default)]
+    pub slots: Option<u32>,
 }
 
 /// Whether any fault of the plan breaks the downstream (the replay then credits
@@ -131,6 +149,10 @@ impl Fault {
                 self.index.unwrap_or(0),
                 self.for_secs
             ),
+            Action::RedisFailover => {
+                format!("kill -9 a Redis primary ({} s down)", self.for_secs)
+            }
+            Action::RedisReshard => format!("reshard {} slots", self.slots.unwrap_or(2000)),
             Action::KillService => format!(
                 "kill -9 service {} ({} s down)",
                 self.index.unwrap_or(0),
@@ -196,6 +218,12 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                     anyhow::bail!("faults[{i}]: kill-consumer and kill-service take no server");
                 }
             }
+            Action::RedisFailover => {}
+            Action::RedisReshard => {
+                if !(1..=16384).contains(&f.slots.unwrap_or(2000)) {
+                    anyhow::bail!("faults[{i}]: redis-reshard needs slots in 1..=16384");
+                }
+            }
             Action::RedisPause => {
                 if !(f.for_secs > 0.0 && f.for_secs <= 60.0) {
                     anyhow::bail!("faults[{i}]: redis-pause needs for_secs in (0, 60]");
@@ -228,6 +256,11 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
 
 /// Runs `ops/stack <verb> <server>`; an error names the command and its output.
 pub async fn stack(script: &Path, verb: &str, server: &str) -> anyhow::Result<()> {
+    stack_output(script, verb, server).await.map(|_| ())
+}
+
+/// As [`stack`], answering what the script printed on stdout (trimmed).
+pub async fn stack_output(script: &Path, verb: &str, server: &str) -> anyhow::Result<String> {
     let out = tokio::process::Command::new(script)
         .args([verb, server])
         .output()
@@ -241,7 +274,7 @@ pub async fn stack(script: &Path, verb: &str, server: &str) -> anyhow::Result<()
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ pub struct GrantBenchOptions {
     pub pipeline: u32,
     /// Users the grants are spread over.
     pub users: u64,
+    /// The service's `claims.replica_acks`.
+    pub replica_acks: u32,
 }
 
 /// The figures.
@@ -85,6 +87,7 @@ pub async fn start_service(
     env: &StackEnv,
     tag: &str,
     dir: &std::path::Path,
+    replica_acks: u32,
 ) -> anyhow::Result<(reward_service::server::Running, String)> {
     std::fs::create_dir_all(dir)?;
     let keys = dir.join("keys");
@@ -106,6 +109,10 @@ pub async fn start_service(
             dir.join("failures.jsonl").display().to_string(),
         ),
         ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
+        (
+            "REWARD_SERVICE__CLAIMS__REPLICA_ACKS",
+            replica_acks.to_string(),
+        ),
         ("REWARD_SDK__STORE__KEY_PREFIX", format!("gbt-{tag}")),
         ("REWARD_SDK__TOKEN__KEYS_FILE", keys.display().to_string()),
         (
@@ -151,7 +158,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("grant-bench-{tag}"));
-    let (running, credential) = start_service(env, &tag, &dir).await?;
+    let (running, credential) = start_service(env, &tag, &dir, opts.replica_acks).await?;
     let scene = "rain";
     let claims = running.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", scene);
@@ -191,8 +198,17 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     anyhow::ensure!(report.left == 0, "{} events left at shutdown", report.left);
     let service_rate = opts.grants as f64 / elapsed.as_secs_f64();
 
+    // redis-benchmark drives one node: on a cluster only the service side runs.
     let (script_rate, script_p99_ms, script_command) =
-        redis_benchmark(env, &claims, &tag, opts).await?;
+        if env.redis_url.starts_with("redis-cluster://") {
+            (
+                0.0,
+                0.0,
+                "redis-benchmark drives one node, not a Redis Cluster".to_string(),
+            )
+        } else {
+            redis_benchmark(env, &claims, &tag, opts).await?
+        };
     let redis_forks = forks.since_start().await;
     crate::clean::bench_run(&env.redis_url, &tag).await;
     Ok(GrantBenchReport {
@@ -280,6 +296,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         redis_clients: 50,
         pipeline: 16,
         users: 1,
+        replica_acks: 0,
     };
     let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
     crate::clean::bench_run(&env.redis_url, &tag).await;

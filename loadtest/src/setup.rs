@@ -173,6 +173,7 @@ key_prefix = "{claims}"
 shards = {shards}
 lease_ms = 30000
 retention_secs = 86400
+replica_acks = {replica_acks}
 [budgets]
 {budgets}
 {downstreams}
@@ -183,6 +184,9 @@ archive = "{archive}"
 queue = "failures"
 {sdk}"#,
         claims = m.claims_prefix,
+        // On a Redis Cluster every claim waits for its replica before a credit, so a
+        // primary killed mid-run cannot forget a claim whose money moved.
+        replica_acks = u32::from(m.redis_url.starts_with("redis-cluster://")),
         shards = m.claims_shards,
         ledger = m.ledger_prefix,
         archive = setup.dir.join("failures.jsonl").display(),

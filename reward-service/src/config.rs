@@ -245,6 +245,8 @@ struct RawClaims {
     lease_ms: Option<u64>,
     retention_secs: Option<u64>,
     pool_size: Option<usize>,
+    replica_acks: Option<u32>,
+    replica_wait_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -11,9 +11,13 @@
 //! wallet page show what was credited without asking every downstream. The credited
 //! hash gets the store's TTL on each move, like the pending one.
 //!
-//! A failed move is counted and logged, never fails the grant: the claim record says
-//! `GRANTED`, which is what validation and withdrawal trust, so a token left in the
-//! pending hash is shown as credited and can never be credited twice.
+//! A failed move never fails the grant: the claim record says `GRANTED`, which is
+//! what validation and withdrawal trust, so a token left in the pending hash is shown
+//! as credited and can never be credited twice. It is retried in the background (from
+//! 200 ms, doubling to 1 s, for [`MOVE_RETRY_FOR`]), so a Redis pause or failover does
+//! not leave credited tokens listed as pending; a move whose answer was lost is
+//! harmless to repeat (the token is no longer pending: the script moves nothing).
+//! Only a move given up after that is counted ([`Tokens::move_failures`]) and logged.
 //!
 //! The per-user cap of the SDK counts the pending hash only: a credited token frees
 //! its place.
@@ -31,6 +35,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use reward_runtime::script::Script;
@@ -63,6 +68,9 @@ return out
 /// Most tokens one [`MOVE_MANY_LUA`] call moves (Redis runs a script to its end
 /// before anything else, so a call stays well under a millisecond).
 pub const MOVE_CHUNK: usize = 256;
+
+/// How long a failed move is retried in the background before it is given up.
+pub const MOVE_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// One token to move: user, activity, trade number.
 pub type Move<'a> = (&'a str, &'a str, &'a str);
@@ -149,16 +157,16 @@ impl Tokens {
                         out[i] = m == 1;
                     }
                 }
-                other => {
-                    let error = match other {
-                        Err(e) => e.to_string(),
-                        Ok(moved) => format!("{} answers for {} tokens", moved.len(), idx.len()),
-                    };
-                    self.move_failures
-                        .fetch_add(idx.len() as u64, Ordering::Relaxed);
-                    // The first trade number, to find the call in the logs.
-                    let trade_no = idx.first().map_or("", |&i| moves[i].2);
-                    tracing::warn!(tokens = idx.len(), %trade_no, %error, "credited tokens not moved out of the pending hash");
+                _ => {
+                    let owned: Vec<(String, String, String)> = idx
+                        .iter()
+                        .map(|&i| {
+                            let (u, a, t) = moves[i];
+                            (u.to_string(), a.to_string(), t.to_string())
+                        })
+                        .collect();
+                    let me = self.clone();
+                    tokio::spawn(async move { me.retry_moves(owned).await });
                 }
             }
         }
@@ -186,7 +194,39 @@ impl Tokens {
             .await
     }
 
-    /// Moves that failed since start.
+    /// Retries one failed chunk until it answers or [`MOVE_RETRY_FOR`] has passed.
+    async fn retry_moves(self, owned: Vec<(String, String, String)>) {
+        let started = Instant::now();
+        let mut wait = Duration::from_millis(200);
+        let moves: Vec<Move<'_>> = owned
+            .iter()
+            .map(|(u, a, t)| (u.as_str(), a.as_str(), t.as_str()))
+            .collect();
+        let idx: Vec<usize> = (0..moves.len()).collect();
+        loop {
+            tokio::time::sleep(wait).await;
+            let error = match self.move_chunk(&moves, &idx).await {
+                Ok(moved) if moved.len() == idx.len() => {
+                    metrics::counter!("reward_service_token_moves_retried_total")
+                        .increment(idx.len() as u64);
+                    return;
+                }
+                Ok(moved) => format!("{} answers for {} tokens", moved.len(), idx.len()),
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() >= MOVE_RETRY_FOR {
+                self.move_failures
+                    .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                // The first trade number, to find the call in the logs.
+                let trade_no = moves.first().map_or("", |m| m.2);
+                tracing::warn!(tokens = idx.len(), %trade_no, %error, "credited tokens not moved out of the pending hash; given up");
+                return;
+            }
+            wait = (wait * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Moves given up (after [`MOVE_RETRY_FOR`] of retries) since start.
     pub fn move_failures(&self) -> u64 {
         self.move_failures.load(Ordering::Relaxed)
     }

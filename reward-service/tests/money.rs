@@ -584,3 +584,62 @@ async fn once_status_says_not_credited_a_permanent_refusal_fails_and_refunds() {
         ClaimState::Failed
     );
 }
+
+/// `claims.replica_acks`: on a Redis whose primaries have fewer replicas than asked,
+/// the claim store refuses to start (a typed error naming the node), so a single
+/// Redis cannot be configured into refusing every grant; on the stack's Redis Cluster
+/// (one replica per primary, started here: `REWARD_REDIS_TOPOLOGY=cluster ops/stack
+/// up`) every claim waits for its replica and is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_wait_for_a_replica_only_where_one_exists() {
+    let cfg = |acks| ClaimConfig {
+        key_prefix: format!("replica-{:08x}", rand::random::<u32>()),
+        shards: 4,
+        retention_secs: 3600,
+        replica_acks: acks,
+        replica_wait_ms: 2000,
+        ..ClaimConfig::default()
+    };
+    let single = reward_testkit::StackEnv::from_env();
+    if !single.redis_url.starts_with("redis-cluster://") {
+        match Claims::connect(&single.redis_url, cfg(1)).await {
+            Err(ClaimError::Replicas { have, wanted, .. }) => assert_eq!((have, wanted), (0, 1)),
+            other => panic!("a Redis without replicas took replica_acks = 1: {other:?}"),
+        }
+    }
+    let up = std::process::Command::new(reward_testkit::repo().join("ops/stack"))
+        .arg("up")
+        .env("REWARD_REDIS_TOPOLOGY", "cluster")
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let url = String::from_utf8_lossy(&up.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("REDIS_URL="))
+        .unwrap()
+        .to_string();
+    assert!(
+        Claims::connect(&url, cfg(2)).await.is_err(),
+        "two replicas asked, one exists"
+    );
+    let claims = Claims::connect(&url, cfg(1)).await.unwrap();
+    claims.set_budget("rain", 1_000).await.unwrap();
+    for i in 0..20 {
+        let g = grant(&format!("rain:replica:{i}"), 10);
+        assert!(matches!(
+            claims.claim(&g).await.unwrap(),
+            Claim::Claimed { .. }
+        ));
+    }
+    let many: Vec<_> = (20..60)
+        .map(|i| grant(&format!("rain:replica:{i}"), 10))
+        .collect();
+    for r in claims.claim_many(&many).await {
+        assert!(matches!(r.unwrap(), Claim::Claimed { .. }));
+    }
+    assert_eq!(claims.spent("rain").await.unwrap(), 600);
+}

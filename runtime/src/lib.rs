@@ -5,6 +5,8 @@
 //! - [`script`]: a Lua script on Redis, called by SHA, sent with its body after
 //!   `NOSCRIPT` (any node of a cluster); one-call and pipelined forms.
 //! - [`keyspace`]: `SCAN` over one Redis or every primary of a Redis Cluster.
+//! - [`redis`]: the client builder every long-lived client uses (reconnects, deadlines,
+//!   cluster redirections).
 //! - [`dynamic`]: the dynamic-config watcher: a file and a Redis hash merged over
 //!   the start-up document, polled, handed to subscribers that validate and swap.
 //! - [`env`]: configuration documents and their `PREFIX__SECTION__KEY` environment
@@ -28,6 +30,7 @@ pub mod credential;
 pub mod dynamic;
 pub mod env;
 pub mod keyspace;
+pub mod redis;
 pub mod script;
 #[cfg(feature = "service")]
 pub mod service;

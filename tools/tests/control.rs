@@ -29,7 +29,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     );
     let tag = format!("ctl{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("control-{tag}"));
-    let (service, credential) = loadtest::grant_bench::start_service(&env, &tag, &dir)
+    let (service, credential) = loadtest::grant_bench::start_service(&env, &tag, &dir, 0)
         .await
         .unwrap();
     service

@@ -88,6 +88,19 @@ async fn inject(
         }
         Action::KillConsumer => kill_consumer(f, services, setup, env, grpc, down).await,
         Action::KillService => kill_service(f, services, down).await,
+        Action::RedisFailover => {
+            let node = crate::faults::stack_output(script, "kill-primary", "").await?;
+            anyhow::ensure!(
+                node.starts_with("cluster"),
+                "ops/stack kill-primary named no node: {node:?}"
+            );
+            tokio::time::sleep(down).await;
+            crate::faults::stack(script, "start", &node).await
+        }
+        Action::RedisReshard => {
+            let slots = f.slots.unwrap_or(2000).to_string();
+            crate::faults::stack(script, "reshard", &slots).await
+        }
     }
 }
 

@@ -107,10 +107,11 @@ impl Claims {
         };
         let shard = self.shard_of(&first.trade_no);
         let ids: Vec<String> = part.iter().map(|_| new_claim_id()).collect();
+        let client = self.pool.next();
         let reply: Vec<String> = self
             .scripts
             .claim_many
-            .eval(self.pool.next(), || {
+            .eval(client, || {
                 let mut keys = vec![self.budget_key(&first.scene, shard)];
                 let mut args = vec![
                     secs(self.cfg.lease_ms),
@@ -127,6 +128,8 @@ impl Claims {
                 }
                 (keys, args)
             })
+            .await?;
+        self.replicated(client, &self.budget_key(&first.scene, shard))
             .await?;
         if reply.len() != part.len() * 2 {
             return Err(ClaimError::Reply(reply));

@@ -58,6 +58,11 @@
 //! - **A finish after a credit is never lost to a takeover**: marking a grant
 //!   `GRANTED` needs a receipt, not the lease, so a worker whose lease expired still
 //!   records its credit; the next owner then finds `GRANTED`.
+//!
+//! # Waiting for a replica
+//! On a Redis with replicas (a Redis Cluster), `replica_acks = 1` makes every claim
+//! wait until a replica holds it before its grant may credit, so a failover cannot
+//! forget a claim whose money already moved (the `replicas` module, `docs/cluster.md`).
 
 use std::sync::Arc;
 
@@ -68,6 +73,7 @@ mod batch;
 mod budget;
 mod doubt;
 mod keys;
+mod replicas;
 mod scripts;
 mod single;
 
@@ -85,6 +91,10 @@ pub const MAX_AMOUNT: i64 = (1 << 53) - 1;
 /// ends by itself after this).
 pub const BUDGET_HOLD_MS: u64 = 5_000;
 
+/// Deadline of one claim-store command: a claim that cannot answer within it is
+/// retried by the caller (the script may have run: the record says so next time).
+pub const CLAIM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Settings of the claim store.
 #[derive(Debug, Clone)]
 pub struct ClaimConfig {
@@ -98,6 +108,11 @@ pub struct ClaimConfig {
     pub retention_secs: u64,
     /// Redis connections in the pool.
     pub pool_size: usize,
+    /// Replicas that must hold a claim before its grant is credited (0: do not wait;
+    /// see [`replicas`](self#waiting-for-a-replica)).
+    pub replica_acks: u32,
+    /// How long a claim waits for them before the grant is retried instead.
+    pub replica_wait_ms: u64,
 }
 
 impl Default for ClaimConfig {
@@ -108,6 +123,8 @@ impl Default for ClaimConfig {
             lease_ms: 30_000,
             retention_secs: 30 * 24 * 3600,
             pool_size: 4,
+            replica_acks: 0,
+            replica_wait_ms: 1_000,
         }
     }
 }
@@ -260,6 +277,25 @@ pub enum ClaimError {
     /// Redis refused, timed out or is unreachable.
     #[error("claim store: {0}")]
     Redis(String),
+    /// Fewer replicas than `claims.replica_acks` acknowledged a claim in time: it is
+    /// not used (nothing is credited) and the grant is retried.
+    #[error("claim store: {acked} of {wanted} replicas acknowledged the claim in time")]
+    NotReplicated {
+        /// Replicas that did.
+        acked: u32,
+        /// `claims.replica_acks`.
+        wanted: u32,
+    },
+    /// A primary has fewer replicas than `claims.replica_acks` (refused at start).
+    #[error("claims.replica_acks is {wanted} but {node} has {have} connected replicas")]
+    Replicas {
+        /// The primary.
+        node: String,
+        /// Its connected replicas.
+        have: u32,
+        /// `claims.replica_acks`.
+        wanted: u32,
+    },
     /// The script answered something this build does not know.
     #[error("claim store: unexpected reply {0:?}")]
     Reply(Vec<String>),
@@ -356,8 +392,10 @@ impl Claims {
                 "key prefix must be set, without braces",
             ));
         }
-        let pool = Builder::from_config(Config::from_url(redis_url)?).build_pool(cfg.pool_size)?;
+        let pool =
+            reward_runtime::redis::builder(redis_url, CLAIM_TIMEOUT)?.build_pool(cfg.pool_size)?;
         pool.init().await?;
+        Self::check_replicas(pool.next(), cfg.replica_acks).await?;
         let load = |script: &'static str| {
             let client = pool.next().clone();
             async move { Script::load(&client, script).await }

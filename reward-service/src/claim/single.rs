@@ -53,10 +53,11 @@ impl Claims {
         check_grant(g)?;
         let shard = self.shard_of(&g.trade_no);
         let claim_id = new_claim_id();
+        let client = self.pool.next();
         let reply: Vec<String> = self
             .scripts
             .claim
-            .eval(self.pool.next(), || {
+            .eval(client, || {
                 (
                     vec![
                         self.record_key(shard, &g.trade_no),
@@ -74,6 +75,8 @@ impl Claims {
                     ],
                 )
             })
+            .await?;
+        self.replicated(client, &self.record_key(shard, &g.trade_no))
             .await?;
         match reply.as_slice() {
             [code, detail] => self.decode(code, detail.clone(), claim_id),

@@ -55,6 +55,12 @@ pub(super) fn claim_config(c: RawClaims) -> Result<ClaimConfig, ConfigError> {
         lease_ms: positive("claims.lease_ms", c.lease_ms, d.lease_ms)?,
         retention_secs: positive("claims.retention_secs", c.retention_secs, d.retention_secs)?,
         pool_size: positive("claims.pool_size", c.pool_size, d.pool_size)?,
+        replica_acks: c.replica_acks.unwrap_or(d.replica_acks),
+        replica_wait_ms: positive(
+            "claims.replica_wait_ms",
+            c.replica_wait_ms,
+            d.replica_wait_ms,
+        )?,
     };
     if claims.key_prefix.is_empty() || claims.key_prefix.contains(['{', '}']) {
         return Err(ConfigError::Invalid(

@@ -98,8 +98,8 @@ impl Ledger {
         prefix: &str,
         capacity: &HashMap<String, NonZeroU32>,
     ) -> Result<Self, CreditError> {
-        let client = Builder::from_config(Config::from_url(redis_url).map_err(unavailable)?)
-            .with_performance_config(|p| p.default_command_timeout = LEDGER_TIMEOUT)
+        let client = reward_runtime::redis::builder(redis_url, LEDGER_TIMEOUT)
+            .map_err(unavailable)?
             .build()
             .map_err(unavailable)?;
         client.init().await.map_err(unavailable)?;
