@@ -164,7 +164,9 @@ pub async fn clean(
     // On a Redis Cluster every primary is walked (a SCAN sees its own node only), and
     // keys are unlinked one per command in a pipeline: a multi-key UNLINK must stay in
     // one slot there.
-    let nodes = reward_runtime::keyspace::nodes(&client);
+    let nodes = reward_runtime::keyspace::nodes(&client)
+        .await
+        .map_err(|e| anyhow::anyhow!("cluster nodes: {e}"))?;
     for pattern in sel.patterns() {
         for node in &nodes {
             let mut cursor = "0".to_string();

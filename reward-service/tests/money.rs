@@ -621,6 +621,7 @@ async fn claims_wait_for_a_replica_only_where_one_exists() {
         .lines()
         .find_map(|l| l.strip_prefix("REDIS_URL="))
         .unwrap()
+        .trim_matches('\'')
         .to_string();
     assert!(
         Claims::connect(&url, cfg(2)).await.is_err(),

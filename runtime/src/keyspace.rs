@@ -12,14 +12,21 @@ use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand};
 
 /// The nodes a walk visits: every primary of a cluster (from the client's routing
-/// table), or `[None]`, the one server of a single Redis.
-pub fn nodes(client: &Client) -> Vec<Option<Server>> {
+/// table, fetched when the client has none yet), or `[None]`, the one server of a
+/// single Redis.
+pub async fn nodes(client: &Client) -> Result<Vec<Option<Server>>, fred::error::Error> {
     if !client.is_clustered() {
-        return vec![None];
+        return Ok(vec![None]);
+    }
+    if client.cached_cluster_state().is_none() {
+        client.sync_cluster().await?;
     }
     match client.cached_cluster_state() {
-        Some(state) => state.unique_primary_nodes().into_iter().map(Some).collect(),
-        None => vec![None],
+        Some(state) => Ok(state.unique_primary_nodes().into_iter().map(Some).collect()),
+        None => Err(fred::error::Error::new(
+            fred::error::ErrorKind::Cluster,
+            "the cluster's routing table is unknown",
+        )),
     }
 }
 
@@ -48,7 +55,7 @@ pub async fn scan_page(
 
 /// Whether any key matching `pattern` exists on any node.
 pub async fn any_match(client: &Client, pattern: &str) -> Result<bool, fred::error::Error> {
-    for node in nodes(client) {
+    for node in nodes(client).await? {
         let mut cursor = "0".to_string();
         loop {
             let (next, keys) = scan_page(client, node.as_ref(), &cursor, pattern, 1000).await?;

@@ -51,7 +51,7 @@ impl Claims {
         if wanted == 0 {
             return Ok(());
         }
-        for node in reward_runtime::keyspace::nodes(client) {
+        for node in reward_runtime::keyspace::nodes(client).await? {
             let info: String = match &node {
                 Some(server) => {
                     client
