@@ -199,12 +199,16 @@ pub const MAX_ENDPOINTS: usize = 64;
 impl ServiceLink {
     /// The endpoints `grpc` names (comma-separated, blanks ignored).
     pub fn endpoints(&self) -> Vec<&str> {
-        self.grpc
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .collect()
+        endpoints(&self.grpc)
     }
+}
+
+/// The endpoints a `service.grpc` value names (comma-separated, blanks ignored).
+pub fn endpoints(grpc: &str) -> Vec<&str> {
+    grpc.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect()
 }
 
 /// The reward service.

@@ -298,7 +298,11 @@ struct Leased {
 impl Leased {
     fn pool(&self, reward_type: &str) -> Arc<Pool> {
         match self.types.lock() {
-            Ok(mut m) => m.entry(reward_type.to_string()).or_default().clone(),
+            // Looked up before inserting: no key is allocated for a type already met.
+            Ok(mut m) => match m.get(reward_type) {
+                Some(p) => p.clone(),
+                None => m.entry(reward_type.to_string()).or_default().clone(),
+            },
             // A poisoned map (a panic elsewhere) leases nothing for new types.
             Err(_) => Arc::new(Pool::default()),
         }
@@ -479,22 +483,29 @@ impl Limits {
     /// lease task runs) and a credit of the type's local limiter.
     pub fn check(&self, reward_type: &str) -> Verdict {
         let s = self.state.load();
-        let (limiter, pool) = match s.types.get(reward_type) {
-            Some(t) if t.limit.fused => return Verdict::Fused,
-            Some(t) => (t.limiter.clone(), t.pool.clone()),
+        match s.types.get(reward_type) {
+            Some(t) if t.limit.fused => Verdict::Fused,
+            Some(t) => self.take(&t.limiter, &t.pool),
             None => {
                 let limiter = match s.unlisted.lock() {
-                    Ok(mut m) => m
-                        .entry(reward_type.to_string())
-                        .or_insert_with(|| {
-                            empty_limiter(s.config.default_rate, s.config.default_burst)
-                        })
-                        .clone(),
+                    Ok(mut m) => match m.get(reward_type) {
+                        Some(l) => l.clone(),
+                        None => m
+                            .entry(reward_type.to_string())
+                            .or_insert_with(|| {
+                                empty_limiter(s.config.default_rate, s.config.default_burst)
+                            })
+                            .clone(),
+                    },
                     Err(_) => return Verdict::Limited,
                 };
-                (limiter, self.leased.pool(reward_type))
+                self.take(&limiter, &self.leased.pool(reward_type))
             }
-        };
+        }
+    }
+
+    /// One credit of `limiter`, and one leased permit of `pool` while leasing.
+    fn take(&self, limiter: &Direct, pool: &Pool) -> Verdict {
         if self.leased.on.load(Ordering::Acquire) {
             if !pool.take() {
                 return Verdict::Limited;

@@ -40,8 +40,23 @@ pub async fn scan_page(
     count: u32,
 ) -> Result<(String, Vec<String>), fred::error::Error> {
     let count = count.to_string();
-    let args = vec![cursor, "MATCH", pattern, "COUNT", count.as_str()];
-    let cmd = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
+    on_node(
+        client,
+        node,
+        "SCAN",
+        vec![cursor, "MATCH", pattern, "COUNT", count.as_str()],
+    )
+    .await
+}
+
+/// Sends `command args...` to `node` (`None`: the single server, or any node).
+pub async fn on_node<R: fred::prelude::FromValue>(
+    client: &Client,
+    node: Option<&Server>,
+    command: &'static str,
+    args: Vec<&str>,
+) -> Result<R, fred::error::Error> {
+    let cmd = CustomCommand::new_static(command, ClusterHash::Random, false);
     match node {
         Some(server) => {
             client

@@ -157,10 +157,8 @@ impl Pipeline {
         timeout: Duration,
         offsets: Arc<Offsets>,
     ) -> Result<Self, PipelineError> {
-        let endpoints = grpc
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
+        let endpoints = crate::config::endpoints(grpc)
+            .into_iter()
             .map(|e| {
                 tonic::transport::Endpoint::from_shared(e.to_string())
                     .map(|ep| ep.tcp_nodelay(true).connect_timeout(Duration::from_secs(5)))

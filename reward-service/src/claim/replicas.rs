@@ -10,7 +10,8 @@
 //! them. Otherwise the call answers [`ClaimError::NotReplicated`]: no credit is made,
 //! the grant is retried like any claim-store failure, and the claim left behind is
 //! resolved by the downstream's status once its lease runs out, as any vanished
-//! owner's is. Start-up refuses `N` larger than the replicas some primary has
+//! owner's is. A `WAIT` whose answer is lost (the command's deadline) is the same
+//! case: the claim may or may not be on a replica, so it is not used. Start-up refuses `N` larger than the replicas some primary has
 //! ([`ClaimError::Replicas`]), so a single Redis without replicas cannot be configured
 //! into refusing every grant.
 
@@ -52,25 +53,13 @@ impl Claims {
             return Ok(());
         }
         for node in reward_runtime::keyspace::nodes(client).await? {
-            let info: String = match &node {
-                Some(server) => {
-                    client
-                        .with_cluster_node(server.clone())
-                        .custom(
-                            CustomCommand::new_static("INFO", ClusterHash::Random, false),
-                            vec!["replication"],
-                        )
-                        .await?
-                }
-                None => {
-                    client
-                        .custom(
-                            CustomCommand::new_static("INFO", ClusterHash::Random, false),
-                            vec!["replication"],
-                        )
-                        .await?
-                }
-            };
+            let info: String = reward_runtime::keyspace::on_node(
+                client,
+                node.as_ref(),
+                "INFO",
+                vec!["replication"],
+            )
+            .await?;
             let have = connected_replicas(&info);
             if have < wanted {
                 return Err(ClaimError::Replicas {

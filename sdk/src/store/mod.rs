@@ -183,18 +183,9 @@ impl std::fmt::Debug for TokenStore {
 impl TokenStore {
     /// Connects to Redis, loads the script and starts the writer task.
     pub async fn connect(cfg: StoreConfig) -> Result<Self, StoreError> {
-        let config = Config::from_url(&cfg.redis_url)?;
         let timeout = Duration::from_millis(cfg.timeout_ms);
-        let pool = Builder::from_config(config)
-            .with_connection_config(|c| {
-                c.connection_timeout = timeout;
-                c.internal_command_timeout = timeout;
-            })
-            .with_performance_config(|p| {
-                p.default_command_timeout = timeout;
-            })
-            .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
-            .build_pool(cfg.pool_size)?;
+        let pool =
+            reward_runtime::redis::builder(&cfg.redis_url, timeout)?.build_pool(cfg.pool_size)?;
         pool.init().await?;
         let script = Script::load(pool.next(), WRITE_LUA).await?;
         let cfg = Arc::new(cfg);
