@@ -11,6 +11,12 @@
 //! wallet page show what was credited without asking every downstream. The credited
 //! hash gets the store's TTL on each move, like the pending one.
 //!
+//! A credit can also run before its token's write lands (the SDK retries a write
+//! through a Redis pause or failover while the event, on another node or from a
+//! broker, is credited). The move then finds nothing and leaves an empty mark under
+//! the trade number in the credited hash; the SDK's write script sees the mark and puts
+//! the token there, never in the pending hash. [`Tokens::held`] does not list marks.
+//!
 //! A failed move never fails the grant: the claim record says `GRANTED`, which is
 //! what validation and withdrawal trust, so a token left in the pending hash is shown
 //! as credited and can never be credited twice. It is retried in the background (from
@@ -43,7 +49,8 @@ use sdk::store::TokenStore;
 
 /// KEYS: pending and credited hash of each token, in pairs. ARGV: TTL seconds, then
 /// the trade number of each pair. Returns per pair 1 when the token moved, 0 when the
-/// pending hash did not hold it; each credited hash gets its TTL once per call.
+/// pending hash did not hold it (an empty mark is left in the credited hash, see the
+/// module doc); each credited hash gets its TTL once per call.
 const MOVE_MANY_LUA: &str = r"
 local expired = {}
 local out = {}
@@ -53,13 +60,16 @@ for i = 2, #ARGV do
   if v then
     redis.call('HSET', credited, ARGV[i], v)
     redis.call('HDEL', pending, ARGV[i])
-    if not expired[credited] then
-      redis.call('EXPIRE', credited, ARGV[1])
-      expired[credited] = true
-    end
     out[#out + 1] = 1
   else
+    -- Not stored yet (its write still retrying): an empty mark, so the late write
+    -- lands here instead of in the pending hash.
+    redis.call('HSETNX', credited, ARGV[i], '')
     out[#out + 1] = 0
+  end
+  if not expired[credited] then
+    redis.call('EXPIRE', credited, ARGV[1])
+    expired[credited] = true
   end
 end
 return out
@@ -236,9 +246,11 @@ impl Tokens {
         let client = self.store.pool().next();
         let pending: HashMap<String, String> =
             client.hgetall(self.store.key(user_id, activity_id)).await?;
-        let credited: HashMap<String, String> = client
+        let mut credited: HashMap<String, String> = client
             .hgetall(self.credited_key(user_id, activity_id))
             .await?;
+        // Marks of credits whose token has not landed (module doc) are not tokens.
+        credited.retain(|_, v| !v.is_empty());
         Ok(Held { pending, credited })
     }
 

@@ -269,6 +269,25 @@ async fn a_batch_moves_its_credited_and_duplicate_tokens_together() {
     assert_eq!((pending, credited), (1, n - 2), "only the failed one stays");
     assert_eq!(tokens.move_failures(), 0);
 
+    // The token of rain:mv:3 lands after its credit (a write retried through an
+    // outage): it goes to the credited hash, never back to the pending one.
+    let late = &grants[3];
+    store
+        .put(
+            &late.user_id,
+            &late.activity_id,
+            &late.trade_no,
+            "sealed-rain:mv:3",
+        )
+        .await
+        .unwrap();
+    let held = tokens.held(&late.user_id, "cny").await.unwrap();
+    assert!(!held.pending.contains_key("rain:mv:3"), "{held:?}");
+    assert_eq!(
+        held.credited.get("rain:mv:3").map(String::as_str),
+        Some("sealed-rain:mv:3")
+    );
+
     // The client repeats some requests after their credit: the SDK stores those
     // tokens again, and the duplicate outcome moves them out again.
     store_tokens(grants[10..20].to_vec()).await;

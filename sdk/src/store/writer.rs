@@ -18,7 +18,13 @@ use crate::config::StoreConfig;
 /// token was moved to the credited hash: a late or retried write must not put it back
 /// in the pending list, where the wallet would offer it again).
 pub(super) const WRITE_LUA: &str = r"
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+local credited = redis.call('HGET', KEYS[2], ARGV[1])
+if credited then
+  -- Credited before this write landed: the reward service left an empty mark; the
+  -- token takes its place in the credited hash, never the pending one.
+  if credited == '' then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  end
   return 2
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
