@@ -607,22 +607,7 @@ async fn claims_wait_for_a_replica_only_where_one_exists() {
             other => panic!("a Redis without replicas took replica_acks = 1: {other:?}"),
         }
     }
-    let up = std::process::Command::new(reward_testkit::repo().join("ops/stack"))
-        .arg("up")
-        .env("REWARD_REDIS_TOPOLOGY", "cluster")
-        .output()
-        .unwrap();
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
-    let url = String::from_utf8_lossy(&up.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("REDIS_URL="))
-        .unwrap()
-        .trim_matches('\'')
-        .to_string();
+    let url = reward_testkit::cluster_url();
     assert!(
         Claims::connect(&url, cfg(2)).await.is_err(),
         "two replicas asked, one exists"

@@ -101,6 +101,18 @@ impl Script {
     }
 }
 
+/// Where a call (`numkeys, keys..., args...`) goes in a cluster: its first key's slot,
+/// or any node for a call without keys.
+fn call_slot(call: &[Value]) -> ClusterHash {
+    match (call.first().and_then(Value::as_i64), call.get(1)) {
+        (Some(n), Some(key)) if n > 0 => match key.as_bytes() {
+            Some(bytes) => ClusterHash::Custom(fred::util::redis_keyslot(bytes)),
+            None => ClusterHash::Random,
+        },
+        _ => ClusterHash::Random,
+    }
+}
+
 async fn pipeline<'a, R: FromValue>(
     client: &Client,
     command: &'static str,
@@ -114,11 +126,14 @@ async fn pipeline<'a, R: FromValue>(
         let mut args = Vec::with_capacity(call.len() + 1);
         args.push(Value::from(script));
         args.extend(call.iter().cloned());
-        // fred's pipelines have no Lua interface, so EVALSHA/EVAL go as custom commands;
-        // in a cluster each is routed by its key (argument 2: script, numkeys, key, ...).
+        // fred's pipelines have no Lua interface, so EVALSHA/EVAL go as custom commands.
+        // In a cluster each must go to its first key's primary, and fred honours only a
+        // slot given outright for a custom command (its other hashers fall back to the
+        // first string argument, here the SHA, which sent every call to one node: a
+        // MOVED and a full slot-map refetch for two calls in three on 3 primaries).
         let queued: Result<(), _> = pipe
             .custom(
-                CustomCommand::new_static(command, ClusterHash::Offset(2), false),
+                CustomCommand::new_static(command, call_slot(call), false),
                 args,
             )
             .await;
@@ -142,5 +157,28 @@ async fn pipeline<'a, R: FromValue>(
                 )
             });
         every(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_goes_to_its_first_keys_slot() {
+        let call = vec![
+            Value::from(2),
+            Value::from("{user:7}:ledger"),
+            Value::from("other"),
+            Value::from("arg"),
+        ];
+        let slot = fred::util::redis_keyslot(b"{user:7}:ledger");
+        assert_eq!(slot, fred::util::redis_keyslot(b"user:7"));
+        assert!(matches!(call_slot(&call), ClusterHash::Custom(s) if s == slot));
+        assert!(matches!(
+            call_slot(&[Value::from(0), Value::from("arg")]),
+            ClusterHash::Random
+        ));
+        assert!(matches!(call_slot(&[]), ClusterHash::Random));
     }
 }

@@ -82,6 +82,28 @@ pub fn stack() -> StackEnv {
     env
 }
 
+/// The stack's Redis Cluster (3 primaries + 3 replicas on loopback), started here if it
+/// is not running (`REWARD_REDIS_TOPOLOGY=cluster ops/stack up`, idempotent): its
+/// `redis-cluster://` URL. Panics (never skips) if it cannot be started.
+pub fn cluster_url() -> String {
+    let up = std::process::Command::new(repo().join("ops/stack"))
+        .arg("up")
+        .env("REWARD_REDIS_TOPOLOGY", "cluster")
+        .output()
+        .unwrap_or_else(|e| panic!("ops/stack up: {e}"));
+    assert!(
+        up.status.success(),
+        "REWARD_REDIS_TOPOLOGY=cluster ops/stack up failed: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    String::from_utf8_lossy(&up.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("REDIS_URL="))
+        .map(|u| u.trim_matches('\'').to_string())
+        .filter(|u| u.starts_with("redis-cluster://"))
+        .unwrap_or_else(|| panic!("ops/stack up printed no cluster REDIS_URL"))
+}
+
 /// `prefix` and eight random hex digits: a name no other test run uses.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}{:08x}", rand::random::<u32>())
