@@ -3,7 +3,9 @@
 //! - [`replay`]: a peak profile ([`profile`]) played through the real SDK with
 //!   open-model arrivals, the services as child processes ([`services`], configs by
 //!   [`setup`]), faults injected ([`faults`], [`wallet`]), then [`reconcile`] and the
-//!   reports ([`report`]), judged on money, service levels and validity ([`slo`]);
+//!   reports ([`report`]), judged on money, service levels and validity ([`slo`]),
+//!   with what each credited reward cost in CPU, Redis work and broker records
+//!   ([`cost`]);
 //! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
 //!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
 //!   a bare rdkafka consumer);
@@ -19,6 +21,7 @@ pub mod bench;
 pub mod clean;
 pub mod cli;
 pub mod consumer_bench;
+pub mod cost;
 pub mod faults;
 pub mod grant_bench;
 pub mod profile;

@@ -150,6 +150,7 @@ fn summary_section(r: &ReplayReport) -> String {
 <tr><th>start lag</th><td>{lag}</td></tr>
 <tr><th>end to end</th><td>{e2e}</td></tr>
 <tr><th>ceilings</th><td>{ceilings}</td></tr>
+<tr><th>cost per credited reward</th><td>{cost}</td></tr>
 </table>"#,
         scheduled = r.scheduled,
         duration = r.duration_secs,
@@ -175,6 +176,10 @@ fn summary_section(r: &ReplayReport) -> String {
                 r.credited_per_sec / c.claim_script_per_sec
             )),
             None => "not measured (--ceilings)".to_string(),
+        },
+        cost = match &r.cost {
+            Some(c) => esc(&c.lines().join(" ")),
+            None => "not measured".to_string(),
         },
     )
 }

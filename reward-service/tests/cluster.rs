@@ -64,7 +64,11 @@ async fn pipelined_script_calls_go_to_their_own_primary() {
     for (i, r) in replies.into_iter().enumerate() {
         assert_eq!(r.unwrap(), i as i64 + 1, "call {i}");
     }
-    assert_eq!(after - before, 0, "MOVED answers to one pipeline of 300 calls");
+    assert_eq!(
+        after - before,
+        0,
+        "MOVED answers to one pipeline of 300 calls"
+    );
     for k in &keys {
         let _: i64 = c.del(k).await.unwrap();
     }

@@ -261,6 +261,11 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
             c.claim_script_command
         );
     }
+    if let Some(c) = &report.cost {
+        for line in c.lines() {
+            println!("{line}");
+        }
+    }
     match crate::report::write(dir, report) {
         Ok(html) => println!("report: {}", html.display()),
         Err(e) => {

@@ -251,6 +251,7 @@ pub(super) fn build_report(
         timeline,
         reconciliation,
         ceilings: None,
+        cost: None,
         wallet: BTreeMap::new(),
     }
 }

@@ -17,6 +17,18 @@ pub(super) struct Services {
     pub(super) consumers: Vec<Child>,
 }
 
+/// The run's child processes by role (for [`crate::cost`]).
+pub(super) fn procs(s: &Services) -> Vec<crate::cost::Proc> {
+    let role = |list: &[Child], name: &str| {
+        list.iter()
+            .filter_map(|c| c.pid().map(|p| (name.to_string(), p)))
+            .collect::<Vec<_>>()
+    };
+    let mut all = role(&s.services, "reward service");
+    all.extend(role(&s.consumers, "consumers"));
+    all
+}
+
 /// Consumers' counters, read from their stats files (summed over members and
 /// restarts: each start writes its own file).
 pub(super) fn consumer_counters(dir: &Path) -> BTreeMap<String, u64> {

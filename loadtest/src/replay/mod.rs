@@ -233,6 +233,9 @@ pub struct ReplayReport {
     pub reconciliation: crate::reconcile::Reconciliation,
     /// The parts' ceilings (with `--ceilings`).
     pub ceilings: Option<Ceilings>,
+    /// What the run cost per credited reward ([`crate::cost`]), from the start of
+    /// sending to the end of the drain.
+    pub cost: Option<crate::cost::Cost>,
     /// The stand-in wallet's counters (runs with a downstream fault): calls, failed
     /// on purpose, answered late after crediting, repeats answered with the first
     /// receipt.
@@ -246,6 +249,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     let watchers = run.start_watchers();
     let collected = run.play_schedule(collector).await?;
     run.drain(&collected).await?;
+    run.measure_cost().await;
     let watched = watchers.stop().await;
     let consumers = run.stop_services().await?;
     let close = run.close_sdk().await?;

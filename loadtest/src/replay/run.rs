@@ -39,6 +39,10 @@ pub(super) struct Run<'a> {
     wallet: Option<crate::wallet::Wallet>,
     /// The run directory.
     pub(super) dir: PathBuf,
+    /// The cost counters at the start of sending.
+    probe: crate::cost::Probe,
+    /// The cost from there to the end of the drain ([`Run::measure_cost`]).
+    cost: Option<crate::cost::Cost>,
     /// Topics, key prefixes, configs and the manifest of the run.
     setup: Setup,
     env: &'a StackEnv,
@@ -98,6 +102,7 @@ impl<'a> Run<'a> {
         let services = Arc::new(tokio::sync::Mutex::new(services));
         let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;
         let sdk = Arc::new(sdk::Sdk::builder(cfg).start().await?);
+        let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
         let start = Instant::now();
         setup.manifest.started_unix_ms = unix_ms();
         setup.manifest.save(&dir)?;
@@ -113,6 +118,8 @@ impl<'a> Run<'a> {
             grpc,
             wallet,
             dir,
+            probe,
+            cost: None,
             setup,
             env,
             opts,
@@ -282,6 +289,13 @@ impl<'a> Run<'a> {
         drain::ledger_complete(&self.dir, limit).await
     }
 
+    /// The cost counters since sending began (call when the drain has ended, before
+    /// any process stops).
+    pub(super) async fn measure_cost(&mut self) {
+        let procs = children::procs(&*self.services.lock().await);
+        self.cost = Some(self.probe.finish(self.env, &procs).await);
+    }
+
     /// Saves every process's final metrics and stops the consumers and the service;
     /// returns the consumers' final counters.
     pub(super) async fn stop_services(&self) -> anyhow::Result<BTreeMap<String, u64>> {
@@ -354,6 +368,14 @@ impl<'a> Run<'a> {
             reconciliation,
         );
         report.ceilings = ceilings;
+        let n = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+        let records = n(&report.sdk, "events delivered")
+            + n(&report.consumers, "moved")
+            + n(&report.consumers, "dead_lettered");
+        report.cost = self.cost.clone().map(|mut cost| {
+            cost.divide(report.credited, records);
+            cost
+        });
         if let Some(w) = &self.wallet {
             report.wallet = wallet_counters(w);
         }

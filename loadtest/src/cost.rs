@@ -1,0 +1,514 @@
+//! What a replay cost the machine: CPU per process, Redis commands and Redis time,
+//! broker records, each per credited reward.
+//!
+//! # How it is measured
+//! A [`Probe`] reads the counters when sending begins and again when the drain ends
+//! (every reward credited, before any process stops), and the report divides the
+//! differences by the rewards credited:
+//! - **CPU per process**: `utime + stime` of `/proc/PID/stat` for this process (the
+//!   activity side: the load tester and the SDK it drives), every child (reward
+//!   service instances, consumers) and the stack's servers named by the pid files of
+//!   `ops/stack` (`$REWARD_STACK_DIR/run/*.pid`: Redis nodes, tansu, the RocketMQ
+//!   name server and broker), grouped by role. Linux reports these in `USER_HZ`
+//!   ticks, 100 per second on every architecture it runs on. A process killed by a
+//!   fault takes its CPU with it (its replacement counts from its start), so a drill
+//!   under-counts.
+//! - **Machine busy CPU**: the `cpu` line of `/proc/stat` (user, nice, system, irq,
+//!   softirq, steal), everything the machine did, other tenants included.
+//! - **Redis**: `INFO commandstats` and `INFO cpu` of every primary (a single node:
+//!   that node): calls and `usec` per command, the server's own CPU. Commands are
+//!   every command any part of the pipeline sent (token writes, claims, ledger
+//!   credits, token moves, fleet leases, delay queue) plus the probe's two `INFO`s per
+//!   node. Replicas' CPU shows in the process figures (role `redis`), not here. A node
+//!   whose counters fell during the run (it restarted, or a failover made it primary)
+//!   is counted from its new start.
+//! - **Broker records**: records the SDK delivered plus records the consumers wrote
+//!   back (requeues, dead letters).
+//!
+//! These are totals over the run window divided by credits, so fixed costs (idle
+//! polling, the lease loop) are spread over the rewards; the marginal cost is the
+//! difference between two replay lengths (`BENCHMARKS.md`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use reward_tools::stack::StackEnv;
+
+/// Ticks per second of `/proc/PID/stat` CPU times (`USER_HZ`).
+const USER_HZ: f64 = 100.0;
+
+/// A process to follow: its role in the report and its pid.
+pub type Proc = (String, u32);
+
+/// One Redis node's counters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeCost {
+    /// Commands run.
+    pub commands: u64,
+    /// Microseconds Redis spent in them (`commandstats` usec).
+    pub usec: u64,
+    /// The server's CPU seconds (`used_cpu_sys + used_cpu_user`).
+    pub cpu_secs: f64,
+}
+
+/// One command's counters, summed over the nodes.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CommandCost {
+    /// Calls.
+    pub calls: u64,
+    /// Microseconds.
+    pub usec: u64,
+}
+
+/// Per credited reward.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PerCredited {
+    /// Rewards credited (the divisor).
+    pub credited: u64,
+    /// Machine-wide busy CPU, µs.
+    pub machine_cpu_us: f64,
+    /// CPU µs by process role.
+    pub process_cpu_us: BTreeMap<String, f64>,
+    /// Redis commands (all primaries).
+    pub redis_commands: f64,
+    /// Redis time in commands, µs (`commandstats`).
+    pub redis_command_us: f64,
+    /// Redis primaries' CPU, µs.
+    pub redis_cpu_us: f64,
+    /// Broker records.
+    pub broker_records: f64,
+}
+
+/// A replay's cost: the raw differences and the figures per credited reward.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cost {
+    /// Seconds between the two readings.
+    pub secs: f64,
+    /// CPUs the machine has.
+    pub cores: usize,
+    /// Machine busy CPU seconds.
+    pub machine_busy_cpu_secs: f64,
+    /// CPU seconds by process role.
+    pub process_cpu_secs: BTreeMap<String, f64>,
+    /// Redis primaries by address (`-` for a single node).
+    pub redis_nodes: BTreeMap<String, NodeCost>,
+    /// Redis commands by name, summed over the primaries.
+    pub redis_commands: BTreeMap<String, CommandCost>,
+    /// Broker records written (SDK deliveries and consumer write-backs).
+    pub broker_records: u64,
+    /// The figures per credited reward.
+    pub per_credited: PerCredited,
+}
+
+impl Cost {
+    /// Fills [`Cost::per_credited`] for `credited` rewards and `broker_records`.
+    pub fn divide(&mut self, credited: u64, broker_records: u64) {
+        self.broker_records = broker_records;
+        let n = credited.max(1) as f64;
+        let us = |secs: f64| secs * 1e6 / n;
+        let nodes = self.redis_nodes.values();
+        self.per_credited = PerCredited {
+            credited,
+            machine_cpu_us: us(self.machine_busy_cpu_secs),
+            process_cpu_us: self
+                .process_cpu_secs
+                .iter()
+                .map(|(k, v)| (k.clone(), us(*v)))
+                .collect(),
+            redis_commands: nodes.clone().map(|c| c.commands).sum::<u64>() as f64 / n,
+            redis_command_us: nodes.clone().map(|c| c.usec).sum::<u64>() as f64 / n,
+            redis_cpu_us: us(nodes.map(|c| c.cpu_secs).sum()),
+            broker_records: broker_records as f64 / n,
+        };
+    }
+
+    /// One line per figure, for the terminal.
+    pub fn lines(&self) -> Vec<String> {
+        let p = &self.per_credited;
+        let procs = p
+            .process_cpu_us
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut top: Vec<_> = self.redis_commands.iter().collect();
+        top.sort_by_key(|(_, c)| std::cmp::Reverse(c.calls));
+        let top = top
+            .iter()
+            .take(6)
+            .map(|(k, c)| format!("{k} {:.2}", c.calls as f64 / p.credited.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ");
+        vec![
+            format!(
+                "cost per credited reward ({} credited, {:.1} s, {} cores): machine busy CPU {:.0} us; by process (us): {procs}",
+                p.credited, self.secs, self.cores, p.machine_cpu_us
+            ),
+            format!(
+                "  redis: {:.2} commands, {:.1} us in commands, {:.1} us server CPU over {} primar{}; most called: {top}; broker records {:.2}",
+                p.redis_commands,
+                p.redis_command_us,
+                p.redis_cpu_us,
+                self.redis_nodes.len(),
+                if self.redis_nodes.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                },
+                p.broker_records
+            ),
+        ]
+    }
+}
+
+/// The counters at the start of the window.
+#[derive(Debug)]
+pub struct Probe {
+    at: Instant,
+    machine: Option<u64>,
+    procs: BTreeMap<u32, u64>,
+    redis: BTreeMap<String, RedisReading>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RedisReading {
+    commands: BTreeMap<String, CommandCost>,
+    cpu_secs: f64,
+}
+
+impl Probe {
+    /// Reads every counter now. `children` are the run's own processes; the stack's
+    /// come from its pid files.
+    pub async fn start(env: &StackEnv, children: &[Proc]) -> Self {
+        let mut procs = BTreeMap::new();
+        for (_, pid) in all_procs(children) {
+            if let Some(t) = proc_ticks(pid) {
+                procs.insert(pid, t);
+            }
+        }
+        Self {
+            at: Instant::now(),
+            machine: machine_busy_ticks(),
+            procs,
+            redis: redis_readings(env).await,
+        }
+    }
+
+    /// Reads them again and answers the differences (per credited: [`Cost::divide`]).
+    pub async fn finish(&self, env: &StackEnv, children: &[Proc]) -> Cost {
+        let mut process_cpu_secs: BTreeMap<String, f64> = BTreeMap::new();
+        for (role, pid) in all_procs(children) {
+            if let Some(now) = proc_ticks(pid) {
+                let before = self.procs.get(&pid).copied().unwrap_or(0);
+                *process_cpu_secs.entry(role).or_default() +=
+                    now.saturating_sub(before) as f64 / USER_HZ;
+            }
+        }
+        let machine_busy_cpu_secs = match (self.machine, machine_busy_ticks()) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / USER_HZ,
+            _ => 0.0,
+        };
+        let after = redis_readings(env).await;
+        let mut redis_nodes = BTreeMap::new();
+        let mut redis_commands: BTreeMap<String, CommandCost> = BTreeMap::new();
+        for (node, now) in after {
+            let before = self.redis.get(&node).cloned().unwrap_or_default();
+            let diff = now.since(&before);
+            let mut cost = NodeCost {
+                cpu_secs: diff.cpu_secs,
+                ..NodeCost::default()
+            };
+            for (name, c) in diff.commands {
+                cost.commands += c.calls;
+                cost.usec += c.usec;
+                let sum = redis_commands.entry(name).or_default();
+                sum.calls += c.calls;
+                sum.usec += c.usec;
+            }
+            redis_nodes.insert(node, cost);
+        }
+        Cost {
+            secs: self.at.elapsed().as_secs_f64(),
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
+            machine_busy_cpu_secs,
+            process_cpu_secs,
+            redis_nodes,
+            redis_commands,
+            ..Cost::default()
+        }
+    }
+}
+
+impl RedisReading {
+    /// The counters since `before`; all of them when any fell (the node restarted).
+    fn since(&self, before: &Self) -> Self {
+        let fell = self.cpu_secs < before.cpu_secs
+            || self.commands.iter().any(|(k, c)| {
+                before
+                    .commands
+                    .get(k)
+                    .is_some_and(|b| c.calls < b.calls || c.usec < b.usec)
+            });
+        if fell {
+            return self.clone();
+        }
+        let commands = self
+            .commands
+            .iter()
+            .map(|(k, c)| {
+                let b = before.commands.get(k).copied().unwrap_or_default();
+                (
+                    k.clone(),
+                    CommandCost {
+                        calls: c.calls - b.calls,
+                        usec: c.usec - b.usec,
+                    },
+                )
+            })
+            .filter(|(_, c)| c.calls > 0)
+            .collect();
+        Self {
+            commands,
+            cpu_secs: self.cpu_secs - before.cpu_secs,
+        }
+    }
+}
+
+/// This process, the children and the stack's servers, by role.
+fn all_procs(children: &[Proc]) -> Vec<Proc> {
+    let mut all = vec![("load tester + SDK".to_string(), std::process::id())];
+    all.extend(children.iter().cloned());
+    all.extend(stack_procs(&stack_dir()));
+    all
+}
+
+fn stack_dir() -> PathBuf {
+    std::env::var_os("REWARD_STACK_DIR")
+        .map_or_else(|| PathBuf::from("/var/tmp/reward-stack"), PathBuf::from)
+}
+
+/// The stack's servers from its pid files, by role.
+fn stack_procs(dir: &Path) -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir(dir.join("run")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(stem) = name.strip_suffix(".pid") else {
+            continue;
+        };
+        let Some(pid) = std::fs::read_to_string(e.path())
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        out.push((stack_role(stem).to_string(), pid));
+    }
+    out
+}
+
+/// The report's role for a stack pid file's stem.
+fn stack_role(stem: &str) -> &str {
+    match stem {
+        "redis" => "redis",
+        s if s.starts_with("cluster") => "redis",
+        "kafka" => "kafka broker (tansu)",
+        "broker" => "rocketmq broker",
+        "namesrv" => "rocketmq name server",
+        other => other,
+    }
+}
+
+/// `utime + stime` of `pid`, ticks; `None` when it is gone.
+fn proc_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_proc_ticks(&stat)
+}
+
+/// `utime + stime` from a `/proc/PID/stat` line (fields 14 and 15; the command name
+/// in parentheses may hold spaces, so fields are counted after its closing `)`).
+fn parse_proc_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Busy ticks of the whole machine (`/proc/stat`'s `cpu` line).
+fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_machine_busy(&stat)
+}
+
+fn parse_machine_busy(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+}
+
+/// `INFO commandstats` and `INFO cpu` of every primary; empty when Redis does not
+/// answer (the report then shows no Redis figures rather than wrong ones).
+async fn redis_readings(env: &StackEnv) -> BTreeMap<String, RedisReading> {
+    use fred::interfaces::ClientLike as _;
+    let mut out = BTreeMap::new();
+    let Ok(builder) =
+        reward_runtime::redis::builder(&env.redis_url, std::time::Duration::from_secs(5))
+    else {
+        return out;
+    };
+    let Ok(client) = builder.build() else {
+        return out;
+    };
+    if client.init().await.is_err() {
+        return out;
+    }
+    let Ok(nodes) = reward_runtime::keyspace::nodes(&client).await else {
+        return out;
+    };
+    for node in nodes {
+        let name = node
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |s| s.to_string());
+        let info = |section: &'static str| {
+            reward_runtime::keyspace::on_node::<String>(
+                &client,
+                node.as_ref(),
+                "INFO",
+                vec![section],
+            )
+        };
+        let (Ok(cmds), Ok(cpu)) = (info("commandstats").await, info("cpu").await) else {
+            continue;
+        };
+        out.insert(
+            name,
+            RedisReading {
+                commands: parse_commandstats(&cmds),
+                cpu_secs: parse_cpu(&cpu),
+            },
+        );
+    }
+    let _ = client.quit().await;
+    out
+}
+
+/// `cmdstat_NAME:calls=N,usec=M,...` lines.
+fn parse_commandstats(info: &str) -> BTreeMap<String, CommandCost> {
+    let mut out = BTreeMap::new();
+    for line in info.lines() {
+        let Some((name, fields)) = line
+            .trim()
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let field = |k: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        out.insert(
+            name.to_string(),
+            CommandCost {
+                calls: field("calls"),
+                usec: field("usec"),
+            },
+        );
+    }
+    out
+}
+
+/// `used_cpu_sys + used_cpu_user`, seconds.
+fn parse_cpu(info: &str) -> f64 {
+    info.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("used_cpu_sys:")
+                .or_else(|| l.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_proc_and_redis_counters() {
+        let stat = "4242 (my (odd) name) S 1 2 3 4 5 6 7 8 9 10 130 27 0 0 20 0";
+        assert_eq!(parse_proc_ticks(stat), Some(157));
+        assert_eq!(parse_proc_ticks("garbage"), None);
+        assert_eq!(
+            parse_machine_busy("cpu  10 1 5 1000 7 2 3 4 0 0\ncpu0 1 1 1 1\n"),
+            Some(10 + 1 + 5 + 2 + 3 + 4)
+        );
+        let cmds = parse_commandstats(
+            "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=340,usec_per_call=28.3,rejected_calls=0\r\ncmdstat_client|id:calls=1,usec=2\r\n",
+        );
+        assert_eq!(cmds["evalsha"].calls, 12);
+        assert_eq!(cmds["evalsha"].usec, 340);
+        assert_eq!(cmds["client|id"].calls, 1);
+        assert!(
+            (parse_cpu("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n")
+                - 3.75)
+                .abs()
+                < 1e-9
+        );
+        assert_eq!(stack_role("cluster3"), "redis");
+        assert_eq!(stack_role("kafka"), "kafka broker (tansu)");
+    }
+
+    #[test]
+    fn a_node_that_restarted_counts_from_its_new_start() {
+        let reading = |calls, cpu| RedisReading {
+            commands: BTreeMap::from([("hset".to_string(), CommandCost { calls, usec: calls })]),
+            cpu_secs: cpu,
+        };
+        let d = reading(50, 2.0).since(&reading(20, 1.0));
+        assert_eq!(d.commands["hset"].calls, 30);
+        assert!((d.cpu_secs - 1.0).abs() < 1e-9);
+        let d = reading(5, 0.1).since(&reading(20, 1.0));
+        assert_eq!(d.commands["hset"].calls, 5);
+    }
+
+    #[test]
+    fn divides_by_the_credited() {
+        let mut c = Cost {
+            machine_busy_cpu_secs: 2.0,
+            process_cpu_secs: BTreeMap::from([("redis".to_string(), 0.5)]),
+            redis_nodes: BTreeMap::from([(
+                "-".to_string(),
+                NodeCost {
+                    commands: 8_000,
+                    usec: 40_000,
+                    cpu_secs: 0.25,
+                },
+            )]),
+            ..Cost::default()
+        };
+        c.divide(1_000, 1_500);
+        let p = &c.per_credited;
+        assert!((p.machine_cpu_us - 2_000.0).abs() < 1e-6);
+        assert!((p.process_cpu_us["redis"] - 500.0).abs() < 1e-6);
+        assert!((p.redis_commands - 8.0).abs() < 1e-9);
+        assert!((p.redis_command_us - 40.0).abs() < 1e-9);
+        assert!((p.redis_cpu_us - 250.0).abs() < 1e-6);
+        assert!((p.broker_records - 1.5).abs() < 1e-9);
+    }
+}
