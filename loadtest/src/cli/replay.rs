@@ -261,6 +261,15 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
             c.claim_script_command
         );
     }
+    for (t, l) in &report.limited {
+        println!(
+            "limit {t} {:.0}/s fleet-wide: credited {:.2}/s over {} s between its first and last credit second ({:+.1} %)",
+            l.limit,
+            l.per_sec,
+            l.secs,
+            (l.per_sec / l.limit - 1.0) * 100.0
+        );
+    }
     if let Some(c) = &report.cost {
         for line in c.lines() {
             println!("{line}");

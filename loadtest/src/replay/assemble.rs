@@ -244,6 +244,7 @@ pub(super) fn build_report(
             .unwrap_or(0),
         sent_per_sec: c.sent as f64 / sched_secs,
         span_secs,
+        limited: BTreeMap::new(),
         limits: setup.manifest.limits.clone(),
         faults,
         sdk: sdk_map,
@@ -253,5 +254,67 @@ pub(super) fn build_report(
         ceilings: None,
         cost: None,
         wallet: BTreeMap::new(),
+    }
+}
+
+/// For each rate-limited type: its credits per second between its first and its last
+/// credit second (both left out, being partial), the seconds that span, and the
+/// limit. While the type's backlog lasts this is the fleet's achieved rate.
+pub(crate) fn limited_rates(
+    limits: &BTreeMap<String, f64>,
+    timeline: &[super::Second],
+) -> BTreeMap<String, super::LimitedRate> {
+    limits
+        .iter()
+        .map(|(t, &limit)| {
+            let per_sec: Vec<u64> = timeline
+                .iter()
+                .map(|s| s.credited.get(t).copied().unwrap_or(0))
+                .collect();
+            let first = per_sec.iter().position(|&n| n > 0);
+            let last = per_sec.iter().rposition(|&n| n > 0);
+            let inner = match (first, last) {
+                (Some(a), Some(b)) if b > a + 1 => &per_sec[a + 1..b],
+                _ => &[][..],
+            };
+            let secs = inner.len() as u64;
+            let credited: u64 = inner.iter().sum();
+            let rate = super::LimitedRate {
+                limit,
+                per_sec: if secs == 0 {
+                    0.0
+                } else {
+                    credited as f64 / secs as f64
+                },
+                secs,
+            };
+            (t.clone(), rate)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(coupons: u64) -> Second {
+        Second {
+            credited: BTreeMap::from([("coupon".to_string(), coupons), ("cash".to_string(), 7)]),
+            ..Second::default()
+        }
+    }
+
+    #[test]
+    fn a_limited_types_rate_leaves_out_its_partial_first_and_last_seconds() {
+        let timeline: Vec<Second> = [0, 3, 20, 21, 19, 20, 4, 0]
+            .into_iter()
+            .map(second)
+            .collect();
+        let limits = BTreeMap::from([("coupon".to_string(), 20.0), ("gift".to_string(), 5.0)]);
+        let r = limited_rates(&limits, &timeline);
+        assert_eq!(r["coupon"].secs, 4);
+        assert!((r["coupon"].per_sec - 20.0).abs() < 1e-9);
+        assert_eq!(r["gift"].secs, 0, "a type never credited has no span");
+        assert!((r["gift"].limit - 5.0).abs() < 1e-9);
     }
 }

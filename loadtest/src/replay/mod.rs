@@ -151,6 +151,19 @@ pub struct Second {
     pub backlog: u64,
 }
 
+/// A rate-limited type's achieved rate: credits per second between its first and last
+/// credit second (edges left out). While a backlog of the type lasts, the fleet-wide
+/// limit is what bounds it, so `per_sec / limit` is the limit's accuracy.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LimitedRate {
+    /// The fleet-wide limit, credits/s.
+    pub limit: f64,
+    /// Credited per second over the span.
+    pub per_sec: f64,
+    /// Seconds the span covers.
+    pub secs: u64,
+}
+
 /// Latency percentiles, in the unit their field names say.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
@@ -221,6 +234,9 @@ pub struct ReplayReport {
     pub span_secs: f64,
     /// Consumer rate limit per type, credits/s.
     pub limits: BTreeMap<String, f64>,
+    /// What each type given a limit for this run (`--limit`) was credited at
+    /// ([`LimitedRate`]).
+    pub limited: BTreeMap<String, LimitedRate>,
     /// Faults injected: (seconds, label).
     pub faults: Vec<(f64, String)>,
     /// The SDK's final counters.

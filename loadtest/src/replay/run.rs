@@ -368,6 +368,13 @@ impl<'a> Run<'a> {
             reconciliation,
         );
         report.ceilings = ceilings;
+        let asked: BTreeMap<String, f64> = report
+            .limits
+            .iter()
+            .filter(|(t, _)| self.opts.limits.contains_key(*t))
+            .map(|(t, l)| (t.clone(), *l))
+            .collect();
+        report.limited = super::assemble::limited_rates(&asked, &report.timeline);
         let n = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
         let records = n(&report.sdk, "events delivered")
             + n(&report.consumers, "moved")
