@@ -17,9 +17,11 @@
 //!   softirq, steal), everything the machine did, other tenants included.
 //! - **Redis**: `INFO commandstats` and `INFO cpu` of every primary (a single node:
 //!   that node): calls and `usec` per command, the server's own CPU. Commands are
-//!   every command any part of the pipeline sent (token writes, claims, ledger
+//!   every command any part of the pipeline ran (token writes, claims, ledger
 //!   credits, token moves, fleet leases, delay queue) plus the probe's two `INFO`s per
-//!   node. Replicas' CPU shows in the process figures (role `redis`), not here. A node
+//!   node, and Redis counts the commands a script runs as well as the script call
+//!   itself (whose `usec` includes theirs), so the script calls are given apart and
+//!   the server's CPU, not the sum of `usec`, is the time figure. Replicas' CPU shows in the process figures (role `redis`), not here. A node
 //!   whose counters fell during the run (it restarted, or a failover made it primary)
 //!   is counted from its new start.
 //! - **Broker records**: records the SDK delivered plus records the consumers wrote
@@ -72,10 +74,10 @@ pub struct PerCredited {
     pub machine_cpu_us: f64,
     /// CPU µs by process role.
     pub process_cpu_us: BTreeMap<String, f64>,
-    /// Redis commands (all primaries).
+    /// Redis commands (all primaries; those run inside scripts included).
     pub redis_commands: f64,
-    /// Redis time in commands, µs (`commandstats`).
-    pub redis_command_us: f64,
+    /// Of them, script calls (`EVALSHA`, `EVAL`): round trips' worth of work.
+    pub redis_script_calls: f64,
     /// Redis primaries' CPU, µs.
     pub redis_cpu_us: f64,
     /// Broker records.
@@ -119,7 +121,13 @@ impl Cost {
                 .map(|(k, v)| (k.clone(), us(*v)))
                 .collect(),
             redis_commands: nodes.clone().map(|c| c.commands).sum::<u64>() as f64 / n,
-            redis_command_us: nodes.clone().map(|c| c.usec).sum::<u64>() as f64 / n,
+            redis_script_calls: self
+                .redis_commands
+                .iter()
+                .filter(|(k, _)| k.starts_with("eval") || k.starts_with("fcall"))
+                .map(|(_, c)| c.calls)
+                .sum::<u64>() as f64
+                / n,
             redis_cpu_us: us(nodes.map(|c| c.cpu_secs).sum()),
             broker_records: broker_records as f64 / n,
         };
@@ -148,9 +156,9 @@ impl Cost {
                 p.credited, self.secs, self.cores, p.machine_cpu_us
             ),
             format!(
-                "  redis: {:.2} commands, {:.1} us in commands, {:.1} us server CPU over {} primar{}; most called: {top}; broker records {:.2}",
+                "  redis: {:.2} commands ({:.2} of them script calls; a script's own commands count too), {:.1} us server CPU over {} primar{}; most called: {top}; broker records {:.2}",
                 p.redis_commands,
-                p.redis_command_us,
+                p.redis_script_calls,
                 p.redis_cpu_us,
                 self.redis_nodes.len(),
                 if self.redis_nodes.len() == 1 {
@@ -500,6 +508,29 @@ mod tests {
                     cpu_secs: 0.25,
                 },
             )]),
+            redis_commands: BTreeMap::from([
+                (
+                    "evalsha".to_string(),
+                    CommandCost {
+                        calls: 2_000,
+                        usec: 30_000,
+                    },
+                ),
+                (
+                    "eval".to_string(),
+                    CommandCost {
+                        calls: 500,
+                        usec: 9_000,
+                    },
+                ),
+                (
+                    "hset".to_string(),
+                    CommandCost {
+                        calls: 5_500,
+                        usec: 1_000,
+                    },
+                ),
+            ]),
             ..Cost::default()
         };
         c.divide(1_000, 1_500);
@@ -507,7 +538,7 @@ mod tests {
         assert!((p.machine_cpu_us - 2_000.0).abs() < 1e-6);
         assert!((p.process_cpu_us["redis"] - 500.0).abs() < 1e-6);
         assert!((p.redis_commands - 8.0).abs() < 1e-9);
-        assert!((p.redis_command_us - 40.0).abs() < 1e-9);
+        assert!((p.redis_script_calls - 2.5).abs() < 1e-9);
         assert!((p.redis_cpu_us - 250.0).abs() < 1e-6);
         assert!((p.broker_records - 1.5).abs() < 1e-9);
     }
