@@ -91,6 +91,18 @@ fn loadtest(args: &[&str], env: &[(String, String)]) -> (bool, String) {
 /// run directory it printed. The directory is kept: a failing test names it, and its
 /// logs, sent.tsv and report stay there to read.
 fn replay(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String, PathBuf) {
+    // Replays on the Redis Cluster run one at a time: the drill kills a primary and
+    // moves slots, which a replay beside it would see as an outage of its own (with
+    // `REWARD_REDIS_TOPOLOGY=cluster ops/test` every replay is on the cluster).
+    static ON_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let clustered = env
+        .iter()
+        .any(|(k, v)| k == "REDIS_URL" && v.starts_with("redis-cluster://"));
+    let _one_at_a_time = clustered.then(|| {
+        ON_CLUSTER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
     let mut all = vec!["replay", "--rocketmq-consumers", "1", "--quiet"];
     all.extend_from_slice(args);
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
