@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::{stack, started, temp_dir, unique};
 use fred::prelude::*;
-use fred::types::{ClusterHash, CustomCommand};
 use sdk::request::{RedEnvelopeRain, User};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,13 +25,17 @@ async fn a_send_cancelled_mid_write_still_sends_its_event() {
         .unwrap();
     redis.init().await.unwrap();
     // Writes (scripts included) wait for 1.5 s: the token write is sent, then stalls.
-    let _: String = redis
-        .custom(
-            CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false),
+    // On a Redis Cluster every primary is paused, wherever the user's slot lives.
+    for node in reward_runtime::keyspace::nodes(&redis).await.unwrap() {
+        let _: String = reward_runtime::keyspace::on_node(
+            &redis,
+            node.as_ref(),
+            "CLIENT",
             vec!["PAUSE", "1500", "WRITE"],
         )
         .await
         .unwrap();
+    }
     let req = RedEnvelopeRain::new(&activity, "cash").grab(&User::new("77"), 1, 5);
     let trade_no = req.trade_no.clone();
     let call = {
