@@ -42,6 +42,8 @@ return items
 /// The Redis delay queue.
 #[derive(Debug)]
 pub struct DelayQueue {
+    /// The claim script ([`CLAIM_LUA`]), called by SHA.
+    claim: reward_runtime::script::Script,
     pool: Pool,
     prefix: String,
     shards: u32,
@@ -60,7 +62,9 @@ impl DelayQueue {
         let pool = reward_runtime::redis::builder(url, std::time::Duration::from_secs(5))?
             .build_pool(2)?;
         pool.init().await?;
+        let claim = reward_runtime::script::Script::load(pool.next(), CLAIM_LUA).await?;
         Ok(DelayQueue {
+            claim,
             pool,
             prefix: prefix.to_string(),
             shards: shards.max(1),
@@ -131,13 +135,18 @@ impl DelayQueue {
     ) -> Result<Vec<Bytes>, fred::error::Error> {
         let key = self.key(reward_type, shard);
         let until = now_ms.saturating_add(self.lease_ms);
-        self.pool
-            .next()
-            .eval(
-                CLAIM_LUA,
-                vec![key],
-                vec![now_ms.to_string(), max.to_string(), until.to_string()],
-            )
+        // By SHA: the body is sent again only where a node answers NOSCRIPT.
+        self.claim
+            .eval(self.pool.next(), || {
+                (
+                    vec![key.clone()],
+                    vec![
+                        now_ms.to_string().into(),
+                        max.to_string().into(),
+                        until.to_string().into(),
+                    ],
+                )
+            })
             .await
     }
 
