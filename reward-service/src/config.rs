@@ -224,6 +224,8 @@ pub struct ServiceConfig {
     pub wallet_credential: Credential,
     /// The metrics credential (`/metrics`), when one is set.
     pub metrics_credential: Option<Credential>,
+    /// Compensation from the token store (`[sweeper]`, [`crate::sweeper`]).
+    pub sweeper: crate::sweeper::SweepConfig,
 }
 
 #[derive(Deserialize, Default)]
@@ -291,6 +293,8 @@ struct Raw {
     ledger: RawLedger,
     #[serde(default)]
     failures: RawFailures,
+    #[serde(default)]
+    sweeper: crate::sweeper::SweepConfig,
     sdk: toml::Table,
 }
 
@@ -325,8 +329,16 @@ impl ServiceConfig {
                 "failures.queue {failure_queue:?} is not a queue of [sdk.queues]"
             )));
         }
+        raw.sweeper.check().map_err(ConfigError::Invalid)?;
+        if raw.sweeper.unstored_after_ms <= sdk.store.retry_for_ms {
+            return Err(ConfigError::Invalid(format!(
+                "sweeper.unstored_after_ms {} must be longer than sdk.store.retry_for_ms {}: a write the SDK still retries would be counted as never stored",
+                raw.sweeper.unstored_after_ms, sdk.store.retry_for_ms
+            )));
+        }
         let (credential, wallet_credential, metrics_credential) = credentials(env)?;
         Ok(Self {
+            sweeper: raw.sweeper,
             server,
             redis_url: raw.redis_url.unwrap_or_else(|| sdk.store.redis_url.clone()),
             claims,

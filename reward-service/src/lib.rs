@@ -18,4 +18,5 @@ pub mod grpc;
 pub mod http;
 pub mod server;
 pub mod service;
+pub mod sweeper;
 pub mod tokens;

@@ -128,6 +128,8 @@ pub struct Running {
     stop: watch::Sender<bool>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
     http: JoinHandle<std::io::Result<()>>,
+    /// The sweeper's task, when `[sweeper] enabled`.
+    sweeper: Option<JoinHandle<()>>,
     grace: Duration,
 }
 
@@ -163,6 +165,9 @@ pub async fn serve_with_metrics(
         http_addr,
     } = bind(s).await?;
     let (stop, stopped) = watch::channel(false);
+    let sweeper = cfg.sweeper.enabled.then(|| {
+        crate::sweeper::Sweeper::new(service.clone(), cfg.sweeper.clone()).spawn(stopped.clone())
+    });
     let grpc = spawn_grpc(service.clone(), cfg, grpc_listener, stopped.clone());
     let http = spawn_http(service.clone(), cfg, http_listener, metrics, stopped);
     tracing::info!(%grpc_addr, %http_addr, "reward service serving");
@@ -173,6 +178,7 @@ pub async fn serve_with_metrics(
         stop,
         grpc,
         http,
+        sweeper,
         grace: Duration::from_millis(s.shutdown_grace_ms),
     })
 }
@@ -353,6 +359,10 @@ impl Running {
         let deadline = tokio::time::Instant::now() + self.grace;
         let grpc = finish("gRPC", self.grpc, deadline).await;
         let http = finish("HTTP", self.http, deadline).await;
+        if let Some(s) = self.sweeper {
+            // Told to stop with the servers; a pass in progress ends at its next shard.
+            let _ = tokio::time::timeout_at(deadline, s).await;
+        }
         let drained = grpc && http;
         let report = self.service.sdk().close(self.grace).await;
         ShutdownReport {

@@ -180,7 +180,50 @@ impl Tokens {
                 }
             }
         }
+        self.unindex(moves).await;
         out
+    }
+
+    /// Removes credited rewards from the due index (one pipeline of `ZREM`s, one per
+    /// index shard). Best effort: an entry left behind is ended by the sweeper's next
+    /// look, which finds the token credited ([`crate::sweeper`]).
+    async fn unindex(&self, moves: &[Move<'_>]) {
+        let mut by_shard: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+        for (user, activity, trade) in moves {
+            by_shard
+                .entry(self.store.due_shard(user))
+                .or_default()
+                .push(self.store.due_member(user, activity, trade));
+        }
+        let pipe = self.store.pool().next().pipeline();
+        for (shard, members) in by_shard {
+            let queued: Result<(), _> = pipe.zrem(self.store.due_key(shard), members).await;
+            if queued.is_err() {
+                return;
+            }
+        }
+        let answers = pipe.try_all::<i64>().await;
+        if let Some(Err(e)) = answers.iter().find(|r| r.is_err()) {
+            tracing::debug!(error = %e, "due index entries not removed; the sweeper ends them");
+        }
+    }
+
+    /// A reward's token: the sealed token when it is pending, and whether the credited
+    /// hash holds it (or a credit's mark for it).
+    pub async fn find(
+        &self,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+    ) -> Result<(Option<String>, bool), fred::error::Error> {
+        let client = self.store.pool().next();
+        let pending_key = self.store.key(user_id, activity_id);
+        let credited_key = self.credited_key(user_id, activity_id);
+        let (pending, credited) = tokio::join!(
+            client.hget::<Option<String>, _, _>(pending_key, trade_no),
+            client.hexists::<bool, _, _>(credited_key, trade_no),
+        );
+        Ok((pending?, credited?))
     }
 
     async fn move_chunk(

@@ -271,6 +271,9 @@ fn check_store(store: &StoreConfig, token: &TokenConfig) -> Result<(), ConfigErr
             "store: max_tokens_per_user, pipeline_max, pool_size, max_pending and retry_for_ms must be positive",
         ));
     }
+    if store.due_shards == 0 || store.due_shards > 4096 {
+        return Err(invalid("store.due_shards must be 1..=4096"));
+    }
     if store.max_pending > MAX_PENDING_WRITES {
         return Err(invalid(format!(
             "store.max_pending is at most {MAX_PENDING_WRITES} (each unanswered write is held in memory)"

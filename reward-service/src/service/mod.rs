@@ -137,6 +137,11 @@ impl Service {
         &self.sdk
     }
 
+    /// The token store's service side (moves, reads).
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
     /// The granter in use.
     pub fn granter(&self) -> &Granter {
         &self.granter

@@ -38,6 +38,9 @@ pub struct StoreConfig {
     /// How long a failed token write is retried before it is given up, counted as
     /// unstored, from its first attempt.
     pub retry_for_ms: u64,
+    /// Shards of the due index (see [`crate::store`], "Due index"). Fixed at the
+    /// store's first use: a store indexed with another count refuses to start.
+    pub due_shards: u32,
 }
 
 /// How the token store sends its writes. All run the same cap-checking script; direct
@@ -76,6 +79,7 @@ impl Default for StoreConfig {
             timeout_ms: 2_000,
             max_pending: 65_536,
             retry_for_ms: 60_000,
+            due_shards: 64,
         }
     }
 }

@@ -7,6 +7,23 @@
 //! Cluster all of one user's tokens (across activities) live in one slot and the
 //! wallet page reads them from one node. The hash's TTL is refreshed on every write.
 //!
+//! # Due index
+//! Before its token, each write puts an entry in a *due index*: sorted sets
+//! `{prefix}:{{due.N}}` (`store.due_shards` of them, N = crc32(user) mod shards, each
+//! its own hash tag), member `user|activity|trade`, score the write's time (`ZADD NX`,
+//! so a retry keeps the first time). The credit's token move removes the entry; what
+//! stays is a reward not credited yet, oldest first. The reward service's sweeper
+//! (`reward_service::sweeper`) grants those that waited past a grace period, which is
+//! how a reward whose event died with its process (or was lost by a queue) is still
+//! credited: the token store, not the message, is the record of what was won. The entry
+//! goes first and the token only after Redis acknowledged it, so a token is never
+//! stored without one; an entry without a token (the process died in between) is
+//! counted by the sweeper as a write that never landed. The shard count is recorded at
+//! the store's first use (`{prefix}:due-shards`) and a store started with another
+//! count refuses to start ([`StoreError::DueShards`]). Cost: one `ZADD` per token (a
+//! pipeline sent before the tokens' scripts: one more round trip per batch of writes,
+//! off the caller's path in deferred mode) and one `ZREM` per credit.
+//!
 //! # Writes
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
 //! holds `max_tokens_per_user` (re-writing an existing trade number is always allowed:
@@ -80,6 +97,40 @@ fn credited_key(pending: &str) -> String {
     format!("{pending}:credited")
 }
 
+/// Records the due index's shard count at the store's first use and refuses another
+/// one later: entries under a different count would sit in shards no sweeper reads.
+async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), StoreError> {
+    let key = format!("{}:due-shards", cfg.key_prefix);
+    let _: Option<String> = client
+        .set(
+            &key,
+            cfg.due_shards.to_string(),
+            None,
+            Some(SetOptions::NX),
+            false,
+        )
+        .await?;
+    let stored: Option<String> = client.get(&key).await?;
+    match stored.as_deref().map(str::parse::<u32>) {
+        Some(Ok(n)) if n == cfg.due_shards => Ok(()),
+        Some(Ok(n)) => Err(StoreError::DueShards {
+            configured: cfg.due_shards,
+            stored: n,
+        }),
+        _ => Err(StoreError::Redis(format!(
+            "{key} holds no shard count; it is not this store's"
+        ))),
+    }
+}
+
+/// A due index member's user, activity and trade number (`None` when it is not one).
+pub fn parse_due_member(member: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = member.splitn(3, '|');
+    let (user, activity, trade) = (parts.next()?, parts.next()?, parts.next()?);
+    (!user.is_empty() && !activity.is_empty() && !trade.is_empty())
+        .then_some((user, activity, trade))
+}
+
 /// Token store failures.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -104,6 +155,16 @@ pub enum StoreError {
     /// The store is shutting down.
     #[error("token store closed")]
     Closed,
+    /// `store.due_shards` differs from the count the store was first used with.
+    #[error(
+        "store.due_shards is {configured}, but this store's due index has {stored} shards (fixed at first use; set it back to {stored})"
+    )]
+    DueShards {
+        /// The configured count.
+        configured: u32,
+        /// The count recorded in Redis.
+        stored: u32,
+    },
 }
 
 impl From<fred::error::Error> for StoreError {
@@ -188,6 +249,7 @@ impl TokenStore {
             reward_runtime::redis::builder(&cfg.redis_url, timeout)?.build_pool(cfg.pool_size)?;
         pool.init().await?;
         let script = Script::load(pool.next(), WRITE_LUA).await?;
+        check_due_shards(pool.next(), &cfg).await?;
         let cfg = Arc::new(cfg);
         // Unbounded: the places (`max_pending`) bound what it can hold.
         let (tx, rx) = mpsc::unbounded_channel();
@@ -219,6 +281,35 @@ impl TokenStore {
     /// The hash key of a user's tokens in an activity.
     pub fn key(&self, user_id: &str, activity_id: &str) -> String {
         format!("{}:{{{user_id}}}:{activity_id}", self.cfg.key_prefix)
+    }
+
+    /// Shards of the due index.
+    pub fn due_shards(&self) -> u32 {
+        self.cfg.due_shards.max(1)
+    }
+
+    /// The due index shard of a user's rewards.
+    pub fn due_shard(&self, user_id: &str) -> u32 {
+        crc32fast::hash(user_id.as_bytes()) % self.due_shards()
+    }
+
+    /// The sorted set of one due index shard (its own hash tag, so one slot).
+    pub fn due_key(&self, shard: u32) -> String {
+        format!("{}:{{due.{shard}}}", self.cfg.key_prefix)
+    }
+
+    /// A reward's member in the due index: `user|activity|trade` (ids never hold `|`).
+    pub fn due_member(&self, user_id: &str, activity_id: &str, trade_no: &str) -> String {
+        format!("{user_id}|{activity_id}|{trade_no}")
+    }
+
+    /// Shard key, member and time (Unix ms) of a reward's due index entry.
+    fn due_entry(&self, user_id: &str, activity_id: &str, trade_no: &str) -> (String, String, f64) {
+        (
+            self.due_key(self.due_shard(user_id)),
+            self.due_member(user_id, activity_id, trade_no),
+            reward_runtime::clock::now_ms() as f64,
+        )
     }
 
     /// The hash the reward service moves a token to once its reward is credited
@@ -283,6 +374,7 @@ impl TokenStore {
             WriteMode::Direct | WriteMode::Deferred => (Reply::Background, None),
         };
         let w = Write {
+            due: self.due_entry(user_id, activity_id, trade_no),
             key: self.key(user_id, activity_id),
             field: trade_no.to_string(),
             value: sealed,
@@ -301,7 +393,7 @@ impl TokenStore {
                     write: Some(w),
                 };
                 let r = match guard.write.as_ref() {
-                    Some(w) => self.put_direct(&w.key, &w.field, &w.value).await,
+                    Some(w) => self.put_direct(&w.due, &w.key, &w.field, &w.value).await,
                     None => return Err(StoreError::Closed),
                 };
                 match guard.write.take() {
@@ -330,7 +422,8 @@ impl TokenStore {
         sealed: &str,
     ) -> Result<(), StoreError> {
         let key = self.key(user_id, activity_id);
-        let r = self.put_direct(&key, trade_no, sealed).await;
+        let due = self.due_entry(user_id, activity_id, trade_no);
+        let r = self.put_direct(&due, &key, trade_no, sealed).await;
         outcome(r, self.cfg.max_tokens_per_user, &self.shared.stats)
     }
 
@@ -355,11 +448,23 @@ impl TokenStore {
 
     async fn put_direct(
         &self,
+        due: &(String, String, f64),
         key: &str,
         field: &str,
         value: &str,
     ) -> Result<i64, fred::error::Error> {
         let client = self.pool.next();
+        // The index entry first: a token is never stored without one (module doc).
+        let _: i64 = client
+            .zadd(
+                due.0.as_str(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (due.2, due.1.as_str()),
+            )
+            .await?;
         let cap = self.cfg.max_tokens_per_user;
         let ttl = i64::try_from(self.cfg.ttl_secs).unwrap_or(i64::MAX);
         let args = || -> Vec<Value> {
@@ -418,5 +523,35 @@ impl TokenStore {
     /// The Redis pool (for callers that share the connection).
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+}
+
+#[cfg(test)]
+mod due_tests {
+    use super::parse_due_member;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_member_splits_into_user_activity_and_trade() {
+        assert_eq!(
+            parse_due_member("u1|cny|cny:rain:1:u1"),
+            Some(("u1", "cny", "cny:rain:1:u1"))
+        );
+        assert_eq!(parse_due_member("u1|cny"), None);
+        assert_eq!(parse_due_member("|cny|t"), None);
+        assert_eq!(parse_due_member("u||t"), None);
+        assert_eq!(parse_due_member("u|a|"), None);
+    }
+
+    proptest! {
+        // Members come from Redis: any text is parsed or refused, never a panic, and
+        // what parses has three non-empty parts that join back to it.
+        #[test]
+        fn any_member_text_parses_or_is_refused(text in ".{0,80}") {
+            if let Some((u, a, t)) = parse_due_member(&text) {
+                prop_assert!(!u.is_empty() && !a.is_empty() && !t.is_empty());
+                prop_assert_eq!(format!("{u}|{a}|{t}"), text);
+            }
+        }
     }
 }

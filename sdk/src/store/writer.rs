@@ -42,6 +42,8 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// One token write: queued, in flight, or waiting for its retry.
 pub(super) struct Write {
+    /// The due index entry written before the token: shard key, member, time (ms).
+    pub(super) due: (String, String, f64),
     pub(super) key: String,
     pub(super) field: String,
     pub(super) value: String,
@@ -256,7 +258,8 @@ async fn send_pipeline(client: &Client, script: &Script, batch: Vec<Write>, shar
         stats.retried.fetch_add(retries, Ordering::Relaxed);
         metrics::counter!("reward_sdk_token_write_retries_total").increment(retries);
     }
-    let results = run_pipeline(client, script, &batch, cap, ttl).await;
+    let indexed = index_pipeline(client, &batch).await;
+    let results = run_pipeline(client, script, &batch, indexed, cap, ttl).await;
     let (mut retrying, mut first_error) = (0_u64, None);
     for (mut w, r) in batch.into_iter().zip(results) {
         let done = std::mem::replace(&mut w.done, Reply::Background);
@@ -309,16 +312,57 @@ pub(super) fn outcome(
     }
 }
 
+/// Writes every write's due index entry (`ZADD NX`: a retry keeps the first time), in
+/// one pipeline sent before the tokens' scripts; one answer per write.
+async fn index_pipeline(client: &Client, batch: &[Write]) -> Vec<Result<(), fred::error::Error>> {
+    let pipe = client.pipeline();
+    for w in batch {
+        let queued: Result<(), _> = pipe
+            .zadd(
+                w.due.0.as_str(),
+                Some(SetOptions::NX),
+                None,
+                false,
+                false,
+                (w.due.2, w.due.1.as_str()),
+            )
+            .await;
+        if let Err(e) = queued {
+            return batch.iter().map(|_| Err(e.clone())).collect();
+        }
+    }
+    let replies = pipe.try_all::<i64>().await;
+    if replies.len() == batch.len() {
+        replies.into_iter().map(|r| r.map(|_| ())).collect()
+    } else {
+        let e = replies
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_else(|| {
+                fred::error::Error::new(
+                    fred::error::ErrorKind::Protocol,
+                    "index pipeline answered a different number of replies",
+                )
+            });
+        batch.iter().map(|_| Err(e.clone())).collect()
+    }
+}
+
+/// The token scripts of the writes whose index entry landed (the others answer their
+/// index error and are retried whole).
 async fn run_pipeline(
     client: &Client,
     script: &Script,
     batch: &[Write],
+    indexed: Vec<Result<(), fred::error::Error>>,
     cap: u32,
     ttl: i64,
 ) -> Vec<Result<i64, fred::error::Error>> {
     let calls = batch
         .iter()
-        .map(|w| {
+        .zip(&indexed)
+        .filter(|(_, ix)| ix.is_ok())
+        .map(|(w, _)| {
             vec![
                 Value::from(2_i64),
                 Value::from(w.key.as_str()),
@@ -330,5 +374,17 @@ async fn run_pipeline(
             ]
         })
         .collect::<Vec<_>>();
-    script.eval_pipeline(client, &calls).await
+    let mut ran = script.eval_pipeline(client, &calls).await.into_iter();
+    indexed
+        .into_iter()
+        .map(|ix| match ix {
+            Ok(()) => ran.next().unwrap_or_else(|| {
+                Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Protocol,
+                    "a token write got no answer",
+                ))
+            }),
+            Err(e) => Err(e),
+        })
+        .collect()
 }
