@@ -214,3 +214,130 @@ async fn a_write_that_never_landed_is_counted_and_a_tampered_token_refused() {
     assert_eq!(due_left(&s).await, 0);
     assert_eq!(s.ledger.balance(&bad_user, "cash").await.unwrap(), 0);
 }
+
+const CHILD_ENV: &str = "SWEEPER_SDK_HOST_CHILD";
+const HOST_REWARDS: u64 = 300;
+
+/// The activity service's process: an SDK whose brokers are a closed port (and whose
+/// spool would take over only after 10 minutes), so every event stays in its memory
+/// while its tokens are stored. It says how many are stored, then waits to be killed.
+async fn sdk_host(prefix: &str, keys: &str, activity: &str) {
+    let s = reward_testkit::stack();
+    let text = format!(
+        r#"
+        default_queue = "massive"
+        [store]
+        redis_url = "{redis}"
+        key_prefix = "{prefix}"
+        [producers.k]
+        kind = "kafka"
+        brokers = "127.0.0.1:1"
+        [producers.r]
+        kind = "kafka"
+        brokers = "127.0.0.1:1"
+        [queues.massive]
+        topic = "unused"
+        primary = "k"
+        backup = "r"
+        ratio = 100
+        [types.cash]
+        [spool]
+        dir = "{spool}"
+        after_ms = 600000
+        "#,
+        redis = s.redis_url,
+        spool = std::env::temp_dir()
+            .join(reward_testkit::unique("host-spool-"))
+            .display(),
+    );
+    let cfg = sdk::config::SdkConfig::from_toml_str(&text).unwrap();
+    let ring = sdk::token::KeyRing::from_file(std::path::Path::new(keys), None).unwrap();
+    let sdk = sdk::Sdk::builder(cfg).key_ring(ring).start().await.unwrap();
+    let rain = sdk::request::RedEnvelopeRain::new(activity, "cash");
+    for i in 0..HOST_REWARDS {
+        let user = sdk::request::User::new(format!("h{i}"));
+        sdk.send_reward(rain.grab(&user, 1, 3)).await.unwrap();
+    }
+    assert_eq!(sdk.store().flush(Duration::from_secs(30)).await, 0);
+    println!(
+        "STORED {} DELIVERED {}",
+        sdk.store()
+            .stats()
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed),
+        sdk.stats().delivered
+    );
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// The issue's test: the process that called `send_reward` is killed with SIGKILL
+/// while every event is still in its memory. Its tokens are stored; once they are
+/// past the grace period the sweeper credits each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_sdk_host_loses_no_stored_reward() {
+    if let Ok(args) = std::env::var(CHILD_ENV) {
+        let mut parts = args.splitn(3, ' ');
+        let (prefix, keys, activity) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        sdk_host(prefix, keys, activity).await;
+        return;
+    }
+    use std::io::{BufRead, BufReader};
+    let s = setup().await;
+    let store = s.service.sdk().store();
+    let prefix = store.key("x", "y");
+    let prefix = prefix.split(":{").next().unwrap().to_string();
+    let keys = s._dir.join("keys");
+    // The scene budgeted by the test service is cny/rain.
+    let activity = "cny";
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_sdk_host_loses_no_stored_reward",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, format!("{prefix} {} {activity}", keys.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("STORED"))
+    })
+    .await
+    .unwrap();
+    child.kill().unwrap(); // SIGKILL: the events in its memory are gone
+    let _ = child.wait();
+    assert_eq!(
+        line.as_deref(),
+        Some(format!("STORED {HOST_REWARDS} DELIVERED 0").as_str()),
+        "the host did not store every token with every event still in memory"
+    );
+
+    // Sweepers with a 1 ms grace: passes until nothing is left (bounded).
+    let sweeper = Sweeper::new(s.service.clone(), quick());
+    let mut granted = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while due_left(&s).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "entries left after 60 s"
+        );
+        granted += sweeper.pass().await.get("granted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(granted, HOST_REWARDS);
+    for i in 0..HOST_REWARDS {
+        let user = format!("h{i}");
+        assert_eq!(s.ledger.balance(&user, "cash").await.unwrap(), 3, "{user}");
+        let held = s.service.tokens().held(&user, activity).await.unwrap();
+        assert!(held.pending.is_empty(), "{user}: {held:?}");
+    }
+    assert_eq!(s.ledger.double_credits(), 0);
+}
