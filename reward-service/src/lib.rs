@@ -6,6 +6,8 @@
 //!   ledger and the HTTP downstream; errors classified by code.
 //! - [`grant`]: one grant end to end (claim, credit, finish; failure archive and topic).
 //! - [`tokens`]: moving a credited reward's token out of the user's pending hash.
+//! - [`sweeper`]: compensation from the token store: stored tokens no event credited
+//!   within a grace period are granted.
 //! - [`service`]: sync, async and batch grants; the wallet's token checks.
 //! - [`grpc`], [`http`]: the two APIs; [`server`]: start-up and graceful shutdown;
 //!   [`config`]: the TOML configuration and the bearer credential.
