@@ -40,6 +40,19 @@
 //!                              # carry the load meanwhile)
 //!
 //! [[faults]]
+//! at_secs = 12
+//! action = "kill-sdk-host"     # kill -9 an SDK host (`index`, default 0): the events it
+//! for_secs = 3                 # accepted but still held in memory die with it (their
+//!                              # stored tokens are granted by the service's sweeper);
+//!                              # the replay runs the SDK in child processes for this
+//!                              # (`--sdk-hosts`, at least 2); restarted after for_secs
+//!
+//! [[faults]]
+//! at_secs = 25
+//! action = "stop-brokers"      # Kafka and the RocketMQ broker both go away: the SDK
+//! for_secs = 30                # spools to disk and replays when one is back
+//!
+//! [[faults]]
 //! at_secs = 10
 //! action = "redis-reshard"     # Redis Cluster only: move `slots` slots (keys migrate
 //! slots = 2000                 # live, clients see MOVED/ASK) between two primaries
@@ -84,6 +97,12 @@ pub enum Action {
     /// SIGKILL one reward service instance (`index`, default 0), then start it again
     /// on the same address.
     KillService,
+    /// SIGKILL one SDK host (`index`, default 0), then start it again: the activity
+    /// service's process dies with events in its memory.
+    KillSdkHost,
+    /// Stop both brokers (Kafka and the RocketMQ broker), start them again after
+    /// `for_secs`: the SDK has nowhere to send and spools.
+    StopBrokers,
     /// The downstream fails `share` of credits (503, nothing credited).
     DownstreamFail,
     /// The downstream holds every credit `delay_ms` before answering.
@@ -140,6 +159,31 @@ fn five() -> f64 {
     5.0
 }
 
+/// SDK hosts a plan needs: `asked` (`--sdk-hosts`), or 2 when a fault kills a host
+/// and none were asked; a kill with fewer than 2 hosts is refused (the users of the
+/// killed host would have nowhere to go), as is an `index` past the hosts.
+pub fn sdk_hosts(faults: &[Fault], asked: Option<u32>) -> anyhow::Result<u32> {
+    let kills: Vec<&Fault> = faults
+        .iter()
+        .filter(|f| f.action == Action::KillSdkHost)
+        .collect();
+    let n = match asked {
+        Some(n) => n,
+        None if kills.is_empty() => 0,
+        None => 2,
+    };
+    if !kills.is_empty() && n < 2 {
+        anyhow::bail!("a kill-sdk-host fault needs --sdk-hosts 2 or more (got {n})");
+    }
+    if let Some(f) = kills.iter().find(|f| f.index.unwrap_or(0) >= n) {
+        anyhow::bail!(
+            "kill-sdk-host index {} is past the {n} SDK hosts",
+            f.index.unwrap_or(0)
+        );
+    }
+    Ok(n)
+}
+
 impl Fault {
     /// A short label for the report's timeline.
     pub fn label(&self) -> String {
@@ -158,6 +202,12 @@ impl Fault {
                 self.index.unwrap_or(0),
                 self.for_secs
             ),
+            Action::KillSdkHost => format!(
+                "kill -9 SDK host {} ({} s down)",
+                self.index.unwrap_or(0),
+                self.for_secs
+            ),
+            Action::StopBrokers => format!("stop both brokers ({} s down)", self.for_secs),
             Action::StopServer => format!(
                 "stop {} ({} s down)",
                 self.server.as_deref().unwrap_or("?"),
@@ -213,9 +263,18 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                     "faults[{i}]: stop-server needs server = kafka, broker, namesrv or redis, got {other:?}"
                 ),
             },
-            Action::KillConsumer | Action::KillService => {
+            Action::KillConsumer | Action::KillService | Action::KillSdkHost => {
                 if f.server.is_some() {
-                    anyhow::bail!("faults[{i}]: kill-consumer and kill-service take no server");
+                    anyhow::bail!(
+                        "faults[{i}]: kill-consumer, kill-service and kill-sdk-host take no server"
+                    );
+                }
+            }
+            Action::StopBrokers => {
+                if f.server.is_some() {
+                    anyhow::bail!(
+                        "faults[{i}]: stop-brokers stops both brokers; it takes no server"
+                    );
                 }
             }
             Action::RedisFailover => {}
@@ -295,6 +354,43 @@ mod tests {
             assert!(actions.contains(&&a), "{a:?} missing from the drill");
         }
         assert!(needs_wallet(&plan));
+    }
+
+    #[test]
+    fn the_shipped_chaos_matrix_has_every_host_and_server_death() {
+        let plan = parse(include_str!("../faults/chaos.toml")).unwrap();
+        let has = |a: Action, server: Option<&str>| {
+            plan.iter()
+                .any(|f| f.action == a && f.server.as_deref() == server)
+        };
+        assert!(has(Action::KillService, None));
+        assert!(has(Action::KillSdkHost, None));
+        assert!(has(Action::StopServer, Some("redis")));
+        assert!(has(Action::StopServer, Some("broker")));
+        assert!(has(Action::StopBrokers, None));
+        assert!(has(Action::DownstreamTimeoutAfterCredit, None));
+        assert_eq!(sdk_hosts(&plan, None).unwrap(), 2);
+        assert!(needs_wallet(&plan));
+    }
+
+    #[test]
+    fn killing_an_sdk_host_needs_two_and_a_real_index() {
+        let plan =
+            parse("[[faults]]\nat_secs = 1\naction = \"kill-sdk-host\"\nindex = 1\n").unwrap();
+        assert_eq!(sdk_hosts(&plan, None).unwrap(), 2);
+        assert_eq!(sdk_hosts(&plan, Some(3)).unwrap(), 3);
+        let e = sdk_hosts(&plan, Some(1)).unwrap_err().to_string();
+        assert!(e.contains("needs --sdk-hosts 2"), "{e}");
+        let plan =
+            parse("[[faults]]\nat_secs = 1\naction = \"kill-sdk-host\"\nindex = 2\n").unwrap();
+        let e = sdk_hosts(&plan, None).unwrap_err().to_string();
+        assert!(e.contains("past the 2 SDK hosts"), "{e}");
+        assert_eq!(sdk_hosts(&[], None).unwrap(), 0);
+        assert_eq!(sdk_hosts(&[], Some(2)).unwrap(), 2);
+        let e = parse("[[faults]]\nat_secs = 1\naction = \"stop-brokers\"\nserver = \"kafka\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("takes no server"), "{e}");
     }
 
     #[test]

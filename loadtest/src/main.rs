@@ -84,6 +84,15 @@ enum Command {
     /// freshly filled topic, back to back. Prints both rates and the ratio; exits
     /// non-zero unless every event was credited exactly once.
     ConsumerBench(ConsumerBenchArgs),
+    /// Run an SDK as a replay's activity side (started by `replay --sdk-hosts`): one
+    /// JSON request per line on stdin, one answer per line on stdout, the SDK's
+    /// counters every second; at the end of stdin, close the SDK and report.
+    #[command(hide = true)]
+    SdkHost {
+        /// The SDK's config (TOML, as the replay writes it in the run directory).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -120,5 +129,12 @@ async fn run(cli: Cli) -> ExitCode {
         Command::GrantBench(args) => grant_bench_cmd(args).await,
         Command::Bench(args) => bench_cmd(args).await,
         Command::Smoke(args) => smoke_cmd(args).await,
+        Command::SdkHost { config } => match loadtest::replay::hosts::serve(&config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sdk-host FAILED: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

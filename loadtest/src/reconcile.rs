@@ -18,6 +18,13 @@
 //!
 //! A repeated send must carry the same type and amount as the first (the replay
 //! repeats requests verbatim); a mismatch is reported as a conflict.
+//!
+//! A run whose SDK hosts were killed (`hosts.tsv`, [`crate::replay::hosts`]) marks
+//! the rewards a dead host answered or held unanswered. Such a reward whose token is
+//! in the store is held to every check above; one with no token and no credit died
+//! with its host before its deferred token write: it is counted as **lost with the
+//! host** (the `tokens` row and [`Reconciliation::lost_with_host`]), not as missing,
+//! and left out of the expected balances.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead as _;
@@ -115,6 +122,11 @@ pub struct Reconciliation {
     pub sent_amount: i64,
     /// Sent trade numbers whose token is in neither the pending nor the credited hash.
     pub tokens_missing: u64,
+    /// Rewards a killed SDK host answered (or held unanswered) whose token never
+    /// reached the store and which nothing credited: they died with the host.
+    pub lost_with_host: u64,
+    /// Rewards marked by a killed SDK host (accepted or in doubt), credited or not.
+    pub host_marked: u64,
     /// Send time (Unix ms) of each of them (for the timeline).
     #[serde(skip)]
     pub tokens_missing_sent_ms: Vec<i64>,
@@ -185,8 +197,9 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         );
     }
     let (sent, repeats, conflicts) = read_sent(dir)?;
+    let marks = crate::replay::hosts::read_marks(dir)?;
     let (ledger, claims, tokens) = connect(&m).await?;
-    let t = tally(&sent, &ledger, &tokens).await?;
+    let t = tally(&sent, &marks, &ledger, &tokens).await?;
     let n = sent.len() as u64;
     let mut checks = ledger_checks(&t, n, repeats, conflicts);
     checks.push(budget_check(&m, &claims, &t.credited_by_scope).await?);
@@ -198,6 +211,8 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         credited: t.credited,
         sent_amount: sent.values().map(|r| r.amount).sum(),
         tokens_missing: t.token_missing,
+        lost_with_host: t.lost_with_host,
+        host_marked: marks.len() as u64,
         credit_delays_ms: t.delays,
         tokens_missing_sent_ms: t.token_missing_sent_ms,
     })
@@ -245,6 +260,7 @@ struct Tally {
     credited: u64,
     token_missing: u64,
     token_missing_sent_ms: Vec<i64>,
+    lost_with_host: u64,
     token_unmoved: u64,
     token_unsent: u64,
     credited_by_scope: BTreeMap<String, i64>,
@@ -256,6 +272,7 @@ struct Tally {
 /// against the trades sent to that user.
 async fn tally(
     sent: &BTreeMap<String, SentReward>,
+    marks: &HashMap<String, bool>,
     ledger: &Ledger,
     tokens: &Tokens,
 ) -> anyhow::Result<Tally> {
@@ -274,7 +291,7 @@ async fn tally(
         let results = futures_util::future::join_all(reads).await;
         for ((_, rs), result) in chunk.iter().zip(results) {
             let (account, held) = result?;
-            t.add_user(rs, &account, &held);
+            t.add_user(rs, &account, &held, marks);
         }
     }
     Ok(t)
@@ -309,10 +326,24 @@ async fn read_user(
 impl Tally {
     /// Adds one user: the trades `rs` sent to them against their `account` and token
     /// hashes `held`.
-    fn add_user(&mut self, rs: &[&SentReward], account: &Account, held: &[Held]) {
+    fn add_user(
+        &mut self,
+        rs: &[&SentReward],
+        account: &Account,
+        held: &[Held],
+        marks: &HashMap<String, bool>,
+    ) {
         self.doubles += account.double_credits;
         let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
         for r in rs {
+            let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
+            let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
+            let credited = account.credited.contains_key(&r.trade_no);
+            if !credited && !pending && !moved && marks.contains_key(&r.trade_no) {
+                // Died with its SDK host before its token write: nothing holds it.
+                self.lost_with_host += 1;
+                continue;
+            }
             *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
             match account.credited.get(&r.trade_no) {
                 Some(at) => {
@@ -331,8 +362,6 @@ impl Tally {
                     }
                 }
             }
-            let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
-            let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
             if !pending && !moved && r.stored {
                 self.token_missing += 1;
                 self.token_missing_sent_ms.push(r.sent_unix_ms);
@@ -450,8 +479,16 @@ fn tokens_check(t: &Tally, m: &Manifest) -> Check {
         name: "tokens".into(),
         pass: token_missing <= m.token_write_failures && token_unsent == 0,
         detail: format!(
-            "{token_missing} sent without a stored token ({} write failures counted), {token_unmoved} credited still pending (move failed), {token_unsent} tokens for trades not sent",
-            m.token_write_failures
+            "{token_missing} sent without a stored token ({} write failures counted), {token_unmoved} credited still pending (move failed), {token_unsent} tokens for trades not sent{}",
+            m.token_write_failures,
+            if t.lost_with_host > 0 {
+                format!(
+                    "; {} lost with a killed SDK host (no token stored, not credited)",
+                    t.lost_with_host
+                )
+            } else {
+                String::new()
+            }
         ),
     }
 }

@@ -214,11 +214,11 @@ fn reconciliation_rows(r: &ReplayReport) -> String {
     table
 }
 
-/// The faults list's items: when and what, or `none`.
+/// The faults list's items: when, what, recovery and cost, or `none`.
 fn fault_items(r: &ReplayReport) -> String {
     let mut faults = String::new();
-    for (at, label) in &r.faults {
-        let _ = write!(faults, "<li>{at:.1} s: {}</li>", esc(label));
+    for v in &r.fault_verdicts {
+        let _ = write!(faults, "<li>{}</li>", esc(v.line().trim()));
     }
     if faults.is_empty() {
         faults.push_str("<li>none</li>");

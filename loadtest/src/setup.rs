@@ -134,12 +134,37 @@ fn sdk_section(env: &StackEnv, s: &Manifest, dir: &Path, who: &str) -> String {
     .toml()
 }
 
+/// An SDK's own config file (the `[sdk]` section of a service's, unwrapped) for the
+/// process `who` (its spool directory and producer group are its own).
+fn standalone_sdk_toml(env: &StackEnv, m: &Manifest, dir: &Path, who: &str) -> String {
+    sdk_section(env, m, dir, who)
+        .replacen("[sdk]\n", "", 1)
+        .replace("[sdk.", "[")
+}
+
+/// The SDK config of SDK host `i`.
+pub fn host_sdk_toml(env: &StackEnv, setup: &Setup, i: u32) -> String {
+    standalone_sdk_toml(env, &setup.manifest, &setup.dir, &format!("host{i}"))
+}
+
+/// The sweeper's grace period in a run whose SDK hosts can be killed: long enough
+/// for a reward to go through the queues at this machine's rates (end-to-end p99 is
+/// within 10 s in passing runs), short enough that the drain does not wait a minute.
+pub const HOST_KILL_GRACE_MS: u64 = 15_000;
+
 /// The reward service's config; with `wallet` (credit URL, status URL), every type
 /// credits through that HTTP downstream (the fault drills' stand-in wallet, which
 /// honours the idempotency key and answers status) instead of the ledger directly.
 /// The ledger is strict (it does not honour the key), so a second effective credit
 /// always shows as a double-credit incident.
-pub fn service_toml(env: &StackEnv, setup: &Setup, wallet: Option<(&str, &str)>) -> String {
+///
+/// `sweeper_grace_ms` is the sweeper's grace period (`[sweeper] grace_ms`).
+pub fn service_toml(
+    env: &StackEnv,
+    setup: &Setup,
+    wallet: Option<(&str, &str)>,
+    sweeper_grace_ms: u64,
+) -> String {
     let m = &setup.manifest;
     let mut budgets = String::new();
     for (scope, b) in &m.budgets {
@@ -182,6 +207,8 @@ key_prefix = "{ledger}"
 [failures]
 archive = "{archive}"
 queue = "failures"
+[sweeper]
+grace_ms = {sweeper_grace_ms}
 {sdk}"#,
         claims = m.claims_prefix,
         // On a Redis Cluster every claim waits for its replica before a credit, so a
@@ -365,9 +392,7 @@ pub async fn prepare(
         manifest,
         sdk_toml: String::new(),
     };
-    setup.sdk_toml = sdk_section(env, &setup.manifest, &setup.dir, "loadtest")
-        .replacen("[sdk]\n", "", 1)
-        .replace("[sdk.", "[");
+    setup.sdk_toml = standalone_sdk_toml(env, &setup.manifest, &setup.dir, "loadtest");
     Ok(setup)
 }
 

@@ -40,6 +40,7 @@
 //! downstream's load on top of the consumers' limited rate.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -162,6 +163,8 @@ pub struct Sweeper {
     service: Service,
     cfg: SweepConfig,
     owner: String,
+    /// The lease release script, loaded at first use (then sent by SHA).
+    release: Arc<tokio::sync::OnceCell<reward_runtime::script::Script>>,
 }
 
 impl Sweeper {
@@ -171,6 +174,7 @@ impl Sweeper {
             service,
             cfg,
             owner: format!("{:016x}", rand::random::<u64>()),
+            release: Arc::default(),
         }
     }
 
@@ -235,9 +239,18 @@ impl Sweeper {
             return Ok(false);
         }
         let result = self.sweep_leased(client, &key, swept).await;
-        let _: Result<i64, _> = client
-            .eval(RELEASE_LUA, vec![lease], vec![self.owner.clone()])
-            .await;
+        // Not released (an error, a lost answer): the lease expires after lease_ms.
+        if let Ok(release) = self
+            .release
+            .get_or_try_init(|| reward_runtime::script::Script::load(client, RELEASE_LUA))
+            .await
+        {
+            let _: Result<i64, _> = release
+                .eval(client, || {
+                    (vec![lease.clone()], vec![Value::from(self.owner.as_str())])
+                })
+                .await;
+        }
         result.map(|()| true)
     }
 

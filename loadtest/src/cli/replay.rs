@@ -31,6 +31,11 @@ pub struct ReplayArgs {
     /// them (a `kill-service` fault kills one with SIGKILL and restarts it).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     services: u32,
+    /// Run the activity side (the SDK) in this many child processes, `loadtest
+    /// sdk-host`, with requests spread over them; 0 runs the SDK in this process. A
+    /// plan with a `kill-sdk-host` fault needs at least 2 (the default it then gets).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=8))]
+    sdk_hosts: Option<u32>,
     /// Kafka consumer group members.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     consumers: u32,
@@ -119,6 +124,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         duration,
         with_services: _,
         services,
+        sdk_hosts,
         consumers,
         rocketmq_consumers,
         limits,
@@ -135,6 +141,10 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
     } = args;
     check_limits(&limits)?;
     let (plan, faults) = load_plan(&profile, scale, duration, &slo, faults)?;
+    let sdk_hosts = crate::faults::sdk_hosts(&faults, sdk_hosts).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })?;
     println!(
         "replay {}: {:.0} s, peak {:.0}/s, ~{:.0} requests, {} users",
         plan.name,
@@ -147,6 +157,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         plan,
         out,
         services,
+        sdk_hosts,
         kafka_consumers: consumers,
         rocketmq_consumers,
         limits: limits.into_iter().collect(),
@@ -268,6 +279,24 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
             l.per_sec,
             l.secs,
             (l.per_sec / l.limit - 1.0) * 100.0
+        );
+    }
+    if !report.fault_verdicts.is_empty() {
+        println!("faults: when, what, the part back after, recovery (backlog back), cost");
+        for v in &report.fault_verdicts {
+            println!("{}", v.line());
+        }
+    }
+    if report.reconciliation.host_marked > 0 {
+        println!(
+            "SDK hosts killed: {} events were in a killed host's memory; {} rewards had been accepted by (or were in flight in) a killed host, {} of them died with it (no token stored, not credited)",
+            report
+                .sdk
+                .get("events in memory of a killed SDK host")
+                .copied()
+                .unwrap_or(0),
+            report.reconciliation.host_marked,
+            report.reconciliation.lost_with_host
         );
     }
     if let Some(c) = &report.cost {

@@ -3,7 +3,6 @@
 //! reconciliation found.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use hdrhistogram::Histogram;
 
@@ -13,34 +12,6 @@ use crate::setup::Setup;
 
 use super::collect::{Collected, CounterRow, hist};
 use super::{Latency, ReplayReport, Second};
-
-/// The SDK's final counters, named as the report's SDK table shows them.
-pub(super) fn sdk_counters(
-    sdk: &sdk::Sdk,
-    close: &sdk::queue::CloseReport,
-) -> BTreeMap<String, u64> {
-    let q = &close.stats;
-    let st = sdk.store().stats();
-    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    [
-        ("events accepted", q.accepted),
-        ("events delivered", q.delivered),
-        ("events failed over", q.failovers),
-        ("event send retries", q.retries),
-        ("events spooled", q.spooled),
-        ("events replayed from spool", q.replayed),
-        ("events only logged", q.logged),
-        ("events unsettled at close", q.unsettled),
-        ("tokens written", n(&st.written)),
-        ("token write attempts failed", n(&st.failed)),
-        ("token write retries", n(&st.retried)),
-        ("tokens given up", n(&st.unstored)),
-        ("tokens left at close", close.tokens_left),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
-}
 
 /// The stand-in wallet's counters: calls, failed on purpose, answered late after
 /// crediting, repeats answered with the first receipt.
@@ -158,6 +129,8 @@ fn add_counters(s: &mut Second, cons: &BTreeMap<String, u64>, sdk: &sdk::queue::
     let g = |k: &str| cons.get(k).copied().unwrap_or(0);
     s.sdk_failovers = sdk.failovers;
     s.sdk_spooled = sdk.spooled;
+    s.sdk_retries = sdk.retries;
+    s.swept = g(super::children::SWEPT);
     s.sdk_delivered = sdk.delivered;
     s.consumed = g("consumed");
     s.requeued_failed = g("requeued_failed");
@@ -192,7 +165,7 @@ pub(super) fn build_report(
     sdk_map: BTreeMap<String, u64>,
     aborted: bool,
     consumers: BTreeMap<String, u64>,
-    faults: Vec<(f64, String)>,
+    struck: Vec<super::recovery::Struck>,
     reconciliation: Reconciliation,
 ) -> ReplayReport {
     let started = setup.manifest.started_unix_ms;
@@ -219,6 +192,32 @@ pub(super) fn build_report(
     };
     let verdict = crate::slo::Verdict::judge(reconciliation.passed(), &plan.slo, &measured);
     let sched_secs = plan.duration_secs.max(0.001);
+    let repeat_share = if c.sent > 0 {
+        c.repeats as f64 / c.sent as f64
+    } else {
+        0.0
+    };
+    let credited = super::recovery::Credited {
+        rewards: reconciliation
+            .credit_delays_ms
+            .iter()
+            .map(|(at, delay, _)| {
+                (
+                    (at - delay - started) as f64 / 1000.0,
+                    (at - started) as f64 / 1000.0,
+                )
+            })
+            .collect(),
+        complete: reconciliation
+            .checks
+            .iter()
+            .any(|c| c.name == "credited once" && c.pass),
+    };
+    let fault_verdicts = super::recovery::verdicts(&struck, &timeline, &credited, repeat_share);
+    let faults = struck
+        .into_iter()
+        .map(|s| (s.struck_secs, s.label))
+        .collect();
     ReplayReport {
         profile: plan.name.clone(),
         tag: setup.manifest.tag.clone(),
@@ -247,6 +246,7 @@ pub(super) fn build_report(
         limited: BTreeMap::new(),
         limits: setup.manifest.limits.clone(),
         faults,
+        fault_verdicts,
         sdk: sdk_map,
         consumers,
         timeline,

@@ -29,6 +29,48 @@ pub(super) fn procs(s: &Services) -> Vec<crate::cost::Proc> {
     all
 }
 
+/// The key under which the per-second samples keep the sweeper's grants.
+pub(super) const SWEPT: &str = "sweeper_granted";
+
+/// Each running service instance's `reward_service_sweeper_entries_total{result=
+/// "granted"}` (by instance name), scraped from its /metrics; an instance that does
+/// not answer is left out.
+pub(super) async fn sweeper_granted(
+    services: &tokio::sync::Mutex<Services>,
+    credential: Option<&str>,
+) -> BTreeMap<String, u64> {
+    let urls: Vec<(String, String)> = services
+        .lock()
+        .await
+        .services
+        .iter()
+        .map(|s| (s.spec.name.clone(), metrics_url(&s.ready)))
+        .collect();
+    let mut out = BTreeMap::new();
+    for (name, url) in urls {
+        let Ok(text) = scrape(&url, credential).await else {
+            continue;
+        };
+        let granted = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("reward_service_sweeper_entries_total")
+                    && l.contains("result=\"granted\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        out.insert(name, granted as u64);
+    }
+    out
+}
+
+/// The grant credential the service's /metrics asks for.
+pub(super) fn credential(setup: &Setup) -> Option<String> {
+    std::fs::read_to_string(setup.credential_file())
+        .map(|t| t.trim().to_string())
+        .ok()
+}
+
 /// Consumers' counters, read from their stats files (summed over members and
 /// restarts: each start writes its own file).
 pub(super) fn consumer_counters(dir: &Path) -> BTreeMap<String, u64> {
@@ -201,6 +243,11 @@ async fn start_services(
             env,
             setup,
             urls.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
+            if opts.sdk_hosts > 0 {
+                setup::HOST_KILL_GRACE_MS
+            } else {
+                reward_service::sweeper::SweepConfig::default().grace_ms
+            },
         ),
     )?;
     let mut instances = Vec::new();
@@ -294,9 +341,7 @@ async fn save_metrics(
         .map(|c| (c.spec.name.clone(), metrics_url(&c.ready), None))
         .collect();
     // The service's /metrics takes its grant credential.
-    let credential = std::fs::read_to_string(setup.credential_file())
-        .map(|t| t.trim().to_string())
-        .ok();
+    let credential = credential(setup);
     for svc in &s.services {
         scrapes.push((
             svc.spec.name.clone(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc;
 
-use super::children::consumer_counters;
+use super::children::{SWEPT, Services, consumer_counters, sweeper_granted};
 use super::schedule::Sample;
 
 // 1 µs .. 10 min, 3 significant digits: constant bounds that cannot be refused.
@@ -69,6 +69,11 @@ impl Collected {
         while c.per_second.len() <= idx {
             c.per_second.push((0, 0, hist(), hist()));
         }
+        if let Some((r, repeat)) = &s.in_doubt {
+            // Unanswered when its SDK host died: kept for reconciliation (it may
+            // have been stored, and then credited), counted as a refusal.
+            writeln!(out, "{}", r.line(*repeat))?;
+        }
         match s.outcome {
             Ok((r, repeat)) => {
                 writeln!(out, "{}", r.line(repeat))?;
@@ -104,20 +109,46 @@ impl Collected {
     }
 }
 
-/// Per-second sampler of the SDK's and consumers' counters, until `stop` is notified.
+/// Per-second sampler of the SDK's and consumers' counters and the sweeper's grants
+/// (kept under [`SWEPT`]), until `stop` is notified.
 pub(super) async fn sample(
-    sdk: Arc<sdk::Sdk>,
+    sdk: Arc<super::hosts::Side>,
     dir: PathBuf,
+    services: Arc<tokio::sync::Mutex<Services>>,
+    credential: Option<String>,
     stop: Arc<tokio::sync::Notify>,
 ) -> Vec<CounterRow> {
     let mut rows: Vec<CounterRow> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut swept = Swept::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.notified() => break,
         }
-        rows.push((consumer_counters(&dir), sdk.stats()));
+        let mut counters = consumer_counters(&dir);
+        let now = sweeper_granted(&services, credential.as_deref()).await;
+        counters.insert(SWEPT.to_string(), swept.add(now));
+        rows.push((counters, sdk.stats()));
     }
     rows
+}
+
+/// The sweeper's grants summed over the instances, kept monotonic across restarts
+/// (a restarted instance counts from 0 again).
+#[derive(Default)]
+struct Swept {
+    last: BTreeMap<String, u64>,
+    total: u64,
+}
+
+impl Swept {
+    fn add(&mut self, now: BTreeMap<String, u64>) -> u64 {
+        for (name, v) in now {
+            let before = self.last.get(&name).copied().unwrap_or(0);
+            self.total += if v >= before { v - before } else { v };
+            self.last.insert(name, v);
+        }
+        self.total
+    }
 }

@@ -13,7 +13,7 @@ use super::schedule::progress_bar;
 
 /// Waits until the SDK holds no unsettled event and has replayed everything it
 /// spooled (or `drain` passes without an event moving).
-pub(super) async fn sdk_settled(sdk: &sdk::Sdk, drain: Duration) {
+pub(super) async fn sdk_settled(sdk: &super::hosts::Side, drain: Duration) {
     let mut last = (0, 0);
     let mut moved = Instant::now();
     loop {
@@ -100,7 +100,8 @@ pub(super) async fn ledger_complete(dir: &Path, drain: Duration) -> anyhow::Resu
     let mut moved = Instant::now();
     loop {
         let r = crate::reconcile::run(dir).await?;
-        if r.credited >= r.sent {
+        // Rewards lost with a killed SDK host (never stored) will never come.
+        if r.credited + r.lost_with_host >= r.sent {
             break;
         }
         if r.credited != last_credited {

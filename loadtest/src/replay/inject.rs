@@ -1,7 +1,7 @@
 //! Fault injection during a run: each fault waits for its moment, then acts on the
 //! stand-in wallet, Redis, a stack server or a consumer, and is logged with its time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,8 +12,8 @@ use reward_tools::stack::StackEnv;
 
 use super::children::{Services, consumer_spec};
 
-/// The faults injected so far: (seconds, label).
-pub(super) type FaultLog = Arc<std::sync::Mutex<Vec<(f64, String)>>>;
+/// The faults injected so far.
+pub(super) type FaultLog = Arc<std::sync::Mutex<Vec<super::recovery::Struck>>>;
 
 /// What the faults act on, cloned into each fault's task.
 #[derive(Clone)]
@@ -24,6 +24,7 @@ pub(super) struct Targets {
     pub(super) env: StackEnv,
     pub(super) grpc: String,
     pub(super) wallet: Option<crate::wallet::Wallet>,
+    pub(super) side: Arc<super::hosts::Side>,
 }
 
 /// Injects every fault at its time, each as its own task, and waits for them all.
@@ -42,16 +43,9 @@ pub(super) async fn play(faults: Vec<Fault>, targets: Targets, log: FaultLog, st
 /// Waits for one fault's time, injects it, and logs it (with its failure, if any).
 async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
     tokio::time::sleep_until((start + Duration::from_secs_f64(f.at_secs)).into()).await;
-    let r = inject(
-        &f,
-        &t.services,
-        &t.script,
-        &t.setup,
-        &t.env,
-        &t.grpc,
-        t.wallet.as_ref(),
-    )
-    .await;
+    let struck_secs = start.elapsed().as_secs_f64();
+    let r = inject(&f, &t).await;
+    let back_secs = start.elapsed().as_secs_f64();
     let label = match &r {
         Ok(()) => f.label(),
         Err(e) => format!("{} FAILED: {e}", f.label()),
@@ -61,19 +55,18 @@ async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
         start.elapsed().as_secs_f64()
     );
     if let Ok(mut l) = log.lock() {
-        l.push((f.at_secs, label));
+        l.push(super::recovery::Struck {
+            failed: r.is_err(),
+            label,
+            struck_secs,
+            back_secs,
+        });
     }
 }
 
-async fn inject(
-    f: &Fault,
-    services: &tokio::sync::Mutex<Services>,
-    script: &Path,
-    setup: &Setup,
-    env: &StackEnv,
-    grpc: &str,
-    wallet: Option<&crate::wallet::Wallet>,
-) -> anyhow::Result<()> {
+async fn inject(f: &Fault, t: &Targets) -> anyhow::Result<()> {
+    let (services, script, setup, env) = (&t.services, t.script.as_path(), &t.setup, &t.env);
+    let (grpc, wallet) = (t.grpc.as_str(), t.wallet.as_ref());
     let down = Duration::from_secs_f64(f.for_secs);
     match f.action {
         Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit => {
@@ -88,6 +81,22 @@ async fn inject(
         }
         Action::KillConsumer => kill_consumer(f, services, setup, env, grpc, down).await,
         Action::KillService => kill_service(f, services, down).await,
+        Action::KillSdkHost => match &*t.side {
+            super::hosts::Side::Hosts(pool) => {
+                let i = usize::try_from(f.index.unwrap_or(0)).unwrap_or(usize::MAX);
+                pool.kill(i, down).await
+            }
+            super::hosts::Side::Local(_) => {
+                anyhow::bail!("the SDK runs in the load tester's process (--sdk-hosts 0)")
+            }
+        },
+        Action::StopBrokers => {
+            crate::faults::stack(script, "stop", "kafka").await?;
+            crate::faults::stack(script, "stop", "broker").await?;
+            tokio::time::sleep(down).await;
+            crate::faults::stack(script, "start", "kafka").await?;
+            crate::faults::stack(script, "start", "broker").await
+        }
         Action::RedisFailover => {
             let node = crate::faults::stack_output(script, "kill-primary", "").await?;
             anyhow::ensure!(

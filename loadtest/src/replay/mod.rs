@@ -36,7 +36,9 @@ mod assemble;
 mod children;
 mod collect;
 mod drain;
+pub mod hosts;
 mod inject;
+pub mod recovery;
 mod run;
 mod schedule;
 
@@ -65,6 +67,8 @@ pub struct ReplayOptions {
     pub out: PathBuf,
     /// Reward service instances (the consumers balance over them).
     pub services: u32,
+    /// SDK host processes (0: the SDK runs in this process; see [`hosts`]).
+    pub sdk_hosts: u32,
     /// Kafka consumer group members.
     pub kafka_consumers: u32,
     /// RocketMQ consumer group members.
@@ -133,6 +137,11 @@ pub struct Second {
     pub sdk_failovers: u64,
     /// Spooled so far.
     pub sdk_spooled: u64,
+    /// Event send retries so far.
+    pub sdk_retries: u64,
+    /// Stored tokens the reward service's sweeper granted so far (summed over the
+    /// instances, scraped every second).
+    pub swept: u64,
     /// Delivered to a broker so far.
     pub sdk_delivered: u64,
     /// Consumers' counters (cumulative, summed over members).
@@ -239,6 +248,9 @@ pub struct ReplayReport {
     pub limited: BTreeMap<String, LimitedRate>,
     /// Faults injected: (seconds, label).
     pub faults: Vec<(f64, String)>,
+    /// Per fault: when it struck, when the part was back, time to recover, cost
+    /// ([`recovery`]).
+    pub fault_verdicts: Vec<recovery::FaultVerdict>,
     /// The SDK's final counters.
     pub sdk: BTreeMap<String, u64>,
     /// The consumers' final counters (summed).
@@ -268,13 +280,13 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     run.measure_cost().await;
     let watched = watchers.stop().await;
     let consumers = run.stop_services().await?;
-    let close = run.close_sdk().await?;
+    let sdk_counters = run.close_sdk().await?;
     let (reconciliation, ceilings) = run.reconcile().await?;
     let report = run.report(
         &collected,
         watched,
         consumers,
-        &close,
+        sdk_counters,
         reconciliation,
         ceilings,
     );

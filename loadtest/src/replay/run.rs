@@ -15,9 +15,10 @@ use crate::setup::{self, Setup};
 use reward_runtime::clock::now_ms as unix_ms;
 use reward_tools::stack::{Server, StackEnv, check_reachable};
 
-use super::assemble::{build_report, sdk_counters, wallet_counters};
+use super::assemble::{build_report, wallet_counters};
 use super::children::{self, Services};
 use super::collect::{self, Collected, CounterRow};
+use super::hosts::{HostPool, Side};
 use super::inject::{self, FaultLog, Targets};
 use super::schedule::{Counters, Sample, SceneGen, progress_bar, schedule};
 use super::{Ceilings, ReplayOptions, ReplayReport, drain};
@@ -29,8 +30,8 @@ pub(super) struct Run<'a> {
     start: Instant,
     /// The schedule's counters.
     counters: Arc<Counters>,
-    /// The SDK every request goes through.
-    sdk: Arc<sdk::Sdk>,
+    /// The SDK every request goes through (in this process or in SDK hosts).
+    sdk: Arc<Side>,
     /// The service and consumers (a fault may kill and restart a consumer).
     services: Arc<tokio::sync::Mutex<Services>>,
     /// The service's gRPC URL.
@@ -68,7 +69,7 @@ pub(super) struct Watchers {
 /// (by time).
 pub(super) struct Watched {
     samples: Vec<CounterRow>,
-    faults: Vec<(f64, String)>,
+    faults: Vec<super::recovery::Struck>,
 }
 
 impl Watchers {
@@ -82,7 +83,7 @@ impl Watchers {
             .lock()
             .map(|l| {
                 let mut l = l.clone();
-                l.sort_by(|a, b| a.0.total_cmp(&b.0));
+                l.sort_by(|a, b| a.struck_secs.total_cmp(&b.struck_secs));
                 l
             })
             .unwrap_or_default();
@@ -100,8 +101,7 @@ impl<'a> Run<'a> {
         let wallet = Self::start_wallet(env, opts, &setup).await?;
         let (services, grpc) = children::start(env, &setup, opts, wallet.as_ref()).await?;
         let services = Arc::new(tokio::sync::Mutex::new(services));
-        let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;
-        let sdk = Arc::new(sdk::Sdk::builder(cfg).start().await?);
+        let sdk = Arc::new(Self::start_sdk(env, opts, &setup).await?);
         let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
         let start = Instant::now();
         setup.manifest.started_unix_ms = unix_ms();
@@ -136,6 +136,29 @@ impl<'a> Run<'a> {
         let setup =
             setup::prepare(env, &opts.plan, &opts.out, &opts.limits, opts.partitions).await?;
         Ok(setup)
+    }
+
+    /// The SDK in this process, or `--sdk-hosts` SDK hosts (each with its config file
+    /// in the run directory).
+    async fn start_sdk(
+        env: &StackEnv,
+        opts: &ReplayOptions,
+        setup: &Setup,
+    ) -> anyhow::Result<Side> {
+        if opts.sdk_hosts == 0 {
+            let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;
+            return Ok(Side::Local(Arc::new(sdk::Sdk::builder(cfg).start().await?)));
+        }
+        let mut configs = Vec::new();
+        for i in 0..opts.sdk_hosts {
+            let path = setup.dir.join(format!("sdk-host{i}.toml"));
+            std::fs::write(&path, setup::host_sdk_toml(env, setup, i))?;
+            configs.push(path);
+        }
+        eprintln!("replay: {} SDK hosts (child processes)", opts.sdk_hosts);
+        Ok(Side::Hosts(Box::new(
+            HostPool::start(&setup.dir, configs).await?,
+        )))
     }
 
     /// The stand-in wallet, when a fault breaks the downstream.
@@ -174,9 +197,11 @@ impl<'a> Run<'a> {
         let sampler = tokio::spawn(collect::sample(
             self.sdk.clone(),
             self.dir.clone(),
+            self.services.clone(),
+            children::credential(&self.setup),
             stop.clone(),
         ));
-        let fault_log: FaultLog = Arc::new(std::sync::Mutex::new(Vec::<(f64, String)>::new()));
+        let fault_log: FaultLog = Arc::new(std::sync::Mutex::new(Vec::new()));
         let faults = self.opts.faults.clone();
         let targets = Targets {
             services: self.services.clone(),
@@ -185,6 +210,7 @@ impl<'a> Run<'a> {
             env: self.env.clone(),
             grpc: self.grpc.clone(),
             wallet: self.wallet.clone(),
+            side: self.sdk.clone(),
         };
         let faults = tokio::spawn(inject::play(faults, targets, fault_log.clone(), self.start));
         Watchers {
@@ -278,14 +304,18 @@ impl<'a> Run<'a> {
     pub(super) async fn drain(&self, collected: &Collected) -> anyhow::Result<()> {
         let limit = Duration::from_secs(self.opts.drain_secs);
         drain::sdk_settled(&self.sdk, limit).await;
-        drain::budgets_spent(
-            self.env,
-            &self.setup,
-            &collected.sent_amount_by_scope,
-            self.opts.progress,
-            limit,
-        )
-        .await?;
+        if !self.sdk.lost_a_host() {
+            // With a host lost, part of what was sent may never be spent (rewards
+            // whose token died with the host); the ledger wait below knows them.
+            drain::budgets_spent(
+                self.env,
+                &self.setup,
+                &collected.sent_amount_by_scope,
+                self.opts.progress,
+                limit,
+            )
+            .await?;
+        }
         drain::ledger_complete(&self.dir, limit).await
     }
 
@@ -308,14 +338,14 @@ impl<'a> Run<'a> {
         .await
     }
 
-    /// Closes the SDK and records its unstored tokens in the manifest.
-    pub(super) async fn close_sdk(&mut self) -> anyhow::Result<sdk::queue::CloseReport> {
-        let close = self.sdk.close(Duration::from_secs(30)).await;
+    /// Closes the SDK (or its hosts) and records its unstored tokens in the
+    /// manifest; answers the SDK's final counters.
+    pub(super) async fn close_sdk(&mut self) -> anyhow::Result<BTreeMap<String, u64>> {
         // Writes still unanswered at close are as unstored as those given up.
-        self.setup.manifest.token_write_failures =
-            self.sdk.token_write_failures() + close.tokens_left;
+        let (counters, unstored) = self.sdk.close().await?;
+        self.setup.manifest.token_write_failures = unstored;
         self.setup.manifest.save(&self.dir)?;
-        Ok(close)
+        Ok(counters)
     }
 
     /// Reconciles the run directory; with `--ceilings`, then measures the parts'
@@ -349,7 +379,7 @@ impl<'a> Run<'a> {
         collected: &Collected,
         watched: Watched,
         consumers: BTreeMap<String, u64>,
-        close: &sdk::queue::CloseReport,
+        sdk_counters: BTreeMap<String, u64>,
         reconciliation: Reconciliation,
         ceilings: Option<Ceilings>,
     ) -> ReplayReport {
@@ -361,7 +391,7 @@ impl<'a> Run<'a> {
             counters.scheduled.load(Ordering::Relaxed),
             counters.shed.load(Ordering::Relaxed),
             &watched.samples,
-            sdk_counters(&self.sdk, close),
+            sdk_counters,
             counters.aborted.load(Ordering::Relaxed),
             consumers,
             watched.faults,

@@ -9,6 +9,7 @@ use rand::SeedableRng as _;
 use sdk::request::{CardCollection, Fireworks, RedEnvelopeRain, RewardRequest, User};
 use tokio::sync::mpsc;
 
+use super::hosts::{Sent, Side};
 use crate::profile::{Mix, Plan, SceneKind, ScenePlan, Users};
 use crate::reconcile::SentReward;
 use reward_runtime::clock::now_ms as unix_ms;
@@ -19,17 +20,9 @@ pub(super) struct Sample {
     pub(super) start_us: u64,
     pub(super) end_us: u64,
     pub(super) outcome: Result<(SentReward, bool), &'static str>,
-}
-
-fn refusal(e: &sdk::SendError) -> &'static str {
-    match e {
-        sdk::SendError::Invalid(_) => "invalid",
-        sdk::SendError::Backpressure(_) => "backpressure",
-        sdk::SendError::Closed => "closed",
-        sdk::SendError::TooManyTokens { .. } => "too_many_tokens",
-        sdk::SendError::Store(_) => "store",
-        sdk::SendError::Seal(_) => "seal",
-    }
+    /// A send whose SDK host died before answering: the reward it may have stored
+    /// (the outcome is then the refusal `sdk_host_died`).
+    pub(super) in_doubt: Option<(SentReward, bool)>,
 }
 
 /// Builds one scene's requests: user draw (respecting the per-user cap), type and
@@ -137,7 +130,7 @@ struct Arrival {
 
 /// Runs the schedule of one scene until its curve ends.
 pub(super) async fn schedule(
-    sdk: Arc<sdk::Sdk>,
+    sdk: Arc<Side>,
     mut generator: SceneGen,
     curve: crate::profile::Curve,
     repeat_share: f64,
@@ -193,7 +186,7 @@ pub(super) async fn schedule(
 /// Sends one arrival through the SDK (its own task) and reports the outcome as a
 /// sample.
 async fn send_one(
-    sdk: Arc<sdk::Sdk>,
+    sdk: Arc<Side>,
     arrival: Arrival,
     start: Instant,
     samples: mpsc::UnboundedSender<Sample>,
@@ -210,29 +203,31 @@ async fn send_one(
         counters.aborted.store(true, Ordering::Relaxed);
     }
     let sent_unix_ms = unix_ms();
-    let r = sdk.send_reward(req.clone()).await;
+    let r = sdk.send(req.clone()).await;
     let end = Instant::now();
     counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-    let outcome = match r {
-        Ok(_) => Ok((
-            SentReward {
-                trade_no: req.trade_no,
-                user_id: req.user.user_id,
-                activity_id: req.activity_id,
-                scene_id: req.scene_id,
-                reward_type: req.reward_type,
-                amount: req.amount,
-                sent_unix_ms,
-                // Every accepted reward's token is expected in the store,
-                // whatever the call answered (a failed write is retried);
-                // reconcile counts the missing ones, the SLO judges their share.
-                stored: true,
-            },
-            repeat,
-        )),
-        Err(e) => {
+    let reward = SentReward {
+        trade_no: req.trade_no,
+        user_id: req.user.user_id,
+        activity_id: req.activity_id,
+        scene_id: req.scene_id,
+        reward_type: req.reward_type,
+        amount: req.amount,
+        sent_unix_ms,
+        // Every accepted reward's token is expected in the store, whatever the
+        // call answered (a failed write is retried); reconcile counts the missing
+        // ones, the SLO judges their share.
+        stored: true,
+    };
+    let (outcome, in_doubt) = match r {
+        Sent::Accepted => (Ok((reward, repeat)), None),
+        Sent::Refused(kind) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
-            Err(refusal(&e))
+            (Err(kind), None)
+        }
+        Sent::InDoubt => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            (Err("sdk_host_died"), Some((reward, repeat)))
         }
     };
     let _ = samples.send(Sample {
@@ -241,6 +236,7 @@ async fn send_one(
         start_us: (started - start).as_micros() as u64,
         end_us: (end - start).as_micros() as u64,
         outcome,
+        in_doubt,
     });
 }
 
