@@ -11,8 +11,10 @@ use crate::faults::Fault;
 use crate::profile::{Plan, Profile};
 use crate::replay::{ReplayOptions, ReplayReport};
 
-/// The arguments of `loadtest replay`.
+/// The arguments of `loadtest replay`. An option given twice takes its last value, so
+/// `ops/main --scale 0.004` overrides the script's own `--scale 0.002`.
 #[derive(Debug, clap::Args)]
+#[command(args_override_self = true)]
 pub struct ReplayArgs {
     /// Profile file (loadtest/profiles/{rain,cards,fireworks,overlap}.toml).
     #[arg(long, default_value = "loadtest/profiles/rain.toml")]
@@ -359,4 +361,36 @@ fn parse_limit(s: &str) -> Result<(String, f64), String> {
         return Err(format!("{s:?}: the rate must be > 0"));
     }
     Ok((t.trim().to_string(), rate))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::ReplayArgs,
+    }
+
+    #[test]
+    fn an_option_given_twice_takes_its_last_value() {
+        // ops/main passes --scale and --duration, and its caller may pass them again.
+        let cli = Cli::try_parse_from([
+            "replay",
+            "--scale",
+            "0.002",
+            "--duration",
+            "60",
+            "--scale",
+            "0.004",
+            "--duration",
+            "120",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.scale, 0.004);
+        assert_eq!(cli.args.duration, Some(120.0));
+        assert!(Cli::try_parse_from(["replay", "--sdk-hosts", "9"]).is_err());
+    }
 }

@@ -46,15 +46,28 @@ pub(super) async fn budgets_spent(
     progress: bool,
     drain: Duration,
 ) -> anyhow::Result<()> {
-    let claims = reward_service::claim::Claims::connect(
-        &env.redis_url,
-        reward_service::claim::ClaimConfig {
-            key_prefix: setup.manifest.claims_prefix.clone(),
-            shards: setup.manifest.claims_shards,
-            ..reward_service::claim::ClaimConfig::default()
-        },
-    )
-    .await?;
+    // Redis may still be coming back from a fault (restarting, loading its AOF):
+    // an error is a wait without progress, like a stall.
+    let started = Instant::now();
+    let claims = loop {
+        match reward_service::claim::Claims::connect(
+            &env.redis_url,
+            reward_service::claim::ClaimConfig {
+                key_prefix: setup.manifest.claims_prefix.clone(),
+                shards: setup.manifest.claims_shards,
+                ..reward_service::claim::ClaimConfig::default()
+            },
+        )
+        .await
+        {
+            Ok(c) => break c,
+            Err(e) if started.elapsed() < drain => {
+                tracing::debug!(error = %e, "drain: claim store not answering yet");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => anyhow::bail!("claim store: {e} (for {} s)", drain.as_secs()),
+        }
+    };
     let want: i64 = sent_amount_by_scope.values().sum();
     let bar = progress_bar(
         progress,
@@ -66,6 +79,7 @@ pub(super) async fn budgets_spent(
     loop {
         let mut spent = 0;
         for scope in sent_amount_by_scope.keys() {
+            // An error reads as no progress (the wait gives up after `drain`).
             spent += claims.spent(scope).await.unwrap_or(0);
         }
         bar.set_position(u64::try_from(spent).unwrap_or(0));
@@ -99,7 +113,17 @@ pub(super) async fn ledger_complete(dir: &Path, drain: Duration) -> anyhow::Resu
     let mut last_credited = u64::MAX;
     let mut moved = Instant::now();
     loop {
-        let r = crate::reconcile::run(dir).await?;
+        let r = match crate::reconcile::run(dir).await {
+            Ok(r) => r,
+            // Redis not answering (yet) is no progress; reconciliation proper
+            // reports the error if it lasts.
+            Err(e) if moved.elapsed() < drain => {
+                tracing::debug!(error = %e, "drain: the ledger is not readable yet");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         // Rewards lost with a killed SDK host (never stored) will never come.
         if r.credited + r.lost_with_host >= r.sent {
             break;
