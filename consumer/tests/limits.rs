@@ -84,26 +84,18 @@ fn within(what: &str, got: &Rate, rate: f64, burst: f64) {
     );
 }
 
-/// Rate tests on a Redis Cluster run one at a time. Each wants the pipeline to reach
-/// its limit, and with six Redis processes beside three parallel rate tests on two
-/// cores (`REWARD_REDIS_TOPOLOGY=cluster ops/test`, debug builds) one consumer crediting
-/// one user's coupons fell to 108/s against 200/s; alone it holds the limit. On the
-/// single node they run side by side, as before.
-async fn alone_on_a_cluster() -> Option<tokio::sync::MutexGuard<'static, ()>> {
+/// The rate tests run one at a time: side by side on a busy 2-core machine (debug
+/// builds, a CPU hog beside the suite), one consumer crediting one user's coupons fell
+/// to 121/s against 200/s on the single node (108/s on a cluster), which measures the
+/// machine, not the limiter; alone it holds the limit.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     static RATES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let clustered = reward_testkit::StackEnv::from_env()
-        .redis_url
-        .starts_with("redis-cluster://");
-    if clustered {
-        Some(RATES.lock().await)
-    } else {
-        None
-    }
+    RATES.lock().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
-    let _alone = alone_on_a_cluster().await;
+    let _alone = one_at_a_time().await;
     let Setup {
         tag,
         dir,
@@ -205,7 +197,7 @@ async fn type_rates_change_live_and_a_fuse_holds_only_its_type() {
 /// all, coupons wait until the cash backlog is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_limit_serves_higher_priority_first() {
-    let _alone = alone_on_a_cluster().await;
+    let _alone = one_at_a_time().await;
     let Setup {
         tag,
         dir,
@@ -306,7 +298,7 @@ impl Drop for Member {
 /// machine does not excuse a miss here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
-    let _alone = alone_on_a_cluster().await;
+    let _alone = one_at_a_time().await;
     let tag = tag("f");
     let dir = dir(&tag);
     // Six partitions, so each of the three members owns two.

@@ -60,7 +60,8 @@
 //! [[faults]]
 //! at_secs = 20
 //! action = "redis-failover"    # Redis Cluster only: kill -9 a primary; its replica
-//! for_secs = 10                # takes over; the node comes back as a replica
+//! for_secs = 10                # takes over; the node comes back as a replica (a
+//!                              # failover due during a reshard waits for its end)
 //!
 //! [[faults]]
 //! at_secs = 20

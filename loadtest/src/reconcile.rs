@@ -23,8 +23,9 @@
 //! the rewards a dead host answered or held unanswered. Such a reward whose token is
 //! in the store is held to every check above; one with no token and no credit died
 //! with its host before its deferred token write: it is counted as **lost with the
-//! host** (the `tokens` row and [`Reconciliation::lost_with_host`]), not as missing,
-//! and left out of the expected balances.
+//! host** ([`Reconciliation::lost_with_host`]), not as missing, and left out of the
+//! expected balances. The `lost with a killed host` row fails when more were lost
+//! than the killed hosts can have had unwritten (the bound kept beside the marks).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead as _;
@@ -199,11 +200,23 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let (sent, repeats, conflicts) = read_sent(dir)?;
     let marks = crate::replay::hosts::read_marks(dir)?;
     let (ledger, claims, tokens) = connect(&m).await?;
-    let t = tally(&sent, &marks, &ledger, &tokens).await?;
+    let t = tally(&sent, &marks.rewards, &ledger, &tokens).await?;
     let n = sent.len() as u64;
     let mut checks = ledger_checks(&t, n, repeats, conflicts);
     checks.push(budget_check(&m, &claims, &t.credited_by_scope).await?);
     checks.push(tokens_check(&t, &m));
+    if !marks.rewards.is_empty() {
+        checks.push(Check {
+            name: "lost with a killed host".into(),
+            pass: t.lost_with_host <= marks.bound,
+            detail: format!(
+                "{} of {} rewards of killed SDK hosts neither stored nor credited; at most {} token writes were unfinished in them",
+                t.lost_with_host,
+                marks.rewards.len(),
+                marks.bound
+            ),
+        });
+    }
     Ok(Reconciliation {
         checks,
         sent: n,
@@ -212,7 +225,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         sent_amount: sent.values().map(|r| r.amount).sum(),
         tokens_missing: t.token_missing,
         lost_with_host: t.lost_with_host,
-        host_marked: marks.len() as u64,
+        host_marked: marks.rewards.len() as u64,
         credit_delays_ms: t.delays,
         tokens_missing_sent_ms: t.token_missing_sent_ms,
     })
@@ -482,10 +495,7 @@ fn tokens_check(t: &Tally, m: &Manifest) -> Check {
             "{token_missing} sent without a stored token ({} write failures counted), {token_unmoved} credited still pending (move failed), {token_unsent} tokens for trades not sent{}",
             m.token_write_failures,
             if t.lost_with_host > 0 {
-                format!(
-                    "; {} lost with a killed SDK host (no token stored, not credited)",
-                    t.lost_with_host
-                )
+                format!("; {} lost with a killed SDK host", t.lost_with_host)
             } else {
                 String::new()
             }

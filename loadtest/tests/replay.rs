@@ -463,6 +463,10 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
     assert!(!dom.contains("{\"accepted\""), "a JSON dump in the page");
 
     // Plant a double credit of one sent reward: reconcile must now fail, naming it.
+    // (No chaos test may stop Redis meanwhile.)
+    let _stack = STACK
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let first = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
     let f: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
     let ledger = reward_service::downstream::Ledger::connect(
@@ -813,11 +817,8 @@ fn one_fault_recovered<'a>(r: &'a serde_json::Value, label: &str) -> &'a serde_j
     let l = v["label"].as_str().unwrap();
     assert!(l.starts_with(label) && !l.contains("FAILED"), "{v}");
     assert_eq!(v["failed"], false, "{v}");
-    assert!(v["recovered_after_secs"].as_f64().unwrap() >= 0.0, "{v}");
-    assert!(
-        v["back_secs"].as_f64().unwrap() >= v["struck_secs"].as_f64().unwrap(),
-        "{v}"
-    );
+    // Null when a reward sent before the part was back is missing.
+    assert!(v["recovered_after_secs"].is_f64(), "not recovered: {v}");
     v
 }
 
@@ -852,31 +853,28 @@ fn a_killed_sdk_host_loses_no_reward_whose_token_was_stored() {
         &[],
     );
     all_credited_but_the_lost(&r);
-    one_fault_recovered(&r, "kill -9 SDK host 0");
-    // The killed host had taken rewards: they are marked for reconciliation.
-    assert!(
-        r["reconciliation"]["host_marked"].as_u64().unwrap() > 0,
-        "{text}"
-    );
+    let v = one_fault_recovered(&r, "kill -9 SDK host 0");
+    // The killed host had taken rewards: they are marked for reconciliation, with
+    // the bound on those that can have died unstored (its check passed above).
+    let rec = &r["reconciliation"];
+    assert!(rec["host_marked"].as_u64().unwrap() > 0, "{text}");
+    let lost = row(&rec["checks"], "lost with a killed host");
+    assert_eq!(lost["pass"], true, "{lost}");
     assert!(text.contains("SDK hosts killed: "), "{text}");
-    // Both hosts served (one log each), host 0 twice (its log has two starts' lines
-    // at most, and the run's requests were spread over both).
     assert!(dir.join("sdk-host0.toml").exists() && dir.join("sdk-host1.toml").exists());
-    assert!(dir.join("hosts.tsv").exists());
-    // The sweeper's grants are in the service's metrics and the fault's cost.
+    // Whatever the sweeper granted (events that died in the host's memory) it took
+    // only after its grace period (15 s in such runs): the fault's debt was paid no
+    // sooner than that.
     let granted = sum(
         &scrape_file(&dir.join("metrics-service.prom")),
         "reward_service_sweeper_entries_total",
         "result=\"granted\"",
     );
-    let swept: u64 = r["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["swept"].as_u64().unwrap())
-        .max()
-        .unwrap();
-    assert!(swept <= granted, "timeline {swept}, metrics {granted}");
+    let recovered = v["recovered_after_secs"].as_f64().unwrap();
+    assert!(
+        granted == 0 || recovered >= 10.0,
+        "{granted} swept, yet recovered after {recovered} s: {v}"
+    );
 }
 
 /// Redis stopped (SIGTERM) for 4 s while rewards are sent, then started again from

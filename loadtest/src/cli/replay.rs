@@ -284,7 +284,9 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
         );
     }
     if !report.fault_verdicts.is_empty() {
-        println!("faults: when, what, the part back after, recovery (backlog back), cost");
+        println!(
+            "faults: when, what, the part back after, recovered (every reward sent before it was back credited), cost"
+        );
         for v in &report.fault_verdicts {
             println!("{}", v.line());
         }

@@ -105,7 +105,15 @@ pub(super) async fn budgets_spent(
 
 /// Waits until the ledger holds every distinct trade number sent (or `drain` passes
 /// without a new credit).
-pub(super) async fn ledger_complete(dir: &Path, drain: Duration) -> anyhow::Result<()> {
+///
+/// Rewards of a killed SDK host that are neither stored nor credited count as
+/// arrived (lost with the host) only from `lost_settle_at`: before it, a spooled or
+/// queued event of theirs can still come.
+pub(super) async fn ledger_complete(
+    dir: &Path,
+    drain: Duration,
+    lost_settle_at: Option<Instant>,
+) -> anyhow::Result<()> {
     // A claim deducts the budget before the downstream call, so budgets can reach
     // the sent amount while the last credits are still on their way (and a retry
     // parked in the delay queue can sit behind them): wait until the ledger itself
@@ -124,8 +132,13 @@ pub(super) async fn ledger_complete(dir: &Path, drain: Duration) -> anyhow::Resu
             }
             Err(e) => return Err(e),
         };
+        if r.credited >= r.sent {
+            break;
+        }
         // Rewards lost with a killed SDK host (never stored) will never come.
-        if r.credited + r.lost_with_host >= r.sent {
+        if r.credited + r.lost_with_host >= r.sent
+            && lost_settle_at.is_none_or(|t| Instant::now() >= t)
+        {
             break;
         }
         if r.credited != last_credited {

@@ -20,7 +20,13 @@
 //!   error). It may still have been stored (and so credited by the sweeper) or not.
 //!
 //! Reconciliation holds both kinds to the same rule as every other reward once their
-//! token is in the store: credited exactly once.
+//! token is in the store: credited exactly once. How many can have died unstored is
+//! bounded: the token writes the host had not finished at its last counters, plus
+//! the rewards it accepted after them, plus the calls in doubt; that bound is written
+//! beside the marks, and reconciliation fails a run that lost more.
+//!
+//! A host that ends without closing when no fault killed it (a crash) fails the run:
+//! its rewards are not excused.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -297,6 +303,12 @@ struct HostState {
     pending: HashMap<u64, (String, oneshot::Sender<Sent>)>,
     /// Trade numbers this incarnation accepted.
     accepted: Vec<String>,
+    /// Accepted since the last counters line.
+    accepted_since_stats: u64,
+    /// The pipe ended: calls pending then are in doubt (trade numbers); no new call
+    /// may be sent.
+    dead: bool,
+    in_doubt: Vec<String>,
     /// Its latest counters.
     stats: HostStats,
     /// Its final counters, when it closed cleanly.
@@ -325,10 +337,16 @@ pub(crate) struct HostPool {
     marks: Mutex<std::io::BufWriter<std::fs::File>>,
     /// Hosts killed so far.
     killed: AtomicU64,
+    /// When the last killed host was running again.
+    last_back: Mutex<Option<std::time::Instant>>,
 }
 
-/// The file of rewards touched by a dead host (`trade_no \t accepted|in_doubt`).
+/// The file of rewards touched by a killed host (`trade_no \t accepted|in_doubt`),
+/// with one line `#bound \t N` per kill: at most N of its rewards can have died
+/// before their token write.
 pub(crate) const MARKS: &str = "hosts.tsv";
+
+const BOUND: &str = "#bound";
 
 impl HostPool {
     /// Starts `configs.len()` hosts, host `i` with the SDK config file `configs[i]`;
@@ -336,7 +354,9 @@ impl HostPool {
     pub(crate) async fn start(dir: &Path, configs: Vec<PathBuf>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()
             .map_err(|e| anyhow::anyhow!("cannot find the loadtest binary: {e}"))?;
-        let marks = std::fs::File::create(dir.join(MARKS))?;
+        let marks_path = dir.join(MARKS);
+        let marks = std::fs::File::create(&marks_path)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", marks_path.display()))?;
         let pool = Self {
             exe,
             dir: dir.to_path_buf(),
@@ -347,6 +367,7 @@ impl HostPool {
             gone: Mutex::new(HostStats::default()),
             marks: Mutex::new(std::io::BufWriter::new(marks)),
             killed: AtomicU64::new(0),
+            last_back: Mutex::new(None),
         };
         for i in 0..pool.configs.len() {
             pool.launch(i).await?;
@@ -357,10 +378,12 @@ impl HostPool {
     /// Starts host `i` and puts it in the rotation once it answers (its first
     /// counters line).
     async fn launch(&self, i: usize) -> anyhow::Result<()> {
+        let log_path = self.dir.join(format!("sdk-host{i}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join(format!("sdk-host{i}.log")))?;
+            .open(&log_path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", log_path.display()))?;
         let mut child = tokio::process::Command::new(&self.exe)
             .arg("sdk-host")
             .arg("--config")
@@ -395,11 +418,18 @@ impl HostPool {
         let reader = tokio::spawn(read_host(child_out, state.clone(), ready_tx));
         match tokio::time::timeout(Duration::from_secs(30), ready).await {
             Ok(Ok(())) => {}
-            _ => {
+            Ok(Err(_)) => {
+                let _ = child.kill().await;
+                anyhow::bail!(
+                    "SDK host {i} exited as it started (see {})",
+                    log_path.display()
+                );
+            }
+            Err(_) => {
                 let _ = child.kill().await;
                 anyhow::bail!(
                     "SDK host {i} did not start within 30 s (see {})",
-                    self.dir.join(format!("sdk-host{i}.log")).display()
+                    log_path.display()
                 );
             }
         }
@@ -420,7 +450,11 @@ impl HostPool {
         let hosts = self.hosts.lock().ok()?;
         let n = hosts.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n).find_map(|k| hosts[(start + k) % n].clone())
+        (0..n).find_map(|k| {
+            hosts[(start + k) % n]
+                .clone()
+                .filter(|h| h.state.lock().is_ok_and(|s| !s.dead))
+        })
     }
 
     /// Sends one request through a live host.
@@ -435,10 +469,11 @@ impl HostPool {
         };
         let (tx, rx) = oneshot::channel();
         match host.state.lock() {
-            Ok(mut s) => {
+            // Once its pipe has ended nothing resolves a new call: refuse it.
+            Ok(mut s) if !s.dead => {
                 s.pending.insert(id, (trade, tx));
             }
-            Err(_) => return Sent::Refused("no_sdk_host"),
+            _ => return Sent::Refused("no_sdk_host"),
         }
         let queued = host
             .stdin
@@ -447,7 +482,8 @@ impl HostPool {
             .and_then(|s| s.as_ref().map(|s| s.send(line + "\n").is_ok()))
             .unwrap_or(false);
         if !queued {
-            // Never reached the host, unless its reader already gave up on it.
+            // Never reached the host, unless its reader already gave up on it (then
+            // it is in doubt, and marked so).
             if let Ok(mut s) = host.state.lock()
                 && s.pending.remove(&id).is_some()
             {
@@ -475,6 +511,11 @@ impl HostPool {
         self.killed.load(Ordering::Relaxed)
     }
 
+    /// When the last killed host was running again.
+    pub(crate) fn last_back(&self) -> Option<std::time::Instant> {
+        self.last_back.lock().ok().and_then(|t| *t)
+    }
+
     /// SIGKILLs host `i` (what it held in memory dies with it), marks its rewards,
     /// and starts it again after `down`.
     pub(crate) async fn kill(&self, i: usize, down: Duration) -> anyhow::Result<()> {
@@ -491,43 +532,60 @@ impl HostPool {
         let Some(host) = host else {
             anyhow::bail!("SDK host {i} is down already");
         };
-        host.child.lock().await.kill().await?;
+        let killed = host.child.lock().await.kill().await;
         self.killed.fetch_add(1, Ordering::Relaxed);
-        self.bury(&host).await?;
+        // Buried whatever the kill answered (it ended, or was already gone).
+        self.bury(&host, i, true).await?;
+        if let Err(e) = killed {
+            anyhow::bail!("SDK host {i}: SIGKILL failed: {e}");
+        }
         tokio::time::sleep(down).await;
-        self.launch(i).await
+        self.launch(i).await?;
+        if let Ok(mut t) = self.last_back.lock() {
+            *t = Some(std::time::Instant::now());
+        }
+        Ok(())
     }
 
-    /// After a host's process ended: waits for its reader, marks the rewards it may
-    /// have taken with it, keeps its counters.
-    async fn bury(&self, host: &Host) -> anyhow::Result<()> {
+    /// After host `i`'s process ended: waits for its reader and keeps its counters.
+    /// One a fault `killed` gets its rewards marked, with the bound on those that can
+    /// have died unstored; one that ended without closing otherwise is an error.
+    async fn bury(&self, host: &Host, i: usize, killed: bool) -> anyhow::Result<()> {
         if let Some(r) = host.reader.lock().await.take() {
             let _ = r.await;
         }
-        let (accepted, in_doubt, stats) = {
+        let (accepted, in_doubt, stats, bound) = {
             let mut s = host
                 .state
                 .lock()
-                .map_err(|_| anyhow::anyhow!("host state poisoned"))?;
-            let closed = s.closed.clone();
-            let stats = closed.clone().unwrap_or_else(|| {
-                // What it still held is gone, not waiting.
-                let mut last = s.stats.clone();
-                last.died_in_memory = last.unsettled;
-                last.unsettled = 0;
-                last
-            });
-            if closed.is_some() {
-                (Vec::new(), Vec::new(), stats)
-            } else {
-                // The reader resolved the pending calls as in doubt when the pipe
-                // closed; they were moved to `accepted` with their kind.
-                let pending: Vec<String> = s.pending.drain().map(|(_, (t, _))| t).collect();
-                (std::mem::take(&mut s.accepted), pending, stats)
+                .map_err(|_| anyhow::anyhow!("SDK host {i}: state poisoned"))?;
+            match s.closed.clone() {
+                Some(closed) => (Vec::new(), Vec::new(), closed, None),
+                None => {
+                    // What it still held is gone, not waiting.
+                    let mut last = s.stats.clone();
+                    last.died_in_memory = last.unsettled;
+                    last.unsettled = 0;
+                    let in_doubt = std::mem::take(&mut s.in_doubt);
+                    let unwritten = last
+                        .accepted
+                        .saturating_sub(last.tokens_written + last.tokens_given_up);
+                    let bound = unwritten + s.accepted_since_stats + in_doubt.len() as u64;
+                    (std::mem::take(&mut s.accepted), in_doubt, last, Some(bound))
+                }
             }
         };
         if let Ok(mut g) = self.gone.lock() {
             g.add(&stats);
+        }
+        let Some(bound) = bound else {
+            return Ok(());
+        };
+        if !killed {
+            anyhow::bail!(
+                "SDK host {i} ended without closing and no fault killed it (see {}); its rewards are not excused",
+                self.dir.join(format!("sdk-host{i}.log")).display()
+            );
         }
         let mut marks = self
             .marks
@@ -539,6 +597,7 @@ impl HostPool {
         for t in &in_doubt {
             writeln!(marks, "{t}\tin_doubt")?;
         }
+        writeln!(marks, "{BOUND}\t{bound}")?;
         marks.flush()?;
         Ok(())
     }
@@ -546,17 +605,23 @@ impl HostPool {
     /// Closes every live host (each delivers or spools what it holds, 30 s at most)
     /// and answers the counters summed over every host.
     pub(crate) async fn close(&self) -> anyhow::Result<HostStats> {
-        let hosts: Vec<Arc<Host>> = self
+        let hosts: Vec<(usize, Arc<Host>)> = self
             .hosts
             .lock()
-            .map(|mut h| h.iter_mut().filter_map(Option::take).collect())
+            .map(|mut h| {
+                h.iter_mut()
+                    .enumerate()
+                    .filter_map(|(i, slot)| slot.take().map(|h| (i, h)))
+                    .collect()
+            })
             .unwrap_or_default();
-        for h in &hosts {
+        for (_, h) in &hosts {
             if let Ok(mut s) = h.stdin.lock() {
                 s.take();
             }
         }
-        for h in &hosts {
+        let mut first_error = None;
+        for (i, h) in hosts {
             let mut child = h.child.lock().await;
             if tokio::time::timeout(Duration::from_secs(60), child.wait())
                 .await
@@ -565,9 +630,14 @@ impl HostPool {
                 let _ = child.kill().await;
             }
             drop(child);
-            self.bury(h).await?;
+            if let Err(e) = self.bury(&h, i, false).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(self.gone.lock().map(|g| g.clone()).unwrap_or_default())
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(self.gone.lock().map(|g| g.clone()).unwrap_or_default()),
+        }
     }
 }
 
@@ -594,6 +664,7 @@ async fn read_host(
                     let sent = match refusal {
                         None => {
                             s.accepted.push(trade);
+                            s.accepted_since_stats += 1;
                             Sent::Accepted
                         }
                         Some(k) => Sent::Refused(
@@ -609,6 +680,7 @@ async fn read_host(
             }
             FromHost::Stats(st) => {
                 s.stats = st;
+                s.accepted_since_stats = 0;
                 if let Some(r) = ready.take() {
                     let _ = r.send(());
                 }
@@ -619,16 +691,15 @@ async fn read_host(
             }
         }
     }
-    // The pipe ended: pending calls are in doubt. Their senders stay in `pending`
-    // (for the marks) until `bury`; tell the callers now.
+    // The pipe ended: pending calls are in doubt (kept for the marks), callers are
+    // told now, and no call is taken any more.
     if let Ok(mut s) = state.lock() {
-        let ids: Vec<u64> = s.pending.keys().copied().collect();
-        for id in ids {
-            if let Some((trade, tx)) = s.pending.remove(&id) {
-                let _ = tx.send(Sent::InDoubt);
-                let (dead_tx, _) = oneshot::channel();
-                s.pending.insert(id, (trade, dead_tx));
-            }
+        s.dead = true;
+        let pending: Vec<(String, oneshot::Sender<Sent>)> =
+            s.pending.drain().map(|(_, p)| p).collect();
+        for (trade, tx) in pending {
+            let _ = tx.send(Sent::InDoubt);
+            s.in_doubt.push(trade);
         }
     }
 }
@@ -666,6 +737,17 @@ impl Side {
         matches!(self, Self::Hosts(p) if p.killed() > 0)
     }
 
+    /// From when a reward of a killed host that is neither stored nor credited can
+    /// be taken as lost with it: after the last killed host was back (its spool
+    /// replayed), the sweeper's grace period, and 10 s for the queues to deliver
+    /// what was already in them. `None`: no host was killed.
+    pub(crate) fn lost_settle_at(&self, grace: Duration) -> Option<std::time::Instant> {
+        match self {
+            Self::Hosts(p) => p.last_back().map(|t| t + grace + Duration::from_secs(10)),
+            Self::Local(_) => None,
+        }
+    }
+
     /// Closes the SDK (or every host): the final counters, and the token writes
     /// given up or unanswered at close.
     pub(crate) async fn close(&self) -> anyhow::Result<(BTreeMap<String, u64>, u64)> {
@@ -686,26 +768,38 @@ impl Side {
     }
 }
 
-/// Reads a run's `hosts.tsv` (absent: no host died): trade number -> whether the call
-/// was answered (`accepted`) or in doubt.
-pub fn read_marks(dir: &Path) -> anyhow::Result<HashMap<String, bool>> {
+/// The rewards of killed SDK hosts, as `hosts.tsv` has them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Trade number -> whether the call was answered (`accepted`) or in doubt.
+    pub rewards: HashMap<String, bool>,
+    /// At most this many of them can have died before their token write (summed
+    /// over the kills).
+    pub bound: u64,
+}
+
+/// Reads a run's `hosts.tsv` (absent: no host was killed).
+pub fn read_marks(dir: &Path) -> anyhow::Result<Marks> {
     let path = dir.join(MARKS);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Marks::default()),
         Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
     };
-    let mut marks = HashMap::new();
+    let mut marks = Marks::default();
     for (i, line) in text.lines().enumerate() {
-        let (trade, kind) = line
-            .split_once('\t')
-            .ok_or_else(|| anyhow::anyhow!("{} line {}: malformed", path.display(), i + 1))?;
+        let bad = |what: &str| anyhow::anyhow!("{} line {}: {what}", path.display(), i + 1);
+        let (trade, kind) = line.split_once('\t').ok_or_else(|| bad("malformed"))?;
+        if trade == BOUND {
+            marks.bound += kind.parse::<u64>().map_err(|_| bad("bad bound"))?;
+            continue;
+        }
         let answered = match kind {
             "accepted" => true,
             "in_doubt" => false,
-            _ => anyhow::bail!("{} line {}: unknown kind {kind:?}", path.display(), i + 1),
+            _ => return Err(bad(&format!("unknown kind {kind:?}"))),
         };
-        marks.insert(trade.to_string(), answered);
+        marks.rewards.insert(trade.to_string(), answered);
     }
     Ok(marks)
 }
@@ -744,11 +838,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hosts-marks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         assert!(read_marks(&dir).unwrap().is_empty());
-        std::fs::write(dir.join(MARKS), "a\taccepted\nb\tin_doubt\n").unwrap();
+        std::fs::write(
+            dir.join(MARKS),
+            "a\taccepted\nb\tin_doubt\n#bound\t3\nc\taccepted\n#bound\t4\n",
+        )
+        .unwrap();
         let m = read_marks(&dir).unwrap();
-        assert_eq!(m.get("a"), Some(&true));
-        assert_eq!(m.get("b"), Some(&false));
+        assert_eq!(m.rewards.get("a"), Some(&true));
+        assert_eq!(m.rewards.get("b"), Some(&false));
+        assert_eq!((m.rewards.len(), m.bound), (3, 7));
         std::fs::write(dir.join(MARKS), "a\tmaybe\n").unwrap();
+        assert!(read_marks(&dir).is_err());
+        std::fs::write(dir.join(MARKS), "#bound\tmany\n").unwrap();
         assert!(read_marks(&dir).is_err());
         std::fs::write(dir.join(MARKS), "no-tab\n").unwrap();
         assert!(read_marks(&dir).is_err());

@@ -25,6 +25,11 @@ pub(super) struct Targets {
     pub(super) grpc: String,
     pub(super) wallet: Option<crate::wallet::Wallet>,
     pub(super) side: Arc<super::hosts::Side>,
+    /// Held while a reshard moves slots and while a primary is being killed: a
+    /// primary killed mid-reshard (the reshard's source or target) leaves slots
+    /// half-moved, which no operator would do on purpose; on a busy machine a
+    /// reshard can outlast the gap a plan leaves before its failover.
+    pub(super) topology: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Injects every fault at its time, each as its own task, and waits for them all.
@@ -98,7 +103,10 @@ async fn inject(f: &Fault, t: &Targets) -> anyhow::Result<()> {
             crate::faults::stack(script, "start", "broker").await
         }
         Action::RedisFailover => {
-            let node = crate::faults::stack_output(script, "kill-primary", "").await?;
+            let node = {
+                let _topology = t.topology.lock().await;
+                crate::faults::stack_output(script, "kill-primary", "").await?
+            };
             anyhow::ensure!(
                 node.starts_with("cluster"),
                 "ops/stack kill-primary named no node: {node:?}"
@@ -108,6 +116,7 @@ async fn inject(f: &Fault, t: &Targets) -> anyhow::Result<()> {
         }
         Action::RedisReshard => {
             let slots = f.slots.unwrap_or(2000).to_string();
+            let _topology = t.topology.lock().await;
             crate::faults::stack(script, "reshard", &slots).await
         }
     }

@@ -15,8 +15,9 @@
 //! The **backlog** (rewards accepted so far, repeats left out, minus rewards credited
 //! so far) is given at the strike and at its peak until recovery.
 //!
-//! **Cost** is what the run's counters gained between the second before the strike
-//! and the recovery (or the end): SDK send retries, failovers and spooled events,
+//! **Cost** is what the run's counters gained from the start of the second the fault
+//! struck to the end of the second it recovered (or of the run); each second's
+//! counters are sampled at its start: SDK send retries, failovers and spooled events,
 //! consumer requeues (failed, over rate, fused), the sweeper's grants, and sends
 //! refused. Faults that overlap share their seconds, so each sees the other's cost.
 
@@ -43,8 +44,8 @@ pub struct FaultVerdict {
     /// The fault as injected.
     #[serde(flatten)]
     pub fault: Struck,
-    /// Seconds from the strike until the backlog was back to its level at the strike;
-    /// `None`: not within the run.
+    /// Seconds from the strike until every reward sent before the part was back was
+    /// credited; `None`: a reward is missing.
     pub recovered_after_secs: Option<f64>,
     /// The backlog when it struck and its peak until recovery, rewards.
     pub backlog_at_strike: u64,
@@ -128,8 +129,11 @@ pub fn verdicts(
 fn verdict(f: &Struck, timeline: &[Second], backlog: &[u64], credited: &Credited) -> FaultVerdict {
     let sec = |x: f64| usize::try_from(x.max(0.0) as u64).unwrap_or(usize::MAX);
     let at = sec(f.struck_secs).min(backlog.len().saturating_sub(1));
-    let before = at.saturating_sub(1);
-    let base = backlog.get(before).copied().unwrap_or(0);
+    // The backlog at the strike: at the end of the second before it.
+    let base = at
+        .checked_sub(1)
+        .and_then(|b| backlog.get(b).copied())
+        .unwrap_or(0);
     // The credit of the last reward sent before the part was back.
     let recovered_at = credited.complete.then(|| {
         credited
@@ -141,12 +145,15 @@ fn verdict(f: &Struck, timeline: &[Second], backlog: &[u64], credited: &Credited
     });
     let last = backlog.len().saturating_sub(1);
     let end = recovered_at.map_or(last, |r| sec(r).min(last));
+    // Counters are sampled at the start of each second: the gain over seconds
+    // at..=end is the sample of end + 1 (or the last) minus the sample of at.
+    let after = (end + 1).min(last);
     let peak = backlog
         .get(at..=end.max(at))
         .and_then(|b| b.iter().max().copied())
         .unwrap_or(base)
         .max(base);
-    let gained = |g: fn(&Second) -> u64| match (timeline.get(before), timeline.get(end)) {
+    let gained = |g: fn(&Second) -> u64| match (timeline.get(at), timeline.get(after)) {
         (Some(a), Some(b)) => g(b).saturating_sub(g(a)),
         _ => 0,
     };
@@ -193,8 +200,9 @@ mod tests {
         }
     }
 
-    /// 100/s offered; credits stop in seconds 5..8 (spooled meanwhile), then run at
-    /// 200/s until caught up at the end of second 10.
+    /// 100/s offered; credits stop in seconds 5..8 (100 spooled in each), then run
+    /// at 200/s until caught up at the end of second 10. Counters are sampled at the
+    /// start of each second.
     fn outage() -> Vec<Second> {
         let mut tl = Vec::new();
         let mut spooled = 0;
@@ -204,10 +212,10 @@ mod tests {
                 8..=10 => 200,
                 _ => 100,
             };
+            tl.push(second(t, 100, credited, spooled, 0));
             if (5..=7).contains(&t) {
                 spooled += 100;
             }
-            tl.push(second(t, 100, credited, spooled, 0));
         }
         tl
     }

@@ -211,6 +211,7 @@ impl<'a> Run<'a> {
             grpc: self.grpc.clone(),
             wallet: self.wallet.clone(),
             side: self.sdk.clone(),
+            topology: Arc::default(),
         };
         let faults = tokio::spawn(inject::play(faults, targets, fault_log.clone(), self.start));
         Watchers {
@@ -316,7 +317,8 @@ impl<'a> Run<'a> {
             )
             .await?;
         }
-        drain::ledger_complete(&self.dir, limit).await
+        let grace = Duration::from_millis(setup::HOST_KILL_GRACE_MS);
+        drain::ledger_complete(&self.dir, limit, self.sdk.lost_settle_at(grace)).await
     }
 
     /// The cost counters since sending began (call when the drain has ended, before
