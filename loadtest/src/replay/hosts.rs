@@ -837,7 +837,7 @@ mod tests {
     fn marks_parse_and_bad_lines_are_refused() {
         let dir = std::env::temp_dir().join(format!("hosts-marks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(read_marks(&dir).unwrap().is_empty());
+        assert_eq!(read_marks(&dir).unwrap(), Marks::default());
         std::fs::write(
             dir.join(MARKS),
             "a\taccepted\nb\tin_doubt\n#bound\t3\nc\taccepted\n#bound\t4\n",
