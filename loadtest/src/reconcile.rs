@@ -208,11 +208,12 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     if !marks.rewards.is_empty() {
         checks.push(Check {
             name: "lost with a killed host".into(),
-            pass: t.lost_with_host <= marks.bound,
+            pass: t.lost_with_host + t.token_lost_with_host <= marks.bound,
             detail: format!(
-                "{} of {} rewards of killed SDK hosts neither stored nor credited; at most {} token writes were unfinished in them",
+                "{} of {} rewards of killed SDK hosts neither stored nor credited, {} credited without their token; at most {} token writes were unfinished in them",
                 t.lost_with_host,
                 marks.rewards.len(),
+                t.token_lost_with_host,
                 marks.bound
             ),
         });
@@ -274,6 +275,9 @@ struct Tally {
     token_missing: u64,
     token_missing_sent_ms: Vec<i64>,
     lost_with_host: u64,
+    /// Credited rewards of a killed host whose token write died with it (the event
+    /// got through; the user's pending list never showed it).
+    token_lost_with_host: u64,
     token_unmoved: u64,
     token_unsent: u64,
     credited_by_scope: BTreeMap<String, i64>,
@@ -375,7 +379,9 @@ impl Tally {
                     }
                 }
             }
-            if !pending && !moved && r.stored {
+            if !pending && !moved && r.stored && marks.contains_key(&r.trade_no) {
+                self.token_lost_with_host += 1;
+            } else if !pending && !moved && r.stored {
                 self.token_missing += 1;
                 self.token_missing_sent_ms.push(r.sent_unix_ms);
             }
