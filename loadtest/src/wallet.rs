@@ -226,6 +226,25 @@ async fn credit(State(w): State<Arc<Inner>>, Json(body): Json<CreditBody>) -> An
     if let Err(a) = w.take_key(&body.trade_no) {
         return a;
     }
+    // A wallet finishes a credit it started whether or not its caller waits: run it
+    // apart from the request, so a caller that times out and hangs up cannot leave
+    // the key in flight for ever (status would then answer KEY_IN_USE to every
+    // resolution, and the grant would stay in doubt).
+    let trade_no = body.trade_no.clone();
+    match tokio::spawn(credit_key(w.clone(), body)).await {
+        Ok(a) => a,
+        Err(_) => {
+            w.set_key(&trade_no, None);
+            answer(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &[("error", "credit task failed")],
+            )
+        }
+    }
+}
+
+/// The credit of a key taken by [`credit`].
+async fn credit_key(w: Arc<Inner>, body: CreditBody) -> Answer {
     let delay = w.faults.delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -256,8 +275,10 @@ async fn credit(State(w): State<Arc<Inner>>, Json(body): Json<CreditBody>) -> An
                     &[("code", "NOT_CREDITED"), ("error", e.code.as_str())],
                 );
             }
-            // Unknown: the key stays in flight, so no repeat credits it meanwhile.
+            // Unknown: the key stays in flight, so no repeat credits it meanwhile,
+            // until the ledger answers.
             Err(_) => {
+                tokio::spawn(settle_key(w.clone(), c.clone()));
                 return answer(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &[("error", e.code.as_str())],
@@ -271,6 +292,19 @@ async fn credit(State(w): State<Arc<Inner>>, Json(body): Json<CreditBody>) -> An
         tokio::time::sleep(Duration::from_millis(LATE_MS)).await;
     }
     answer(StatusCode::OK, &[("ref", &receipt)])
+}
+
+/// Asks the ledger about a credit whose outcome it could not tell (every 500 ms, for
+/// at most 10 minutes), then settles its key: done, or free for a repeat.
+async fn settle_key(w: Arc<Inner>, c: Credit) {
+    for _ in 0..1200 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        match w.ledger.status(&c).await {
+            Ok(CreditStatus::Credited(r)) => return w.set_key(&c.trade_no, Some(Key::Done(r))),
+            Ok(CreditStatus::NotCredited) => return w.set_key(&c.trade_no, None),
+            Err(_) => {}
+        }
+    }
 }
 
 async fn status(State(w): State<Arc<Inner>>, Query(q): Query<StatusQuery>) -> Answer {
