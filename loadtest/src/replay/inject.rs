@@ -48,9 +48,12 @@ pub(super) async fn play(faults: Vec<Fault>, targets: Targets, log: FaultLog, st
 /// Waits for one fault's time, injects it, and logs it (with its failure, if any).
 async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
     tokio::time::sleep_until((start + Duration::from_secs_f64(f.at_secs)).into()).await;
-    let struck_secs = start.elapsed().as_secs_f64();
-    let r = inject(&f, &t).await;
+    let struck = std::sync::Mutex::new(Instant::now());
+    let r = inject(&f, &t, &struck).await;
     let back_secs = start.elapsed().as_secs_f64();
+    let struck_secs = struck
+        .lock()
+        .map_or(back_secs, |at| at.duration_since(start).as_secs_f64());
     let label = match &r {
         Ok(()) => f.label(),
         Err(e) => format!("{} FAILED: {e}", f.label()),
@@ -69,7 +72,9 @@ async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
     }
 }
 
-async fn inject(f: &Fault, t: &Targets) -> anyhow::Result<()> {
+/// Injects `f`; `struck` starts as the fault's due time, and a fault that first waits
+/// (a failover behind a running reshard) moves it to when it really strikes.
+async fn inject(f: &Fault, t: &Targets, struck: &std::sync::Mutex<Instant>) -> anyhow::Result<()> {
     let (services, script, setup, env) = (&t.services, t.script.as_path(), &t.setup, &t.env);
     let (grpc, wallet) = (t.grpc.as_str(), t.wallet.as_ref());
     let down = Duration::from_secs_f64(f.for_secs);
@@ -105,6 +110,9 @@ async fn inject(f: &Fault, t: &Targets) -> anyhow::Result<()> {
         Action::RedisFailover => {
             let node = {
                 let _topology = t.topology.lock().await;
+                if let Ok(mut at) = struck.lock() {
+                    *at = Instant::now();
+                }
                 crate::faults::stack_output(script, "kill-primary", "").await?
             };
             anyhow::ensure!(
