@@ -285,7 +285,6 @@ async fn a_killed_sdk_host_loses_no_stored_reward() {
         sdk_host(prefix, keys, activity).await;
         return;
     }
-    use std::io::{BufRead, BufReader};
     let s = setup().await;
     let store = s.service.sdk().store();
     let prefix = store.key("x", "y");
@@ -293,27 +292,17 @@ async fn a_killed_sdk_host_loses_no_stored_reward() {
     let keys = s._dir.join("keys");
     // The scene budgeted by the test service is cny/rain.
     let activity = "cny";
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_killed_sdk_host_loses_no_stored_reward",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, format!("{prefix} {} {activity}", keys.display()))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
+    // SIGKILL once it says its tokens are stored: the events in its memory are gone.
+    let child_env = format!("{prefix} {} {activity}", keys.display());
     let line = tokio::task::spawn_blocking(move || {
-        BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("STORED"))
+        reward_testkit::kill_self_at(
+            "a_killed_sdk_host_loses_no_stored_reward",
+            &[(CHILD_ENV, child_env.as_str())],
+            "STORED",
+        )
     })
     .await
     .unwrap();
-    child.kill().unwrap(); // SIGKILL: the events in its memory are gone
-    let _ = child.wait();
     assert_eq!(
         line.as_deref(),
         Some(format!("STORED {HOST_REWARDS} DELIVERED 0").as_str()),

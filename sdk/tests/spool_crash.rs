@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{stack, started, temp_dir, topics, unique};
@@ -96,28 +94,20 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     let spool = temp_dir("spool-crash");
     let activity = unique("act");
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "spooled_rewards_survive_kill_9_and_are_delivered",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &spool)
-        .env("SDK_SPOOL_CRASH_ACTIVITY", &activity)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    // SIGKILL once it says its rewards are spooled.
+    let (spool_env, activity_env) = (spool.display().to_string(), activity.clone());
     let line = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("SPOOLED"))
+        reward_testkit::kill_self_at(
+            "spooled_rewards_survive_kill_9_and_are_delivered",
+            &[
+                (CHILD_ENV, spool_env.as_str()),
+                ("SDK_SPOOL_CRASH_ACTIVITY", activity_env.as_str()),
+            ],
+            "SPOOLED",
+        )
     })
     .await
     .unwrap();
-    child.kill().unwrap(); // SIGKILL
-    let _ = child.wait();
     assert_eq!(
         line.as_deref(),
         Some(format!("SPOOLED {N}").as_str()),

@@ -147,3 +147,26 @@ pub fn output(cmd: &mut std::process::Command) -> (i32, String) {
         ),
     )
 }
+
+/// Runs the test `test` of this test binary again as a child process with `env`, reads
+/// its stdout until a line starting with `marker`, then kills it with SIGKILL: a crash
+/// at a known point (the child prints the marker once it holds what should survive).
+/// Answers that line, or `None` if the child ended without printing it. Blocking: call
+/// it from `spawn_blocking` in an async test.
+pub fn kill_self_at(test: &str, env: &[(&str, &str)], marker: &str) -> Option<String> {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let line = std::io::BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with(marker));
+    child.kill().unwrap(); // SIGKILL: what the child held in memory is gone
+    let _ = child.wait();
+    line
+}
