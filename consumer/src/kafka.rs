@@ -223,6 +223,7 @@ impl KafkaSource {
                     generation,
                     offset,
                     signal: None,
+                    parts: None,
                 },
             };
             if tx.send(item).await.is_err() {

@@ -53,6 +53,7 @@ impl MessageListenerConcurrently for Listener {
                     generation: 0,
                     offset: m.queue_offset(),
                     signal: Some(done_tx.clone()),
+                    parts: None,
                 },
             };
             if self.tx.send(item).is_err() {

@@ -131,6 +131,30 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
     assert!(reasons.contains(&("b1", "permanent")), "{reasons:?}");
     assert!(reasons.contains(&("c0", "conflict")), "{reasons:?}");
 
+    // The SDK packed the bulk into compound records and sent the lone conflicting
+    // event as an old single-event record; the consumer read both kinds.
+    let topic = events_topic(&tag);
+    let kafka = stack().kafka_brokers;
+    let rb = tokio::task::spawn_blocking(move || {
+        reward_testkit::readback::read_kafka(&kafka, &topic, usize::MAX, Duration::from_secs(20))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        rb.packs > 0,
+        "no compound record on the topic: {} records",
+        rb.records
+    );
+    assert!(rb.records > rb.packs, "no single-event record on the topic");
+    assert!(
+        rb.messages > rb.records,
+        "{} events in {} records",
+        rb.messages,
+        rb.records
+    );
+    assert!((0..300).all(|i| rb.seen.contains_key(&format!("c{i}"))));
+
     // Every message's offset was committed: a new member of the group reads nothing.
     let again = consumer_text(&tag, &dir, &grpc, "", "");
     let second = reward_consumer::start(&consumer_config(&again))

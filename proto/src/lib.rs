@@ -7,6 +7,8 @@
 //! - [`v1::GrantRequest`] and friends: the reward service's API; with the `grpc`
 //!   feature also its tonic client and server (`v1::reward_service_client`, ...).
 //! - [`v1::ValidateTokenRequest`] and friends: what wallet frontends ask.
+//! - [`pack`]: compound broker records (many events in one record) and how a reader
+//!   tells them from single-event records.
 //! - [`ids`]: the one rule for user, activity, scene and trade ids; [`reasons`]: the
 //!   typed dead-letter reasons; [`edits`]: byte edits for the decoders' arbitrary-input
 //!   runs.
@@ -35,6 +37,7 @@
 
 pub mod edits;
 pub mod ids;
+pub mod pack;
 pub mod reasons;
 
 /// Version 1 of the wire format (protobuf package `reward.v1`).

@@ -1,7 +1,7 @@
 //! Reading back what reached the brokers, for tests: "every accepted reward is on a
 //! broker, and how often".
 //!
-//! Both readers decode every message as a `RewardEvent` and return the trade numbers
+//! Both readers unpack compound records (`proto::pack`), decode every event as a `RewardEvent` and return the trade numbers
 //! with how often each was seen, so a caller can assert "every one at least once" and
 //! count duplicates. A message that is not a `RewardEvent` is counted separately,
 //! never dropped silently.
@@ -26,19 +26,45 @@ pub struct ReadBack {
     pub seen: HashMap<String, u32>,
     /// Messages that did not decode as a `RewardEvent`.
     pub undecodable: u64,
-    /// Messages read.
+    /// Messages (events) read: a compound record's events count one each.
     pub messages: u64,
+    /// Broker records read.
+    pub records: u64,
+    /// Of them, compound records (several events each).
+    pub packs: u64,
     /// Every payload, in the order read (dead-letter topics hold other messages than
     /// `RewardEvent`; their readers decode these).
     pub payloads: Vec<Vec<u8>>,
 }
 
 impl ReadBack {
+    /// One broker record: a compound record counts each of its events (a record that
+    /// starts like a pack and does not read as one is one undecodable message).
     fn add(&mut self, payload: Option<&[u8]>) {
+        self.records += 1;
+        if proto::pack::is_pack(payload.unwrap_or_default()) {
+            self.packs += 1;
+        }
+        let raw = bytes::Bytes::copy_from_slice(payload.unwrap_or_default());
+        match proto::pack::unpack(raw.clone()) {
+            Ok(events) => {
+                for e in events {
+                    self.add_event(&e.payload);
+                }
+            }
+            Err(_) => {
+                self.messages += 1;
+                self.payloads.push(raw.to_vec());
+                self.undecodable += 1;
+            }
+        }
+    }
+
+    fn add_event(&mut self, payload: &[u8]) {
         self.messages += 1;
-        self.payloads.push(payload.unwrap_or_default().to_vec());
-        match payload.map(proto::v1::RewardEvent::decode) {
-            Some(Ok(e)) => *self.seen.entry(e.trade_no).or_default() += 1,
+        self.payloads.push(payload.to_vec());
+        match proto::v1::RewardEvent::decode(payload) {
+            Ok(e) => *self.seen.entry(e.trade_no).or_default() += 1,
             _ => self.undecodable += 1,
         }
     }
@@ -46,6 +72,8 @@ impl ReadBack {
     /// Adds another read-back's counts.
     pub fn merge(&mut self, other: ReadBack) {
         self.messages += other.messages;
+        self.records += other.records;
+        self.packs += other.packs;
         self.undecodable += other.undecodable;
         self.payloads.extend(other.payloads);
         for (k, n) in other.seen {

@@ -2,7 +2,8 @@
 //! type and global limits, and sends batches to the service's `GrantBatch`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use prost::Message as _;
@@ -252,8 +253,47 @@ impl Pipeline {
         (n.ceil() as usize).clamp(1, self.inner.cfg.window)
     }
 
-    /// Decodes an item and queues it by priority (or settles it at once).
+    /// Unpacks a fetched record into its events ([`proto::pack`]; an old
+    /// single-event record is one event) and admits each.
     fn admit(&self, item: Item, queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>) {
+        if !proto::pack::is_pack(&item.raw) {
+            return self.admit_event(item, queues);
+        }
+        match proto::pack::unpack(item.raw.clone()) {
+            Ok(events) => {
+                let parts = Arc::new(AtomicUsize::new(events.len()));
+                for e in events {
+                    let ack = item.ack.shared(&parts);
+                    self.admit_event(
+                        Item {
+                            raw: e.payload,
+                            ack,
+                        },
+                        queues,
+                    );
+                }
+            }
+            Err(e) => {
+                // The whole record, raw, to the dead-letter topic: nothing in it can
+                // be trusted to be an event boundary.
+                self.inner.stats.consumed();
+                self.inner.stats.decode_error();
+                let me = self.clone();
+                let why = format!("compound record: {e}");
+                self.side(async move {
+                    me.dead_letter(None, item, DeadLetterReason::Decode, &why)
+                        .await;
+                });
+            }
+        }
+    }
+
+    /// Decodes one event and queues it by priority (or settles it at once).
+    fn admit_event(
+        &self,
+        item: Item,
+        queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
+    ) {
         let stats = &self.inner.stats;
         stats.consumed();
         let event = match RewardEvent::decode(item.raw.as_ref()) {

@@ -5,6 +5,11 @@
 //! A source ([`crate::kafka`]) tracks each fetched offset in its partition's window
 //! ([`Offsets`]) and sends the message here. The dispatcher keeps one queue per
 //! priority and always takes from the highest non-empty one:
+//! 0. a compound record ([`proto::pack`]) is unpacked into its events, which go on
+//!    alone from here, each settled on its own (a failed one parked or dead-lettered
+//!    alone; a requeue is a new event under its own key); the record's offset is
+//!    marked when the last of them is settled ([`Ack::parts`]). A record that starts
+//!    like a pack and does not read as one goes to the dead-letter topic whole;
 //! 1. a payload that does not decode goes to the dead-letter topic with its raw bytes;
 //!    an event with ids the service cannot key (`proto::ids`) or a reward type the
 //!    SDK's routing does not declare goes to the failure topic (reasons `invalid`,
@@ -79,10 +84,10 @@ pub use self::offsets::{Ack, Offsets, PartKey};
 pub use self::settle::{queue_anywhere, requeue_key};
 pub use self::stats::{Stats, StatsSnapshot};
 
-/// A fetched message.
+/// A fetched message (a record from a source), or one event of a compound record.
 #[derive(Debug)]
 pub struct Item {
-    /// The payload as fetched.
+    /// The payload as fetched (a compound record's, until the pipeline unpacks it).
     pub raw: Bytes,
     /// Where to mark it done.
     pub ack: Ack,
@@ -201,8 +206,12 @@ impl Pipeline {
         })
     }
 
-    /// A message is settled: its offset may be committed, its source told.
+    /// A message is settled: its offset may be committed, its source told (for an
+    /// event of a compound record, once all of the record's events are settled).
     fn done(&self, ack: &Ack) {
+        if !ack.settle_part() {
+            return;
+        }
         self.inner.offsets.complete(ack);
         if let Some(s) = &ack.signal {
             let _ = s.send(());

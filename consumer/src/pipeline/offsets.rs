@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -26,6 +26,27 @@ pub struct Ack {
     /// Told once the message is settled (sources whose client keeps the offsets,
     /// RocketMQ's push consumer, wait on it).
     pub signal: Option<std::sync::mpsc::Sender<()>>,
+    /// For the events of one compound record: how many of them are not settled yet,
+    /// shared by their acks. The record's offset is marked (and its source told) when
+    /// the last one settles. `None` for a record that carried one event.
+    pub parts: Option<Arc<AtomicUsize>>,
+}
+
+impl Ack {
+    /// One of `n` events of a compound record: the same place, sharing one count.
+    pub fn shared(&self, parts: &Arc<AtomicUsize>) -> Ack {
+        Ack {
+            parts: Some(parts.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// Settles one event; true when that settled the whole record.
+    pub fn settle_part(&self) -> bool {
+        self.parts
+            .as_ref()
+            .is_none_or(|p| p.fetch_sub(1, Ordering::AcqRel) == 1)
+    }
 }
 
 /// The windows of every partition this consumer holds.

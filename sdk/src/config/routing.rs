@@ -103,6 +103,13 @@ impl Routing {
                     q.ratio
                 )));
             }
+            if q.pack_events == 0 || q.pack_events > proto::pack::MAX_EVENTS {
+                return Err(invalid(format!(
+                    "queue {name}: pack_events {} is not in 1..={}",
+                    q.pack_events,
+                    proto::pack::MAX_EVENTS
+                )));
+            }
             if q.topic.is_empty()
                 || !q
                     .topic

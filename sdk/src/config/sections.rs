@@ -263,9 +263,21 @@ pub struct QueueConfig {
     /// 0..=100.
     #[serde(default = "hundred")]
     pub ratio: u8,
+    /// Events per broker record (1..=10 000): the events of one send are packed into
+    /// compound records of up to this many ([`proto::pack`]); 1 writes one record
+    /// per event, the format readers from before packs expect. Every reader of the
+    /// topic must unpack (the consumer and the test read-backs do).
+    #[serde(default = "pack_events")]
+    pub pack_events: usize,
 }
 
 fn hundred() -> u8 {
+    100
+}
+
+/// The default events per record: the source design's 100 messages per send, now
+/// in one record rather than 100.
+fn pack_events() -> usize {
     100
 }
 

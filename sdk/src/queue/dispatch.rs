@@ -77,7 +77,7 @@ async fn failover(
     if envs.is_empty() {
         return envs;
     }
-    let failed = engine.attempt(first, &q.topic, envs).await;
+    let failed = engine.attempt(first, q, envs).await;
     if failed.is_empty() {
         return failed;
     }
@@ -88,7 +88,7 @@ async fn failover(
     if let Some(h) = engine.health.get(first) {
         h.failovers_from.add(failed.len() as u64);
     }
-    engine.attempt(second, &q.topic, failed).await
+    engine.attempt(second, q, failed).await
 }
 
 impl Engine {
@@ -120,20 +120,19 @@ impl Engine {
         Duration::from_millis(u64::try_from(self.elapsed_ms() - since).unwrap_or(0))
     }
 
-    /// Sends `envs` through one producer; returns those that failed.
-    async fn attempt(&self, producer: &str, topic: &str, envs: Vec<Envelope>) -> Vec<Envelope> {
+    /// Sends `envs` through one producer, packed `q.pack_events` to a broker record
+    /// ([`super::producer::pack`]); returns those that failed (every event of a
+    /// failed record).
+    async fn attempt(&self, producer: &str, q: &QueueConfig, envs: Vec<Envelope>) -> Vec<Envelope> {
         let Some(p) = self.producers.get(producer) else {
             return envs;
         };
-        let msgs: Vec<OutMsg> = envs
-            .iter()
-            .map(|e| OutMsg {
-                key: e.key.clone(),
-                payload: e.payload.clone(),
-            })
-            .collect();
+        let topic = q.topic.as_str();
+        let records = super::producer::pack(&envs, q.pack_events, |e| &e.key, |e| &e.payload);
+        let counts: Vec<usize> = records.iter().map(|r| r.1).collect();
+        let msgs: Vec<OutMsg> = records.into_iter().map(|r| r.0).collect();
         let start = Instant::now();
-        let results = p.send_batch(topic, &msgs).await;
+        let results = super::producer::spread(p.send_batch(topic, &msgs).await, counts);
         let health = self.health.get(producer);
         if let Some(h) = health {
             h.send_seconds.record(start.elapsed().as_secs_f64());
@@ -143,7 +142,7 @@ impl Engine {
         let mut last_err = None;
         for (env, r) in envs
             .into_iter()
-            .zip(results.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .zip(results.into_iter().chain(std::iter::repeat(None)))
         {
             match r {
                 Some(Ok(())) => {
@@ -214,10 +213,10 @@ impl Engine {
                 .partition(|e| (e.bucket < q.ratio) == (attempt % 2 == 0));
             let mut failed = Vec::new();
             if !first.is_empty() {
-                failed.extend(engine.attempt(&q.primary, &q.topic, first).await);
+                failed.extend(engine.attempt(&q.primary, &q, first).await);
             }
             if !second.is_empty() {
-                failed.extend(engine.attempt(&q.backup, &q.topic, second).await);
+                failed.extend(engine.attempt(&q.backup, &q, second).await);
             }
             engine.to_retry(failed, &q);
         });

@@ -268,8 +268,12 @@ async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> 
                 let Some(producer) = engine.producers.get(p) else {
                     continue;
                 };
-                let results = producer.send_batch(&q.topic, &msgs).await;
-                let ok = results.len() == msgs.len() && results.iter().all(Result::is_ok);
+                let records =
+                    crate::queue::producer::pack(&msgs, q.pack_events, |m| &m.key, |m| &m.payload);
+                let n = records.len();
+                let records: Vec<OutMsg> = records.into_iter().map(|r| r.0).collect();
+                let results = producer.send_batch(&q.topic, &records).await;
+                let ok = results.len() == n && results.iter().all(Result::is_ok);
                 engine.mark(p, ok);
                 if ok {
                     sent = true;

@@ -114,6 +114,11 @@ pub const KNOBS: &[Knob] = &[
         meaning: "the queue's topic",
     },
     Knob {
+        key: "queues.<queue>.pack_events",
+        kind: whole(1, 10_000),
+        meaning: "events per broker record (1: one record per event, readable by readers that do not unpack)",
+    },
+    Knob {
         key: "types.<type>.queue",
         kind: Kind::Queue,
         meaning: "the virtual queue a reward type goes to",
@@ -291,7 +296,10 @@ mod tests {
         assert_eq!(head, ["limits", "types", "<type>"]);
         assert_eq!(names, ["rate", "burst", "priority", "fused"]);
         let (_, names) = siblings(&["queues", "massive", "colour"]).unwrap_or_default();
-        assert_eq!(names, ["ratio", "primary", "backup", "topic"]);
+        assert_eq!(
+            names,
+            ["ratio", "primary", "backup", "topic", "pack_events"]
+        );
         assert!(siblings(&["limits", "nothing"]).is_none());
         // Every knob once, every knob in --help.
         let text = help();
