@@ -454,3 +454,51 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
         assert_eq!(batch.fail(g0, id0, "x").await.unwrap(), Finish::LostLease);
     }
 }
+
+/// A finish within the lease keeps the TTL its claim set moments before (no `EXPIRE`
+/// per grant); a finish of a record that was in doubt re-arms the full retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_rearms_the_ttl_only_for_a_record_in_doubt() {
+    use fred::interfaces::{ClientLike, KeysInterface};
+    let c = claims(4, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let redis =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
+            .build()
+            .unwrap();
+    redis.init().await.unwrap();
+    let ledger = ledger(&HashMap::new()).await;
+    for (trade, in_doubt) in [("rain:ttl:a", false), ("rain:ttl:b", true)] {
+        let g = grant(trade, 1);
+        let key = c.record_key(c.shard_of(trade), trade);
+        let Claim::Claimed { claim_id, .. } = c.claim(&g).await.unwrap() else {
+            panic!("not claimed");
+        };
+        let claim_id = if in_doubt {
+            assert_eq!(c.doubt(&g, &claim_id, 0).await.unwrap(), Finish::Done);
+            match c.claim(&g).await.unwrap() {
+                Claim::Claimed { claim_id, .. } => claim_id,
+                other => panic!("{trade}: not taken over: {other:?}"),
+            }
+        } else {
+            claim_id
+        };
+        // Shorten the TTL by hand, then finish.
+        let _: () = redis.expire(&key, 500, None).await.unwrap();
+        let receipt = ledger.credit(&credit_of(&g)).await.unwrap();
+        assert_eq!(
+            c.grant(&g, &claim_id, &receipt).await.unwrap(),
+            Finish::Done
+        );
+        let ttl: i64 = redis.ttl(&key).await.unwrap();
+        if in_doubt {
+            assert!(ttl > 3000, "{trade}: in doubt, not re-armed: {ttl}");
+        } else {
+            assert!(
+                ttl <= 500 && ttl > 0,
+                "{trade}: re-armed within the lease: {ttl}"
+            );
+        }
+    }
+    let _ = redis.quit().await;
+}

@@ -337,3 +337,43 @@ async fn a_write_landing_after_its_credit_does_not_list_the_token_again() {
         assert_eq!(n(&st.stats().unstored), 0, "{mode:?}");
     }
 }
+
+/// The write script sets a hash's TTL when it creates the hash and refreshes it every
+/// `TTL_REFRESH_EVERY` fields, in every write mode, instead of an `EXPIRE` per write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_hash_gets_its_ttl_at_creation_and_every_16th_token() {
+    use fred::interfaces::KeysInterface;
+    for mode in [WriteMode::Direct, WriteMode::Deferred] {
+        let st = store(mode, 500).await;
+        let pool = st.pool().next();
+        let key = st.key("u1", "act");
+        let full = i64::try_from(StoreConfig::default().ttl_secs).unwrap();
+        let write = |i: u32| {
+            let st = &st;
+            async move {
+                submit(st, "u1", &format!("t{i}"), "sealed").await.unwrap();
+                assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
+            }
+        };
+        write(0).await;
+        let ttl: i64 = pool.ttl(&key).await.unwrap();
+        assert!(ttl > full - 60, "{mode:?}: a new hash's TTL is {ttl}");
+        // Shorten it by hand: writes 2..=16 leave it alone.
+        let _: () = pool.expire(&key, 1000, None).await.unwrap();
+        for i in 1..sdk::store::TTL_REFRESH_EVERY {
+            write(i).await;
+        }
+        let ttl: i64 = pool.ttl(&key).await.unwrap();
+        assert!(
+            ttl <= 1000,
+            "{mode:?}: refreshed before the 17th token: {ttl}"
+        );
+        // The 17th token finds 16 fields: the TTL is set again.
+        write(sdk::store::TTL_REFRESH_EVERY).await;
+        let ttl: i64 = pool.ttl(&key).await.unwrap();
+        assert!(
+            ttl > full - 60,
+            "{mode:?}: not refreshed at the 17th token: {ttl}"
+        );
+    }
+}

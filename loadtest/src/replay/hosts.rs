@@ -78,6 +78,9 @@ pub(crate) fn refusal(e: &sdk::SendError) -> &'static str {
 pub(crate) struct HostStats {
     pub(crate) accepted: u64,
     pub(crate) delivered: u64,
+    /// Broker records delivered (a compound record holds many events).
+    #[serde(default)]
+    pub(crate) records: u64,
     pub(crate) failovers: u64,
     pub(crate) retries: u64,
     pub(crate) spooled: u64,
@@ -103,6 +106,7 @@ impl HostStats {
         Self {
             accepted: queue.accepted,
             delivered: queue.delivered,
+            records: queue.records,
             failovers: queue.failovers,
             retries: queue.retries,
             spooled: queue.spooled,
@@ -121,6 +125,7 @@ impl HostStats {
     fn add(&mut self, o: &Self) {
         self.accepted += o.accepted;
         self.delivered += o.delivered;
+        self.records += o.records;
         self.failovers += o.failovers;
         self.retries += o.retries;
         self.spooled += o.spooled;
@@ -140,6 +145,7 @@ impl HostStats {
         sdk::queue::StatsSnapshot {
             accepted: self.accepted,
             delivered: self.delivered,
+            records: self.records,
             failovers: self.failovers,
             retries: self.retries,
             spooled: self.spooled,
@@ -155,6 +161,7 @@ impl HostStats {
         [
             ("events accepted", self.accepted),
             ("events delivered", self.delivered),
+            ("broker records delivered", self.records),
             ("events failed over", self.failovers),
             ("event send retries", self.retries),
             ("events spooled", self.spooled),

@@ -196,7 +196,10 @@ impl Claims {
             .finish_many
             .eval(self.pool.next(), || {
                 let mut keys = vec![self.doubt_key(shard)];
-                let mut args = vec![secs(self.cfg.retention_secs)];
+                let mut args = vec![
+                    secs(self.cfg.retention_secs),
+                    secs(super::scripts::REARM_AFTER_MS),
+                ];
                 for (g, id, result) in part {
                     keys.push(self.record_key(shard, &g.trade_no));
                     keys.push(self.budget_key(&g.scene, shard));

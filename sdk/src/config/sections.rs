@@ -15,7 +15,8 @@ pub struct StoreConfig {
     pub redis_url: String,
     /// Prefix of every key the store writes.
     pub key_prefix: String,
-    /// TTL of a user's token hash, refreshed on every write.
+    /// TTL of a user's token hash, set when the hash is created and refreshed every
+    /// 16th token (`store::TTL_REFRESH_EVERY`).
     pub ttl_secs: u64,
     /// Most tokens one user may hold in one activity (the brief: 500 in fireworks).
     pub max_tokens_per_user: u32,

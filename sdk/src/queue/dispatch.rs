@@ -132,7 +132,10 @@ impl Engine {
         let counts: Vec<usize> = records.iter().map(|r| r.1).collect();
         let msgs: Vec<OutMsg> = records.into_iter().map(|r| r.0).collect();
         let start = Instant::now();
-        let results = super::producer::spread(p.send_batch(topic, &msgs).await, counts);
+        let answers = p.send_batch(topic, &msgs).await;
+        let records_ok = answers.iter().filter(|a| a.is_ok()).count() as u64;
+        self.stats.records.fetch_add(records_ok, Ordering::Relaxed);
+        let results = super::producer::spread(answers, counts);
         let health = self.health.get(producer);
         if let Some(h) = health {
             h.send_seconds.record(start.elapsed().as_secs_f64());

@@ -62,6 +62,7 @@ pub fn bucket(user_id: &str) -> u8 {
 pub struct QueueStats {
     accepted: AtomicU64,
     delivered: AtomicU64,
+    records: AtomicU64,
     failovers: AtomicU64,
     retries: Counted,
     spooled: Counted,
@@ -76,6 +77,9 @@ pub struct StatsSnapshot {
     pub accepted: u64,
     /// Events a broker acknowledged (replays included).
     pub delivered: u64,
+    /// Broker records acknowledged (replays included): a compound record holds many
+    /// events ([`proto::pack`]).
+    pub records: u64,
     /// Events that went to their second producer after the first failed.
     pub failovers: u64,
     /// Events handed to the retry loop.
@@ -97,6 +101,7 @@ impl QueueStats {
         Self {
             accepted: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
+            records: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
             retries: Counted::new("reward_sdk_retries_total", &[]),
             spooled: Counted::new("reward_sdk_spooled_total", &[]),
@@ -109,6 +114,7 @@ impl QueueStats {
         StatsSnapshot {
             accepted: self.accepted.load(Ordering::Relaxed),
             delivered: self.delivered.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
             failovers: self.failovers.load(Ordering::Relaxed),
             retries: self.retries.get(),
             spooled: self.spooled.get(),

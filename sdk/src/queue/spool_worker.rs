@@ -274,6 +274,9 @@ async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> 
                 let records: Vec<OutMsg> = records.into_iter().map(|r| r.0).collect();
                 let results = producer.send_batch(&q.topic, &records).await;
                 let ok = results.len() == n && results.iter().all(Result::is_ok);
+                if ok {
+                    engine.stats.records.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 engine.mark(p, ok);
                 if ok {
                     sent = true;

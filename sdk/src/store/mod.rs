@@ -5,7 +5,12 @@
 //! One hash per user and activity: key `{prefix}:{{user}}:{activity}`, field = trade
 //! number, value = the sealed token. The hash tag is the user id, so in a Redis
 //! Cluster all of one user's tokens (across activities) live in one slot and the
-//! wallet page reads them from one node. The hash's TTL is refreshed on every write.
+//! wallet page reads them from one node. The hash's TTL is set when it is created
+//! and refreshed every [`TTL_REFRESH_EVERY`] tokens, not on every write (an `EXPIRE`
+//! per token was a fifth of a token write's Redis commands). A pending token normally
+//! moves to the credited hash (which the move re-arms) within seconds; one that stays
+//! pending lives in the store at least `ttl_secs` minus the age of its hash's last
+//! refresh.
 //!
 //! # Due index
 //! Before its token, each write puts an entry in a *due index*: sorted sets
@@ -20,9 +25,10 @@
 //! stored without one; an entry without a token (the process died in between) is
 //! counted by the sweeper as a write that never landed. The shard count is recorded at
 //! the store's first use (`{prefix}:due-shards`) and a store started with another
-//! count refuses to start ([`StoreError::DueShards`]). Cost: one `ZADD` per token (a
+//! count refuses to start ([`StoreError::DueShards`]). Cost: one `ZADD` per due shard
+//! per pipeline of writes (all of the pipeline's entries for that shard in it; a
 //! pipeline sent before the tokens' scripts: one more round trip per batch of writes,
-//! off the caller's path in deferred mode) and one `ZREM` per credit.
+//! off the caller's path in deferred mode) and a batched `ZREM` per credit batch.
 //!
 //! # Writes
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
@@ -79,6 +85,8 @@
 //! script or was just promoted) sends the call once more with the script's body.
 
 mod writer;
+
+pub use writer::TTL_REFRESH_EVERY;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -473,6 +481,7 @@ impl TokenStore {
                 Value::from(value),
                 Value::from(i64::from(cap)),
                 Value::from(ttl),
+                Value::from(i64::from(TTL_REFRESH_EVERY)),
             ]
         };
         let keys = || vec![key.to_string(), credited_key(key)];
