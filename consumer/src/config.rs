@@ -132,7 +132,9 @@ fn two_five_six() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
-    /// In-flight offsets per partition before fetching pauses.
+    /// In-flight offsets (broker records) per partition before fetching pauses. A
+    /// compound record holds up to the producers' `pack_events` events, so the events
+    /// in memory per partition are at most `window` times that.
     pub window: usize,
     /// How often the finished prefix of each partition is committed.
     pub commit_interval_ms: u64,

@@ -128,21 +128,31 @@ async fn deferred_writes_land_and_their_refusals_are_counted() {
     .await
     .unwrap();
     let mut calls = Vec::new();
-    // 20 users x 50 trade numbers against a cap of 40: 200 refused by the cap.
+    // 20 users x 50 trade numbers against a cap of 40: 200 refused by the cap. The
+    // three writes to the wrong-typed key go among them, so they share the writer's
+    // script calls with good writes: each fails alone.
     for i in 0..1_000u32 {
-        let st = st.clone();
+        let one = st.clone();
         calls.push(tokio::spawn(async move {
             let user = format!("u{}", i % 20);
-            submit(&st, &user, &format!("t{i}"), &format!("s{i}")).await
+            submit(&one, &user, &format!("t{i}"), &format!("s{i}")).await
         }));
+        if i % 400 == 200 {
+            let one = st.clone();
+            calls.push(tokio::spawn(async move {
+                submit(&one, "u-wrong", &format!("w{i}"), "x").await
+            }));
+        }
     }
     for c in calls {
         assert_eq!(c.await.unwrap().unwrap(), Submitted::Deferred);
     }
-    for i in 0..3 {
-        submit(&st, "u-wrong", &format!("w{i}"), "x").await.unwrap();
-    }
+    submit(&st, "u-wrong", "w-last", "x").await.unwrap();
     assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
+    assert!(
+        n(&st.stats().pipelines) < 1_003,
+        "every write went alone: nothing tested the batched script"
+    );
     let stats = st.stats();
     assert_eq!(
         (

@@ -97,7 +97,7 @@ use fred::prelude::*;
 use reward_runtime::script::Script;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
-use self::writer::{Reply, Shared, Unsettled, WRITE_LUA, Write, outcome, settle};
+use self::writer::{Reply, Shared, Unsettled, WRITE_LUA, WRITE_MANY_LUA, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
 
 /// The credited hash beside a pending hash.
@@ -257,6 +257,7 @@ impl TokenStore {
             reward_runtime::redis::builder(&cfg.redis_url, timeout)?.build_pool(cfg.pool_size)?;
         pool.init().await?;
         let script = Script::load(pool.next(), WRITE_LUA).await?;
+        let many = Script::load(pool.next(), WRITE_MANY_LUA).await?;
         check_due_shards(pool.next(), &cfg).await?;
         let cfg = Arc::new(cfg);
         // Unbounded: the places (`max_pending`) bound what it can hold.
@@ -271,12 +272,7 @@ impl TokenStore {
             started: Instant::now(),
         });
         // The writer runs in every mode: retries go through it.
-        tokio::spawn(writer::run(
-            pool.clone(),
-            script.clone(),
-            rx,
-            shared.clone(),
-        ));
+        tokio::spawn(writer::run(pool.clone(), many, rx, shared.clone()));
         Ok(Self {
             script,
             pool,
