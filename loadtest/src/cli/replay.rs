@@ -268,9 +268,9 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
         println!(
             "ceilings: raw rdkafka producer {:.0}/s (end-to-end = {:.3} of it); claim script alone {:.0}/s (end-to-end = {:.3} of it)\n  ({})",
             c.raw_producer_per_sec,
-            report.credited_per_sec / c.raw_producer_per_sec,
+            c.end_to_end_vs_raw_producer,
             c.claim_script_per_sec,
-            report.credited_per_sec / c.claim_script_per_sec,
+            c.end_to_end_vs_claim_script,
             c.claim_script_command
         );
     }

@@ -104,6 +104,12 @@ pub struct Ceilings {
     pub claim_script_per_sec: f64,
     /// The `redis-benchmark` command line.
     pub claim_script_command: String,
+    /// The run's end-to-end credited/s divided by `raw_producer_per_sec`: how the
+    /// whole pipeline compares with a bare producer of single events on the same
+    /// machine (filled when the report is built).
+    pub end_to_end_vs_raw_producer: f64,
+    /// The same, divided by `claim_script_per_sec`.
+    pub end_to_end_vs_claim_script: f64,
 }
 
 /// One second of the run.

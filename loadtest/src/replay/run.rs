@@ -383,6 +383,8 @@ impl<'a> Run<'a> {
             raw_producer_per_sec: raw,
             claim_script_per_sec: script,
             claim_script_command: command,
+            end_to_end_vs_raw_producer: 0.0,
+            end_to_end_vs_claim_script: 0.0,
         })
     }
 
@@ -411,7 +413,18 @@ impl<'a> Run<'a> {
             watched.faults,
             reconciliation,
         );
-        report.ceilings = ceilings;
+        report.ceilings = ceilings.map(|mut c| {
+            let ratio = |ceiling: f64| {
+                if ceiling > 0.0 {
+                    report.credited_per_sec / ceiling
+                } else {
+                    0.0
+                }
+            };
+            c.end_to_end_vs_raw_producer = ratio(c.raw_producer_per_sec);
+            c.end_to_end_vs_claim_script = ratio(c.claim_script_per_sec);
+            c
+        });
         let asked: BTreeMap<String, f64> = report
             .limits
             .iter()

@@ -29,12 +29,21 @@ pub(super) fn failed(
     }
 }
 
-/// Counts grant results by API and outcome (`reward_service_grants_total`).
+/// Counts grant results by API and outcome (`reward_service_grants_total`): tallied
+/// per batch first, so the metrics registry is asked once per outcome seen, not once
+/// per grant (a labelled counter lookup hashes its labels every time).
 pub fn count_outcomes(api: &'static str, results: &[GrantResult]) {
+    let mut tally: Vec<(i32, u64)> = Vec::new();
     for r in results {
-        let outcome = GrantOutcome::try_from(r.outcome).map_or("UNKNOWN", |o| o.as_str_name());
+        match tally.iter_mut().find(|(o, _)| *o == r.outcome) {
+            Some((_, n)) => *n += 1,
+            None => tally.push((r.outcome, 1)),
+        }
+    }
+    for (outcome, n) in tally {
+        let outcome = GrantOutcome::try_from(outcome).map_or("UNKNOWN", |o| o.as_str_name());
         metrics::counter!("reward_service_grants_total", "api" => api, "outcome" => outcome)
-            .increment(1);
+            .increment(n);
     }
 }
 

@@ -9,6 +9,12 @@
 //!     ─ both producers failing longer than spool.after_ms, or closing ─▶ spool
 //! spool ─ a producer answers again ─▶ replay ─▶ broker ─▶ segment deleted
 //! ```
+//! Each send packs the batch's events into compound broker records of up to the
+//! queue's `pack_events` ([`producer::pack`], [`proto::pack`]); a record's answer is its
+//! events' answer, and what failed goes on event by event (the other producer, the
+//! retry loop and the spool repack it). A spooled event is kept alone, so the spool's
+//! format does not change with packing.
+//!
 //! An event is *settled* when a broker acknowledged it or the spool synced it; the
 //! SDK counts accepted-but-unsettled events, and [`crate::Sdk::close`] waits for that
 //! count to reach zero.

@@ -1,13 +1,15 @@
 //! The two broker producers behind one trait.
 //!
-//! A [`Producer`] sends a batch of events to a topic and answers per event, so a batch
-//! that partly failed is retried only for the part that failed.
+//! A [`Producer`] sends a batch of broker records to a topic and answers per record, so
+//! a batch that partly failed is retried only for the part that failed. The dispatcher
+//! packs events into records first ([`pack`]) and spreads each record's answer back to
+//! its events ([`spread`]).
 //!
 //! Each broker's producer is behind its cargo feature (`kafka`, `rocketmq`, both on by
 //! default), so a service that uses one broker builds one client library.
 //!
 //! - [`KafkaProducer`] (rdkafka, [`kafka`]): an idempotent producer (no duplicates from its own
-//!   retries), keyed by trade number so one reward always lands in one partition;
+//!   retries), each record keyed by its (first) event's key;
 //!   librdkafka batches again below us (`linger.ms`), and every message of a batch is
 //!   handed to it before the first delivery report is awaited.
 //! - [`RocketMqProducer`] (rocketmq-client-rust, [`rocketmq`]): one `send_batch` per batch, which the
@@ -32,12 +34,13 @@ pub use rocketmq::{RocketMqProducer, rocketmq_runtime};
 /// A boxed future, for the trait's object safety.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// One event on its way to a broker.
+/// One broker record on its way: one event, or a compound record of several.
 #[derive(Debug, Clone)]
 pub struct OutMsg {
-    /// Partition / sharding key: the trade number.
+    /// Partition / sharding key: the event's key (for a compound record, its first
+    /// event's).
     pub key: String,
-    /// The encoded `RewardEvent`.
+    /// The encoded event, or a [`proto::pack`] record.
     pub payload: Bytes,
 }
 
