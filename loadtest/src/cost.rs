@@ -2,9 +2,14 @@
 //! broker records, each per credited reward.
 //!
 //! # How it is measured
-//! A [`Probe`] reads the counters when sending begins and again when the drain ends
-//! (every reward credited, before any process stops), and the report divides the
-//! differences by the rewards credited:
+//! A [`Probe`] reads the counters when sending begins and again when every sent
+//! amount is spent (every claim made; with an SDK host killed, when the ledger wait
+//! ends), before any process stops, and the report divides the differences by the
+//! rewards credited. The window leaves out the ledger wait after the budgets: it
+//! reads every user's account once a second, the load tester's own checking (5 of 26
+//! Redis commands per reward when it was in); what it leaves out of the pipeline is
+//! the finish and token move of the credits still in flight at that moment, at most
+//! the consumers' batches in flight (under 1 % of a 30 s replay's credits):
 //! - **CPU per process**: `utime + stime` of `/proc/PID/stat` for this process (the
 //!   activity side: the load tester and the SDK it drives), every child (reward
 //!   service instances, consumers) and the stack's servers named by the pid files of
@@ -24,8 +29,9 @@
 //!   the server's CPU, not the sum of `usec`, is the time figure. Replicas' CPU shows in the process figures (role `redis`), not here. A node
 //!   whose counters fell during the run (it restarted, or a failover made it primary)
 //!   is counted from its new start.
-//! - **Broker records**: records the SDK delivered plus records the consumers wrote
-//!   back (requeues, dead letters).
+//! - **Broker records**: records the SDK delivered (a compound record of many events
+//!   counts once) plus the events the consumers wrote back (requeues, dead letters;
+//!   counted one each, though their SDK packs them too: an upper bound).
 //!
 //! These are totals over the run window divided by credits, so fixed costs (idle
 //! polling, the lease loop) are spread over the rewards; the marginal cost is the

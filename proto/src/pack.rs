@@ -31,8 +31,10 @@ use bytes::Bytes;
 pub const MAGIC: [u8; 3] = [0x87, b'R', b'P'];
 /// The version this crate writes.
 pub const VERSION: u8 = 1;
-/// Most events in one pack (a reader refuses more).
-pub const MAX_EVENTS: usize = 10_000;
+/// Most events in one pack (a reader refuses more, so one record can never turn into
+/// more work than this: a hostile record of tiny entries is a thousand dead letters
+/// at most, and a reader's memory per record stays bounded).
+pub const MAX_EVENTS: usize = 1_000;
 /// Longest key in a pack (a reader refuses longer).
 pub const MAX_KEY_BYTES: usize = 1024;
 
@@ -105,7 +107,8 @@ pub fn entry_len(key: &str, payload: &[u8]) -> usize {
 }
 
 /// Encodes events (key, payload) into one pack. The caller keeps to [`MAX_EVENTS`]
-/// events and [`MAX_KEY_BYTES`] per key (the SDK's config validation does); a pack
+/// events and [`MAX_KEY_BYTES`] per key (the SDK's packer sends an event with a longer
+/// key as its own single-event record, and its config caps `pack_events`); a pack
 /// that breaks either is still written, and refused by readers.
 ///
 /// ```
@@ -149,7 +152,10 @@ pub fn unpack(raw: Bytes) -> Result<Vec<Packed>, PackError> {
     if n == 0 || n > MAX_EVENTS as u64 {
         return Err(PackError::Count(n));
     }
-    let mut out = Vec::with_capacity(n as usize);
+    // Every entry takes at least two bytes, so a count the bytes cannot hold is not
+    // believed when reserving room.
+    let room = (raw.len() - at) / 2;
+    let mut out = Vec::with_capacity(usize::try_from(n).unwrap_or(room).min(room));
     for _ in 0..n {
         let klen = get_varint(&raw, &mut at)?;
         if klen > MAX_KEY_BYTES as u64 {
@@ -206,6 +212,10 @@ fn get_varint(raw: &[u8], at: &mut usize) -> Result<u64, PackError> {
     for i in 0..10 {
         let b = *raw.get(*at).ok_or(PackError::Truncated(*at))?;
         *at += 1;
+        // The tenth byte holds only the 64th bit.
+        if i == 9 && b > 1 {
+            return Err(PackError::Varint(start));
+        }
         v |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
             return Ok(v);

@@ -114,11 +114,15 @@ fn bad_packs_get_typed_errors() {
         Err(PackError::Varint(4))
     ));
     let mut too_many = vec![0x87, b'R', b'P', 1];
-    too_many.extend_from_slice(&[0x91, 0x4e]); // 10 001
+    too_many.extend_from_slice(&[0xe9, 0x07]); // 1 001
     assert_eq!(
         pack::unpack(Bytes::from(too_many)),
-        Err(PackError::Count(10_001))
+        Err(PackError::Count(1_001))
     );
+    // A varint whose tenth byte carries more than the 64th bit overflows.
+    let mut over = vec![0x87, b'R', b'P', 1];
+    over.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+    assert_eq!(pack::unpack(Bytes::from(over)), Err(PackError::Varint(4)));
 }
 
 proptest! {

@@ -348,42 +348,42 @@ async fn a_write_landing_after_its_credit_does_not_list_the_token_again() {
     }
 }
 
-/// The write script sets a hash's TTL when it creates the hash and refreshes it every
-/// `TTL_REFRESH_EVERY` fields, in every write mode, instead of an `EXPIRE` per write.
+/// Every write that adds a token re-arms its hash's TTL (so no token expires sooner
+/// than `ttl_secs` after its write, whatever else the hash holds); a retried write that
+/// only replaces its token leaves the TTL alone. Both the single script (direct) and
+/// the writer's batch script (deferred).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_hash_gets_its_ttl_at_creation_and_every_16th_token() {
+async fn every_added_token_rearms_its_hash_ttl_and_a_rewrite_does_not() {
     use fred::interfaces::KeysInterface;
     for mode in [WriteMode::Direct, WriteMode::Deferred] {
         let st = store(mode, 500).await;
         let pool = st.pool().next();
         let key = st.key("u1", "act");
         let full = i64::try_from(StoreConfig::default().ttl_secs).unwrap();
-        let write = |i: u32| {
+        let write = |trade: &'static str| {
             let st = &st;
             async move {
-                submit(st, "u1", &format!("t{i}"), "sealed").await.unwrap();
+                submit(st, "u1", trade, "sealed").await.unwrap();
                 assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
             }
         };
-        write(0).await;
+        write("t0").await;
         let ttl: i64 = pool.ttl(&key).await.unwrap();
         assert!(ttl > full - 60, "{mode:?}: a new hash's TTL is {ttl}");
-        // Shorten it by hand: writes 2..=16 leave it alone.
+        // Shorten it by hand: a rewrite of t0 (a retry) leaves it short...
         let _: () = pool.expire(&key, 1000, None).await.unwrap();
-        for i in 1..sdk::store::TTL_REFRESH_EVERY {
-            write(i).await;
-        }
+        write("t0").await;
         let ttl: i64 = pool.ttl(&key).await.unwrap();
         assert!(
-            ttl <= 1000,
-            "{mode:?}: refreshed before the 17th token: {ttl}"
+            ttl <= 1000 && ttl > 0,
+            "{mode:?}: a rewrite re-armed the TTL: {ttl}"
         );
-        // The 17th token finds 16 fields: the TTL is set again.
-        write(sdk::store::TTL_REFRESH_EVERY).await;
+        // ...and a new token re-arms it, so t1 lives its full TTL.
+        write("t1").await;
         let ttl: i64 = pool.ttl(&key).await.unwrap();
         assert!(
             ttl > full - 60,
-            "{mode:?}: not refreshed at the 17th token: {ttl}"
+            "{mode:?}: a new token did not re-arm the TTL: {ttl}"
         );
     }
 }

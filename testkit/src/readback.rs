@@ -42,10 +42,17 @@ impl ReadBack {
     /// starts like a pack and does not read as one is one undecodable message).
     fn add(&mut self, payload: Option<&[u8]>) {
         self.records += 1;
-        if proto::pack::is_pack(payload.unwrap_or_default()) {
+        let Some(payload) = payload else {
+            // A record without a payload is nothing the SDK writes.
+            self.messages += 1;
+            self.payloads.push(Vec::new());
+            self.undecodable += 1;
+            return;
+        };
+        if proto::pack::is_pack(payload) {
             self.packs += 1;
         }
-        let raw = bytes::Bytes::copy_from_slice(payload.unwrap_or_default());
+        let raw = bytes::Bytes::copy_from_slice(payload);
         match proto::pack::unpack(raw.clone()) {
             Ok(events) => {
                 for e in events {

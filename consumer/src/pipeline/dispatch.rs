@@ -15,7 +15,10 @@ use reward_runtime::clock::now_ms;
 use crate::limits::Verdict;
 
 use super::settle::{GRANT_ATTEMPTS, grant_backoff};
-use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready};
+use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready, SIDE_TASKS};
+
+/// Side tasks (running or waiting for a permit) past which no new record is admitted.
+const SIDE_BACKLOG: u64 = 4 * SIDE_TASKS as u64;
 use proto::reasons::DeadLetterReason;
 
 impl Pipeline {
@@ -70,13 +73,25 @@ impl Pipeline {
         open: &mut bool,
         queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
     ) {
-        while *open {
+        while *open && self.may_admit(queues) {
             match rx.try_recv() {
                 Ok(item) => self.admit(item, queues),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => *open = false,
             }
         }
+    }
+
+    /// Whether to take another record from the source now: not while `window` events
+    /// already wait in the priority queues, nor while side tasks (parks, dead letters)
+    /// pile up past [`SIDE_BACKLOG`]. A compound record turns into up to
+    /// `proto::pack::MAX_EVENTS` events at once; this keeps a run of them (or of
+    /// hostile records full of invalid entries) from growing memory without bound: the
+    /// source's channel fills and its fetching waits.
+    fn may_admit(&self, queues: &BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>) -> bool {
+        let queued: usize = queues.values().map(VecDeque::len).sum();
+        queued < self.inner.cfg.window.max(1)
+            && self.inner.side_pending.load(Ordering::Acquire) < SIDE_BACKLOG
     }
 
     /// Parks every held message for `limited_delay_ms` (used when closing).
@@ -118,6 +133,11 @@ impl Pipeline {
         queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>,
         open: &mut bool,
     ) {
+        if self.inner.side_pending.load(Ordering::Acquire) >= SIDE_BACKLOG {
+            // Side tasks are behind: let them catch up before taking more.
+            tokio::time::sleep(HELD_POLL).await;
+            return;
+        }
         let recv = if held_is_empty {
             rx.recv().await.map(Some)
         } else {

@@ -146,7 +146,7 @@ const HELD_POLL: Duration = Duration::from_millis(2);
 const LINGER: Duration = Duration::from_millis(20);
 
 /// Side tasks (parks, dead letters) in flight at once.
-const SIDE_TASKS: usize = 512;
+pub(super) const SIDE_TASKS: usize = 512;
 
 impl Pipeline {
     /// A handler calling the service at `grpc` (lazily connected): one endpoint, or

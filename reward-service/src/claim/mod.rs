@@ -28,7 +28,9 @@
 //! may have happened; the deduction stands, see [`crate::grant`]). Every transition is
 //! a compare-and-set inside a script. Lease times come from Redis's own clock (`TIME`),
 //! so workers' clocks never matter. Records expire `retention_secs` after their last
-//! change.
+//! claim (a finish within the lease keeps the TTL its claim set moments before; a
+//! finish of a record that was in doubt, or whose lease ended over an hour ago,
+//! re-arms it); the retention is checked at start to outlast the tokens.
 //!
 //! A claim of a record that exists but whose lease is over says what the earlier
 //! owner left behind ([`Prior`]): released cleanly (it knows nothing was credited), in

@@ -15,8 +15,7 @@ pub struct StoreConfig {
     pub redis_url: String,
     /// Prefix of every key the store writes.
     pub key_prefix: String,
-    /// TTL of a user's token hash, set when the hash is created and refreshed every
-    /// 16th token (`store::TTL_REFRESH_EVERY`).
+    /// TTL of a user's token hash, re-armed by every write that adds a token.
     pub ttl_secs: u64,
     /// Most tokens one user may hold in one activity (the brief: 500 in fireworks).
     pub max_tokens_per_user: u32,
@@ -264,7 +263,7 @@ pub struct QueueConfig {
     /// 0..=100.
     #[serde(default = "hundred")]
     pub ratio: u8,
-    /// Events per broker record (1..=10 000): the events of one send are packed into
+    /// Events per broker record (1..=1 000): the events of one send are packed into
     /// compound records of up to this many ([`proto::pack`]); 1 writes one record
     /// per event, the format readers from before packs expect. Every reader of the
     /// topic must unpack (the consumer and the test read-backs do).

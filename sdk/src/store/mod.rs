@@ -5,12 +5,10 @@
 //! One hash per user and activity: key `{prefix}:{{user}}:{activity}`, field = trade
 //! number, value = the sealed token. The hash tag is the user id, so in a Redis
 //! Cluster all of one user's tokens (across activities) live in one slot and the
-//! wallet page reads them from one node. The hash's TTL is set when it is created
-//! and refreshed every [`TTL_REFRESH_EVERY`] tokens, not on every write (an `EXPIRE`
-//! per token was a fifth of a token write's Redis commands). A pending token normally
-//! moves to the credited hash (which the move re-arms) within seconds; one that stays
-//! pending lives in the store at least `ttl_secs` minus the age of its hash's last
-//! refresh.
+//! wallet page reads them from one node. Every write that adds a token re-arms the
+//! hash's TTL (once per hash per batch of writes; a retried write that only replaces
+//! its token does not), so every token lives in the store `ttl_secs` after its write:
+//! the sweeper finds a reward's token here, so the hash must not expire under it.
 //!
 //! # Due index
 //! Before its token, each write puts an entry in a *due index*: sorted sets
@@ -85,8 +83,6 @@
 //! script or was just promoted) sends the call once more with the script's body.
 
 mod writer;
-
-pub use writer::TTL_REFRESH_EVERY;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -477,7 +473,6 @@ impl TokenStore {
                 Value::from(value),
                 Value::from(i64::from(cap)),
                 Value::from(ttl),
-                Value::from(i64::from(TTL_REFRESH_EVERY)),
             ]
         };
         let keys = || vec![key.to_string(), credited_key(key)];

@@ -13,15 +13,17 @@ use super::{Held, StoreError, StoreStats, Submitted, credited_key};
 use crate::config::StoreConfig;
 
 /// The cap-checking write. KEYS[1] the pending hash, KEYS[2] its credited hash (same
-/// hash tag); ARGV: field, value, cap, ttl seconds, refresh period (fields). Returns 1 when stored (new or
+/// hash tag); ARGV: field, value, cap, ttl seconds. Returns 1 when stored (new or
 /// replaced), 0 when the cap refused it, 2 when the reward is already credited (its
 /// token was moved to the credited hash: a late or retried write must not put it back
 /// in the pending list, where the wallet would offer it again).
 ///
-/// Three commands in the usual case (`HGET`, `HLEN`, `HSET`): the field check
-/// (`HEXISTS`) runs only when the hash is at its cap, and the TTL is set when the
-/// hash is created and refreshed every [`TTL_REFRESH_EVERY`] fields, not on every
-/// write (it was two more commands per token: 26 % of a token write's).
+/// Three commands and the TTL in the usual case (`HGET`, `HLEN`, `HSET`, `EXPIRE`):
+/// the field check (`HEXISTS`) runs only when the hash is at its cap, and a write that
+/// only replaces a token already there (a retry) leaves the TTL alone. Every token a
+/// write adds re-arms the hash's TTL, so each lives `ttl_secs` after its write: the
+/// sweeper finds a reward's token in this hash, so a hash must never expire under a
+/// token that is still waiting for its credit.
 pub(super) const WRITE_LUA: &str = r"
 local credited = redis.call('HGET', KEYS[2], ARGV[1])
 if credited then
@@ -36,8 +38,7 @@ local n = redis.call('HLEN', KEYS[1])
 if n >= tonumber(ARGV[3]) and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if n % tonumber(ARGV[5]) == 0 then
+if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
 return 1
@@ -45,45 +46,65 @@ return 1
 
 /// [`WRITE_LUA`] for many writes in one call (the writer task's pipelines): each
 /// write decided exactly as by the single script, in order, a later write to the same
-/// hash seeing the count the earlier ones left. KEYS: pending and credited hash of
-/// each write, in pairs (on a Redis Cluster, all in one slot: the writer groups a
-/// pipeline's writes by their user's slot). ARGV: cap, ttl seconds, refresh period,
-/// then field and value of each write. Returns one reply per write: 1, 0 or 2 as the
-/// single script, or the error text of a command Redis refused for that write (a key
-/// of another type), so one bad key fails its own write and no other.
+/// hash seeing the count the earlier ones left, and each hash's TTL re-armed once per
+/// call. KEYS: pending and credited hash of each write, in pairs (on a Redis Cluster,
+/// all in one slot: the writer groups a pipeline's writes by their user's slot). ARGV:
+/// cap, ttl seconds, then field and value of each write. Returns one reply per write:
+/// 1, 0 or 2 as the single script, or the error text of a command Redis refused for
+/// that write (`redis.pcall`: a key of another type fails its own write, no other).
 ///
-/// One script call per batch instead of one per token: a call's own overhead was
-/// about 10 µs of Redis CPU on these machines, more than the three commands it runs.
+/// One script call per batch instead of one per token saves a call's own overhead per
+/// token. The commands go through `redis.pcall` and are checked one by one; a Lua
+/// `pcall` around a closure per write cost more Redis CPU than the calls it saved
+/// (measured: `docs/findings/benchmarks-history.md`).
 pub(super) const WRITE_MANY_LUA: &str = r"
-local cap, ttl, every = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local cap, ttl = tonumber(ARGV[1]), ARGV[2]
 local lens = {}
+local armed = {}
 local out = {}
+local function failed(r)
+  return type(r) == 'table' and r.err
+end
 for i = 1, #KEYS / 2 do
   local p, c = KEYS[2 * i - 1], KEYS[2 * i]
-  local f, v = ARGV[2 * i + 2], ARGV[2 * i + 3]
-  local ok, r = pcall(function()
-    local credited = redis.call('HGET', c, f)
-    if credited then
-      if credited == '' then redis.call('HSET', c, f, v) end
-      return 2
+  local f, v = ARGV[2 * i + 1], ARGV[2 * i + 2]
+  local credited = redis.pcall('HGET', c, f)
+  if failed(credited) then
+    out[i] = credited.err
+  elseif credited then
+    local r = 2
+    if credited == '' then
+      local w = redis.pcall('HSET', c, f, v)
+      if failed(w) then r = w.err end
     end
-    local n = lens[p]
-    if n == nil then n = redis.call('HLEN', p) end
-    if n >= cap and redis.call('HEXISTS', p, f) == 0 then
-      lens[p] = n
-      return 0
-    end
-    local added = redis.call('HSET', p, f, v)
-    if n % every == 0 then redis.call('EXPIRE', p, ttl) end
-    lens[p] = n + added
-    return 1
-  end)
-  if ok then
     out[i] = r
-  elseif type(r) == 'table' and r.err then
-    out[i] = r.err
   else
-    out[i] = tostring(r)
+    local n = lens[p]
+    if n == nil then n = redis.pcall('HLEN', p) end
+    if failed(n) then
+      out[i] = n.err
+    else
+      local held = 0
+      if n >= cap then held = redis.pcall('HEXISTS', p, f) end
+      if failed(held) then
+        out[i] = held.err
+      elseif n >= cap and held == 0 then
+        lens[p] = n
+        out[i] = 0
+      else
+        local added = redis.pcall('HSET', p, f, v)
+        if failed(added) then
+          out[i] = added.err
+        else
+          if added == 1 and not armed[p] then
+            redis.pcall('EXPIRE', p, ttl)
+            armed[p] = true
+          end
+          lens[p] = n + added
+          out[i] = 1
+        end
+      end
+    end
   end
 end
 return out
@@ -92,14 +113,6 @@ return out
 /// Most writes in one [`WRITE_MANY_LUA`] call (Redis runs a script to its end before
 /// anything else, so a call stays well under a millisecond).
 const WRITES_PER_CALL: usize = 128;
-
-/// The write script refreshes a hash's TTL when it holds a multiple of this many
-/// fields before the write (0 included: a new hash always gets its TTL). A user's
-/// later tokens therefore live in the store at least `ttl_secs` minus the time since
-/// the hash's last refresh; the tokens themselves stay valid for `token.ttl_secs`
-/// whether listed or not, and the due index, not this hash, carries them to the
-/// sweeper.
-pub const TTL_REFRESH_EVERY: u32 = 16;
 
 /// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -455,7 +468,7 @@ async fn run_pipeline(
     let calls = chunks
         .iter()
         .map(|chunk| {
-            let mut call = Vec::with_capacity(1 + chunk.len() * 4 + 3);
+            let mut call = Vec::with_capacity(1 + chunk.len() * 4 + 2);
             call.push(Value::from(chunk.len() as i64 * 2));
             for &i in *chunk {
                 call.push(Value::from(batch[i].key.as_str()));
@@ -463,7 +476,6 @@ async fn run_pipeline(
             }
             call.push(Value::from(i64::from(cap)));
             call.push(Value::from(ttl));
-            call.push(Value::from(i64::from(TTL_REFRESH_EVERY)));
             for &i in *chunk {
                 call.push(Value::from(batch[i].field.as_str()));
                 call.push(Value::from(batch[i].value.as_str()));
@@ -510,17 +522,21 @@ async fn run_pipeline(
 }
 
 /// One write's reply in a [`WRITE_MANY_LUA`] answer: its code, or the text of the
-/// command Redis refused for it (the same every time it is sent, so it is not
-/// retried: the kind a refused single script call gets).
+/// command Redis refused for it. A key of another type (`WRONGTYPE`) fails the same way
+/// every time it is sent, so it is not retried (the kind a refused single script call
+/// gets); anything else Redis can refuse mid-script (out of memory, a replica that
+/// became read-only in a failover) passes, so it is retried like a lost connection.
 fn write_reply(item: Value) -> Result<i64, fred::error::Error> {
     match item {
         Value::Integer(n) => Ok(n),
         other => {
             let text = other.as_string().unwrap_or_else(|| format!("{other:?}"));
-            Err(fred::error::Error::new(
-                fred::error::ErrorKind::InvalidArgument,
-                text,
-            ))
+            let kind = if text.starts_with("WRONGTYPE") {
+                fred::error::ErrorKind::InvalidArgument
+            } else {
+                fred::error::ErrorKind::Unknown
+            };
+            Err(fred::error::Error::new(kind, text))
         }
     }
 }

@@ -115,7 +115,7 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "queues.<queue>.pack_events",
-        kind: whole(1, 10_000),
+        kind: whole(1, 1_000),
         meaning: "events per broker record (1: one record per event, readable by readers that do not unpack)",
     },
     Knob {

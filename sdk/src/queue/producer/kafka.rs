@@ -1,5 +1,5 @@
-//! The Kafka producer (feature `kafka`): rdkafka's future producer, idempotent and
-//! keyed by trade number.
+//! The Kafka producer (feature `kafka`): rdkafka's future producer, idempotent, each
+//! record keyed by its (first) event's key.
 
 use std::collections::BTreeMap;
 use std::fmt;

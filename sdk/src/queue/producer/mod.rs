@@ -76,8 +76,10 @@ pub const PACK_MAX_BYTES: usize = 512 * 1024;
 /// Groups `items` (in order) into broker records of at most `per_record` events and
 /// [`PACK_MAX_BYTES`] each: a group of several is one compound record
 /// ([`proto::pack`], keyed by its first event's key, so the group lands in that key's
-/// partition), a group of one is the event's own single-event record. Answers each
-/// record with the number of `items` it holds.
+/// partition), a group of one is the event's own single-event record. An event whose
+/// key is longer than a pack may carry ([`proto::pack::MAX_KEY_BYTES`]) always goes
+/// alone, so it cannot make readers refuse the others. Answers each record with the
+/// number of `items` it holds.
 pub fn pack<T>(
     items: &[T],
     per_record: usize,
@@ -92,8 +94,14 @@ pub fn pack<T>(
         let mut end = start;
         let mut bytes = proto::pack::MAGIC.len() + 1 + 3;
         while end < items.len() && end - start < per_record {
-            let add = proto::pack::entry_len(key(&items[end]), payload(&items[end]));
-            if end > start && bytes + add > PACK_MAX_BYTES {
+            let k = key(&items[end]);
+            let add = proto::pack::entry_len(k, payload(&items[end]));
+            let long = k.len() > proto::pack::MAX_KEY_BYTES;
+            if end > start && (long || bytes + add > PACK_MAX_BYTES) {
+                break;
+            }
+            if long {
+                end += 1;
                 break;
             }
             bytes += add;
@@ -206,6 +214,13 @@ mod pack_tests {
         assert!(records.iter().all(|r| r.0.payload.len() <= PACK_MAX_BYTES));
         assert_eq!(records.iter().map(|r| r.1).sum::<usize>(), 10);
         assert_eq!(unpacked(&records).len(), 10);
+        // An event whose key a pack cannot carry goes alone, between packs.
+        let mut m = msgs(5, 10);
+        m[2].key = "k".repeat(proto::pack::MAX_KEY_BYTES + 1);
+        let records = pack(&m, 100, |m| &m.key, |m| &m.payload);
+        assert_eq!(records.iter().map(|r| r.1).collect::<Vec<_>>(), [2, 1, 2]);
+        assert!(!proto::pack::is_pack(&records[1].0.payload));
+        assert_eq!(unpacked(&records).len(), 5);
         // An event larger than the limit still goes, alone.
         let huge = msgs(2, PACK_MAX_BYTES + 1);
         let records = pack(&huge, 100, |m| &m.key, |m| &m.payload);
