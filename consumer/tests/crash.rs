@@ -28,15 +28,21 @@ fn spawn(config: &std::path::Path, log: &std::path::Path) -> tokio::process::Chi
         .unwrap()
 }
 
-/// The last `in_flight=` a progress line of the log reported.
+/// Events fetched and not yet granted, by the last progress line of the log:
+/// `consumed` counts events (a compound record's one each), `granted` the credits.
+/// (Its `in_flight` counts broker records, and the SDK packs up to 100 events in one.)
 fn in_flight(log: &std::path::Path) -> u64 {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split("in_flight=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .next_back()
-        .unwrap_or(0)
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let Some(line) = text.lines().rfind(|l| l.contains(" consumed=")) else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(&format!(" {name}="))
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    field("consumed").saturating_sub(field("granted"))
 }
 
 async fn total_credited(redis: &fred::prelude::Client, tag: &str) -> i64 {
@@ -123,8 +129,8 @@ async fn kill_9_with_work_in_flight_loses_and_doubles_nothing() {
     let first_log = dir.join("first.log");
     let mut child = spawn(&slow, &first_log);
     let redis = redis().await;
-    // Kill once the consumer reports at least 1000 messages fetched and not settled.
-    wait_for(120, "1000 messages in flight", || async {
+    // Kill once the consumer reports at least 1000 events fetched and not granted.
+    wait_for(120, "1000 events in flight", || async {
         in_flight(&first_log) >= 1000
     })
     .await;

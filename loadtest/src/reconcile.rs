@@ -188,6 +188,40 @@ pub fn read_sent(dir: &Path) -> anyhow::Result<(BTreeMap<String, SentReward>, u6
     Ok((sent, repeats, conflicts))
 }
 
+/// How often a replay's final reconciliation is tried before it fails the run.
+pub const ATTEMPTS: u32 = 3;
+
+/// [`run`], tried again (2 s apart, up to [`ATTEMPTS`] times) when Redis does not
+/// answer: reconciliation only reads, so a read that timed out on a busy machine
+/// (beside a replay that overloads it on purpose, or a Redis still loading its AOF)
+/// is asked again rather than failing the run. A check that fails is an answer, not
+/// an error, and is never retried.
+pub async fn run_patiently(dir: &Path) -> anyhow::Result<Reconciliation> {
+    let mut attempt = 1;
+    loop {
+        match run(dir).await {
+            Ok(r) => return Ok(r),
+            Err(e) if attempt < ATTEMPTS && unanswered(&e) => {
+                eprintln!(
+                    "reconcile: {e:#}; reading again in 2 s (attempt {attempt} of {ATTEMPTS})"
+                );
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `run` failed because a store did not answer (its errors name the store),
+/// not because of the run directory (no manifest, already cleaned).
+fn unanswered(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    ["token store:", "ledger:", "claim store:"]
+        .iter()
+        .any(|p| text.starts_with(p))
+}
+
 /// Runs every check against Redis.
 pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let m = Manifest::load(dir)?;
@@ -251,6 +285,8 @@ async fn connect(m: &Manifest) -> anyhow::Result<(Ledger, Claims, Tokens)> {
     let store_cfg = sdk::config::StoreConfig {
         redis_url: m.redis_url.clone(),
         key_prefix: m.token_prefix.clone(),
+        // Reading, not serving a caller: a busy Redis gets longer than a write's 2 s.
+        timeout_ms: 10_000,
         ..sdk::config::StoreConfig::default()
     };
     let ttl = store_cfg.ttl_secs;
@@ -506,5 +542,27 @@ fn tokens_check(t: &Tally, m: &Manifest) -> Check {
                 String::new()
             }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_store_that_did_not_answer_is_asked_again() {
+        for text in [
+            "token store: Timeout Error: Request timed out.",
+            "ledger: IO",
+            "claim store: x",
+        ] {
+            assert!(unanswered(&anyhow::anyhow!("{text}")), "{text}");
+        }
+        for text in [
+            "nothing to reconcile: the run was cleaned",
+            "manifest.json: not found",
+        ] {
+            assert!(!unanswered(&anyhow::anyhow!("{text}")), "{text}");
+        }
     }
 }

@@ -332,7 +332,7 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
 /// unless it passed.
 pub async fn reconcile_cmd(args: ReconcileArgs) -> ExitCode {
     let ReconcileArgs { dir } = args;
-    match crate::reconcile::run(&dir).await {
+    match crate::reconcile::run_patiently(&dir).await {
         Ok(r) => {
             print!("{}", r.table());
             if r.passed() {

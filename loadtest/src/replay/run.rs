@@ -365,7 +365,7 @@ impl<'a> Run<'a> {
     /// Reconciles the run directory; with `--ceilings`, then measures the parts'
     /// ceilings on the same stack.
     pub(super) async fn reconcile(&self) -> anyhow::Result<(Reconciliation, Option<Ceilings>)> {
-        let reconciliation = crate::reconcile::run(&self.dir).await?;
+        let reconciliation = crate::reconcile::run_patiently(&self.dir).await?;
         let ceilings = if self.opts.ceilings {
             Some(self.measure_ceilings(&reconciliation).await?)
         } else {
