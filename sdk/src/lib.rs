@@ -53,6 +53,7 @@
 pub mod config;
 pub mod queue;
 pub mod request;
+pub mod session;
 pub mod spool;
 pub mod store;
 pub mod token;

@@ -36,8 +36,13 @@ pub type KeyId = u16;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KeyRingError {
     /// Neither env var is set.
-    #[error("no token keys: set {KEYS_ENV} (id:base64 pairs) or {KEYS_FILE_ENV} (a file of them)")]
-    Missing,
+    #[error("no keys: set {keys} (id:base64 pairs) or {file} (a file of them)")]
+    Missing {
+        /// The variable holding the text form.
+        keys: &'static str,
+        /// The variable naming a file of it.
+        file: &'static str,
+    },
     /// The key file cannot be read.
     #[error("cannot read token key file {path}: {reason}")]
     File {
@@ -140,24 +145,36 @@ impl KeyRing {
     /// Loads from `REWARD_TOKEN_KEYS`, else from the file `REWARD_TOKEN_KEYS_FILE`;
     /// `REWARD_TOKEN_CURRENT_KEY` picks the sealing key.
     pub fn from_env() -> Result<Self, KeyRingError> {
-        let current = match std::env::var(CURRENT_KEY_ENV) {
+        Self::from_vars(KEYS_ENV, KEYS_FILE_ENV, CURRENT_KEY_ENV)
+    }
+
+    /// Loads from the variable `keys`, else from the file the variable `file` names;
+    /// the variable `current` picks the sealing key (default: the highest id). The
+    /// same text form and rotation as the token keys, for other key rings (the
+    /// wallet sessions' keys, [`crate::session`]).
+    pub fn from_vars(
+        keys: &'static str,
+        file: &'static str,
+        current: &'static str,
+    ) -> Result<Self, KeyRingError> {
+        let chosen = match std::env::var(current) {
             Ok(v) if !v.trim().is_empty() => {
                 Some(v.trim().parse().map_err(|_| KeyRingError::Malformed {
                     entry: 0,
-                    reason: "REWARD_TOKEN_CURRENT_KEY is not a number 0..=65535",
+                    reason: "the current key variable is not a number 0..=65535",
                 })?)
             }
             _ => None,
         };
-        if let Ok(text) = std::env::var(KEYS_ENV) {
+        if let Ok(text) = std::env::var(keys) {
             let text = Zeroizing::new(text);
             if !text.trim().is_empty() {
-                return Self::parse(&text, current);
+                return Self::parse(&text, chosen);
             }
         }
-        match std::env::var_os(KEYS_FILE_ENV) {
-            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path), current),
-            _ => Err(KeyRingError::Missing),
+        match std::env::var_os(file) {
+            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path), chosen),
+            _ => Err(KeyRingError::Missing { keys, file }),
         }
     }
 
