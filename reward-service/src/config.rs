@@ -89,6 +89,7 @@ mod sections;
 
 use self::sections::{
     check_budgets, check_lease, claim_config, credentials, downstreams_of, server_config,
+    wallet_config,
 };
 
 /// Configuration failures, each naming what is wrong.
@@ -226,6 +227,31 @@ pub struct ServiceConfig {
     pub metrics_credential: Option<Credential>,
     /// Compensation from the token store (`[sweeper]`, [`crate::sweeper`]).
     pub sweeper: crate::sweeper::SweepConfig,
+    /// Wallet sessions and the page's neighbours (`[wallet]`).
+    pub wallet: WalletConfig,
+}
+
+/// The `[wallet]` section: per-user sessions and the origins allowed to call the
+/// wallet routes from a browser.
+///
+/// ```toml
+/// [wallet]
+/// session_keys_file = "/etc/reward/session-keys"   # else REWARD_SESSION_KEYS[_FILE]
+/// cors_origins = ["https://wallet.example.com"]
+/// ```
+///
+/// Sessions are on when a session key ring is found (the file named here, else the
+/// `REWARD_SESSION_KEYS` / `REWARD_SESSION_KEYS_FILE` variables, see
+/// [`sdk::session`]); without one, a session is refused with `session_invalid` and only
+/// the wallet credential opens the routes. An origin is `scheme://host[:port]`, exact;
+/// `*` is refused (a page on any site could then read a user's wallet with a stolen
+/// session).
+#[derive(Debug, Clone, Default)]
+pub struct WalletConfig {
+    /// The session verifier, when sessions are on.
+    pub sessions: Option<sdk::session::SessionCodec>,
+    /// Origins answered with CORS headers.
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -273,6 +299,14 @@ struct RawFailures {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawWallet {
+    session_keys_file: Option<PathBuf>,
+    #[serde(default)]
+    cors_origins: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawLedger {
     key_prefix: Option<String>,
 }
@@ -295,6 +329,8 @@ struct Raw {
     failures: RawFailures,
     #[serde(default)]
     sweeper: crate::sweeper::SweepConfig,
+    #[serde(default)]
+    wallet: RawWallet,
     sdk: toml::Table,
 }
 
@@ -337,7 +373,9 @@ impl ServiceConfig {
             )));
         }
         let (credential, wallet_credential, metrics_credential) = credentials(env)?;
+        let wallet = wallet_config(raw.wallet, env)?;
         Ok(Self {
+            wallet,
             sweeper: raw.sweeper,
             server,
             redis_url: raw.redis_url.unwrap_or_else(|| sdk.store.redis_url.clone()),

@@ -6,22 +6,45 @@
 //! | `GET /v1/users/{user_id}/rewards?activity_id=` | - | the wallet page (below) |
 //! | `POST /v1/users/{user_id}/rewards` | `{activity_id, tokens[]}` | the page, merged with the tokens the client kept |
 //! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
+//! | `GET /v1/session` | - | `{caller: "session", user_id, activity_id, expires_at_ms, max_tokens}` (or `{caller: "backend", max_tokens}`) |
+//! | `POST /v1/sessions` | `{user_id, activity_id, ttl_secs}` | `{session, expires_at_ms}`: a session minted for a wallet backend (wallet credential only) |
+//! | `GET /wallet/` | - | the reference wallet page (`reward-service/wallet/`, see [`crate::page`]) |
 //! | `GET /healthz` | - | 200 while the process serves |
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
 //! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the metrics credential (`REWARD_METRICS_TOKEN`, else the grant credential), never the wallet's: budgets are not for wallet frontends |
 //!
 //! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
-//! reward type: the credited amount plus what is on its way.
+//! reward type: the credited amount plus what is on its way. Each pending entry
+//! carries `sealed`, the token's text, which a withdrawal presents.
 //!
 //! `validity` is `legal`, `unknown`, `expired` or `illegal` (see [`crate::service`]). The issue's
 //! validate body has no `activity_id`, but a token's AEAD binding includes its
 //! activity, so it cannot be opened without one: the field is required.
 //!
+//! # Who may call
+//! The wallet routes take either the service-wide wallet credential (a backend: any
+//! user) or a **session** ([`sdk::session`]): a short-lived pass a wallet backend mints
+//! for one user in one activity, which a browser may hold. A session caller may only
+//! name its own user and activity, in the path, the query and the body alike.
+//!
+//! # CORS
+//! Requests from an origin in `wallet.cors_origins` get `Access-Control-Allow-Origin`
+//! (that origin, never `*`) and `Vary: Origin`, and their preflights (`OPTIONS`) are
+//! answered 204 for `GET`/`POST` with the `authorization` and `content-type` headers.
+//! A preflight from any other origin gets 403 `origin_not_allowed`; a plain request
+//! from one is served without CORS headers, so the browser keeps the answer from the
+//! page that asked. No cookies are involved: the credential is always a header.
+//!
 //! # Errors
 //! Every error is JSON `{error, reason}` with a stable `error` code:
-//! 401 `unauthorized` (missing or wrong bearer credential: the wallet routes take the
-//! wallet credential only, see `reward_service::config`), 413 `too_large` (body over
+//! 401 `unauthorized` (no bearer credential, or one that is neither the wallet
+//! credential nor a session; see `reward_service::config`), 401 `session_expired`,
+//! 401 `session_invalid` (edited, signed with a key the service does not hold, lives
+//! too long, or sessions are off), 401 `session_other_user` / `session_other_activity`
+//! (a session naming a user or activity other than the request's), 403 `forbidden` (a
+//! session asking to mint sessions), 501 `sessions_off` (minting without session
+//! keys), 413 `too_large` (body over
 //! `server.max_body_bytes`), 400 `bad_request` (malformed JSON, missing fields, more
 //! than `server.max_tokens_per_request` tokens, empty ids), 503 `unavailable` (Redis
 //! failed; nothing was half-done that a retry would repeat wrongly: withdrawals are
@@ -36,7 +59,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
+use sdk::session::{Session, SessionCodec, SessionError};
 use proto::v1::{GrantOutcome, GrantResult, RewardToken, TokenValidity};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -55,6 +79,41 @@ pub struct HttpState {
     pub metrics_credential: Credential,
     /// Most tokens per request.
     pub max_tokens: usize,
+    /// The session verifier (and minter), when sessions are on.
+    pub sessions: Option<SessionCodec>,
+    /// Origins answered with CORS headers.
+    pub cors_origins: Vec<String>,
+}
+
+/// Who is calling a wallet route: put in the request by the credential check.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// The wallet credential: a backend acting for any user.
+    Backend,
+    /// A session: one user in one activity.
+    Session(Session),
+}
+
+impl Caller {
+    /// Whether this caller may act for `user_id` in `activity_id`.
+    fn may_act(&self, user_id: &str, activity_id: &str) -> Result<(), ApiError> {
+        let Self::Session(s) = self else {
+            return Ok(());
+        };
+        if s.user_id != user_id {
+            return Err(ApiError::unauthorized(
+                "session_other_user",
+                "this session is for another user",
+            ));
+        }
+        if s.activity_id != activity_id {
+            return Err(ApiError::unauthorized(
+                "session_other_activity",
+                "this session is for another activity",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// An API error: status, stable code, reason.
@@ -70,6 +129,14 @@ impl ApiError {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",
+            reason: reason.into(),
+        }
+    }
+
+    fn unauthorized(code: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            code,
             reason: reason.into(),
         }
     }
@@ -243,9 +310,11 @@ fn check_ids(st: &HttpState, user_id: &str, activity_id: &str, n: usize) -> Resu
 
 async fn validate(
     State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<TokensBody>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Json(b) = body?;
+    caller.may_act(&b.user_id, &b.activity_id)?;
     check_ids(&st, &b.user_id, &b.activity_id, b.tokens.len())?;
     let mut results = Vec::with_capacity(b.tokens.len());
     for t in &b.tokens {
@@ -270,7 +339,13 @@ fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value
     json!({
         "user_id": user_id,
         "activity_id": activity_id,
-        "pending": views(&r.pending),
+        "pending": r.pending.iter().map(|t| {
+            let mut v = json!(TokenView::from(t));
+            if let Some(sealed) = r.sealed.get(&t.trade_no) {
+                v["sealed"] = json!(sealed);
+            }
+            v
+        }).collect::<Vec<_>>(),
         "credited": views(&r.credited),
         "unknown": views(&r.unknown),
         "illegal": r.illegal,
@@ -282,10 +357,12 @@ fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value
 
 async fn rewards_get(
     State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
     Path(user_id): Path<String>,
     q: Result<Query<ActivityQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = q?;
+    caller.may_act(&user_id, &q.activity_id)?;
     check_ids(&st, &user_id, &q.activity_id, 0)?;
     let r = st.service.rewards(&user_id, &q.activity_id, &[]).await?;
     Ok(Json(page_json(&user_id, &q.activity_id, &r)))
@@ -293,10 +370,12 @@ async fn rewards_get(
 
 async fn rewards_post(
     State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
     Path(user_id): Path<String>,
     body: Result<Json<KeptBody>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Json(b) = body?;
+    caller.may_act(&user_id, &b.activity_id)?;
     check_ids(&st, &user_id, &b.activity_id, b.tokens.len())?;
     let r = st
         .service
@@ -307,9 +386,11 @@ async fn rewards_post(
 
 async fn withdraw(
     State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<TokensBody>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Json(b) = body?;
+    caller.may_act(&b.user_id, &b.activity_id)?;
     check_ids(&st, &b.user_id, &b.activity_id, b.tokens.len())?;
     // Withdrawal grants: like the gRPC handlers, finish them even if the wallet
     // frontend goes away (see crate::grpc, "A caller that goes away").
@@ -340,6 +421,59 @@ async fn withdraw(
     ))
 }
 
+async fn whoami(
+    State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
+) -> Json<serde_json::Value> {
+    Json(match caller {
+        Caller::Backend => json!({"caller": "backend", "max_tokens": st.max_tokens}),
+        Caller::Session(s) => json!({
+            "caller": "session",
+            "user_id": s.user_id,
+            "activity_id": s.activity_id,
+            "expires_at_ms": s.expires_at_ms,
+            "max_tokens": st.max_tokens,
+        }),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MintBody {
+    user_id: String,
+    activity_id: String,
+    ttl_secs: u64,
+}
+
+async fn mint(
+    State(st): State<Arc<HttpState>>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<MintBody>, JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(b) = body?;
+    if let Caller::Session(_) = caller {
+        return Err(ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            reason: "a session cannot mint sessions".into(),
+        });
+    }
+    let codec = st.sessions.as_ref().ok_or(ApiError {
+        status: StatusCode::NOT_IMPLEMENTED,
+        code: "sessions_off",
+        reason: "this service has no session keys".into(),
+    })?;
+    let now = u64::try_from(reward_runtime::clock::now_ms()).unwrap_or(0);
+    let ttl = std::time::Duration::from_secs(b.ttl_secs);
+    let session = codec
+        .mint(&b.user_id, &b.activity_id, ttl, now)
+        .map_err(|e| ApiError::bad(e.to_string()))?;
+    Ok(Json(json!({
+        "session": session,
+        "expires_at_ms": now.saturating_add(b.ttl_secs.saturating_mul(1000)),
+    })))
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -361,8 +495,88 @@ pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
 }
 
-async fn auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
-    check(&st.credential, req, next).await
+/// The wallet routes' check: the wallet credential (a backend) or a session.
+async fn auth(State(st): State<Arc<HttpState>>, mut req: Request, next: Next) -> Response {
+    let caller = match caller_of(&st, req.headers()) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+fn caller_of(st: &HttpState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let missing = || {
+        ApiError::unauthorized(
+            "unauthorized",
+            "a valid `Authorization: Bearer <credential or session>` header is required",
+        )
+    };
+    let presented = bearer(headers).ok_or_else(missing)?;
+    if st.credential.matches(presented) {
+        return Ok(Caller::Backend);
+    }
+    let text = std::str::from_utf8(presented).map_err(|_| missing())?;
+    if !text.starts_with(sdk::session::PREFIX) {
+        return Err(missing());
+    }
+    let codec = st.sessions.as_ref().ok_or_else(|| {
+        ApiError::unauthorized("session_invalid", "this service does not accept sessions")
+    })?;
+    let now = u64::try_from(reward_runtime::clock::now_ms()).unwrap_or(0);
+    match codec.verify(text, now) {
+        Ok(s) => Ok(Caller::Session(s)),
+        Err(e @ SessionError::Expired { .. }) => {
+            Err(ApiError::unauthorized("session_expired", e.to_string()))
+        }
+        Err(e) => Err(ApiError::unauthorized("session_invalid", e.to_string())),
+    }
+}
+
+/// CORS for the configured origins (see the module docs).
+async fn cors(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let allowed = origin.as_ref().filter(|o| {
+        st.cors_origins
+            .iter()
+            .any(|a| a.as_bytes() == o.as_bytes())
+    });
+    let preflight = req.method() == axum::http::Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp = match (preflight, allowed) {
+        (true, None) => ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "origin_not_allowed",
+            reason: "this origin may not call the wallet API".into(),
+        }
+        .into_response(),
+        (true, Some(_)) => {
+            let mut r = StatusCode::NO_CONTENT.into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                header::HeaderValue::from_static("GET, POST"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                header::HeaderValue::from_static("authorization, content-type"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                header::HeaderValue::from_static("600"),
+            );
+            r
+        }
+        (false, _) => next.run(req).await,
+    };
+    let h = resp.headers_mut();
+    h.append(header::VARY, header::HeaderValue::from_static("origin"));
+    if let Some(o) = allowed {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+    }
+    resp
 }
 
 async fn metrics_auth(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
@@ -372,11 +586,10 @@ async fn metrics_auth(State(st): State<Arc<HttpState>>, req: Request, next: Next
 async fn check(credential: &Credential, req: Request, next: Next) -> Response {
     match bearer(req.headers()) {
         Some(t) if credential.matches(t) => next.run(req).await,
-        _ => ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            code: "unauthorized",
-            reason: "a valid `Authorization: Bearer <credential>` header is required".into(),
-        }
+        _ => ApiError::unauthorized(
+            "unauthorized",
+            "a valid `Authorization: Bearer <credential>` header is required",
+        )
         .into_response(),
     }
 }
@@ -396,9 +609,13 @@ pub fn router(
             get(rewards_get).post(rewards_post),
         )
         .route("/v1/withdraw", post(withdraw))
-        .route_layer(middleware::from_fn_with_state(st.clone(), auth));
+        .route("/v1/session", get(whoami))
+        .route("/v1/sessions", post(mint))
+        .route_layer(middleware::from_fn_with_state(st.clone(), auth))
+        .layer(middleware::from_fn_with_state(st.clone(), cors));
     Router::new()
         .merge(api)
+        .merge(crate::page::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(metrics.map_or_else(Router::new, |h| {

@@ -18,6 +18,7 @@ pub mod downstream;
 pub mod grant;
 pub mod grpc;
 pub mod http;
+pub mod page;
 pub mod server;
 pub mod service;
 pub mod sweeper;

@@ -294,6 +294,8 @@ fn spawn_http(
                 .clone()
                 .unwrap_or_else(|| cfg.credential.clone()),
             max_tokens: s.max_tokens_per_request,
+            sessions: cfg.wallet.sessions.clone(),
+            cors_origins: cfg.wallet.cors_origins.clone(),
         },
         s.max_body_bytes,
         metrics,

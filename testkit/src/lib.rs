@@ -14,6 +14,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure is a panic
 
+pub mod browser;
 pub mod readback;
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,10 @@ use std::num::NonZeroU32;
 
 use reward_runtime::credential::Credential;
 
-use super::{ConfigError, DownstreamConfig, RawClaims, RawDownstream, RawServer, ServerConfig};
+use super::{
+    ConfigError, DownstreamConfig, RawClaims, RawDownstream, RawServer, RawWallet, ServerConfig,
+    WalletConfig,
+};
 use crate::claim::ClaimConfig;
 
 fn addr(what: &str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {
@@ -217,4 +220,61 @@ pub(super) fn credentials(
 /// The credential in `var`, or in the file `{var}_FILE` names.
 fn credential_named(env: &[(String, String)], var: &str) -> Result<Credential, ConfigError> {
     Credential::from_env(env, var).map_err(|e| ConfigError::Credential(e.to_string()))
+}
+
+/// The `[wallet]` section: the session key ring (the file named, else the env) and
+/// the CORS origins, checked.
+pub(super) fn wallet_config(
+    raw: RawWallet,
+    env: &[(String, String)],
+) -> Result<WalletConfig, ConfigError> {
+    use sdk::session::{CURRENT_KEY_ENV, KEYS_ENV, KEYS_FILE_ENV};
+    use sdk::token::KeyRing;
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, v)| n == k && !v.trim().is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let bad = |e: sdk::token::KeyRingError| ConfigError::Invalid(format!("session keys: {e}"));
+    let current = match get(CURRENT_KEY_ENV) {
+        Some(v) => Some(v.trim().parse().map_err(|_| {
+            ConfigError::Invalid(format!("{CURRENT_KEY_ENV} is not a number 0..=65535"))
+        })?),
+        None => None,
+    };
+    let ring = match (raw.session_keys_file, get(KEYS_ENV), get(KEYS_FILE_ENV)) {
+        (Some(path), _, _) => Some(KeyRing::from_file(&path, current).map_err(bad)?),
+        (None, Some(text), _) => {
+            let text = zeroize::Zeroizing::new(text);
+            Some(KeyRing::parse(&text, current).map_err(bad)?)
+        }
+        (None, None, Some(path)) => {
+            Some(KeyRing::from_file(std::path::Path::new(&path), current).map_err(bad)?)
+        }
+        (None, None, None) => None,
+    };
+    for o in &raw.cors_origins {
+        check_origin(o).map_err(|why| {
+            ConfigError::Invalid(format!("wallet.cors_origins: {o:?} {why}"))
+        })?;
+    }
+    Ok(WalletConfig {
+        sessions: ring.map(sdk::session::SessionCodec::new),
+        cors_origins: raw.cors_origins,
+    })
+}
+
+/// An origin as a browser sends it: `http(s)://host[:port]`, nothing after.
+fn check_origin(o: &str) -> Result<(), &'static str> {
+    let rest = o
+        .strip_prefix("https://")
+        .or_else(|| o.strip_prefix("http://"))
+        .ok_or("must start with https:// or http:// (`*` is not allowed)")?;
+    if rest.is_empty()
+        || rest.contains(['/', '?', '#', '@', '*'])
+        || !rest.chars().all(|c| c.is_ascii_graphic())
+    {
+        return Err("must be scheme://host[:port] with no path, user or wildcard");
+    }
+    Ok(())
 }

@@ -44,6 +44,9 @@ pub struct Rewards {
     pub expired: usize,
     /// Per reward type: (pending, credited) amounts.
     pub balance: BTreeMap<String, (i64, i64)>,
+    /// The sealed text of each pending token, by trade number: what a withdrawal
+    /// presents (the user's own tokens, as `send_reward` returned them).
+    pub sealed: BTreeMap<String, String>,
 }
 
 impl Service {
@@ -168,6 +171,7 @@ impl Service {
                         if credited {
                             out.credited.push(t);
                         } else {
+                            out.sealed.insert(t.trade_no.clone(), sealed.clone());
                             out.pending.push(t);
                         }
                     }
@@ -187,7 +191,10 @@ impl Service {
             }
             match c.validity {
                 TokenValidity::Legal if c.credited => out.credited.push(t),
-                TokenValidity::Legal => out.pending.push(t),
+                TokenValidity::Legal => {
+                    out.sealed.insert(t.trade_no.clone(), sealed.clone());
+                    out.pending.push(t);
+                }
                 TokenValidity::Expired => out.expired += 1,
                 _ => out.unknown.push(t),
             }
@@ -212,6 +219,9 @@ impl Service {
             }
         }
         out.pending = still_pending;
+        let pending: std::collections::HashSet<&str> =
+            out.pending.iter().map(|t| t.trade_no.as_str()).collect();
+        out.sealed.retain(|k, _| pending.contains(k.as_str()));
         for t in &out.pending {
             out.balance.entry(t.reward_type.clone()).or_default().0 += t.amount;
         }
