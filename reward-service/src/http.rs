@@ -60,8 +60,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use sdk::session::{Session, SessionCodec, SessionError};
 use proto::v1::{GrantOutcome, GrantResult, RewardToken, TokenValidity};
+use sdk::session::{Session, SessionCodec, SessionError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -536,11 +536,9 @@ fn caller_of(st: &HttpState, headers: &HeaderMap) -> Result<Caller, ApiError> {
 /// CORS for the configured origins (see the module docs).
 async fn cors(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let allowed = origin.as_ref().filter(|o| {
-        st.cors_origins
-            .iter()
-            .any(|a| a.as_bytes() == o.as_bytes())
-    });
+    let allowed = origin
+        .as_ref()
+        .filter(|o| st.cors_origins.iter().any(|a| a.as_bytes() == o.as_bytes()));
     let preflight = req.method() == axum::http::Method::OPTIONS
         && req
             .headers()

@@ -312,6 +312,16 @@
   }
 
   async function start() {
+    state.who = null;
+    state.page = null;
+    $("problem").hidden = true;
+    $("problem").dataset.code = "";
+    $("wallet").hidden = true;
+    $("keep").hidden = true;
+    $("results-box").hidden = true;
+    $("who").textContent = "";
+    $("main").setAttribute("aria-busy", "true");
+    status("Loading your rewards…");
     state.session = takeSession();
     if (!state.session) {
       fail(new ApiError(401, "unauthorized", "no session"));
@@ -381,6 +391,10 @@
     $("retry").addEventListener("click", () => (state.who ? refresh() : start()));
     $("withdraw").addEventListener("click", withdraw);
     $("add-form").addEventListener("submit", addCode);
+    // A new wallet link opened in this tab changes only the fragment: start over.
+    window.addEventListener("hashchange", () => {
+      if (/(?:^|[#&])session=/.test(location.hash)) start();
+    });
     window.addEventListener("online", () => (state.who ? refresh() : start()));
     window.addEventListener("offline", () => status("You are offline. Your rewards are safe; they will show when you are back online.", "offline"));
     start();

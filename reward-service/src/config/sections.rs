@@ -254,9 +254,8 @@ pub(super) fn wallet_config(
         (None, None, None) => None,
     };
     for o in &raw.cors_origins {
-        check_origin(o).map_err(|why| {
-            ConfigError::Invalid(format!("wallet.cors_origins: {o:?} {why}"))
-        })?;
+        check_origin(o)
+            .map_err(|why| ConfigError::Invalid(format!("wallet.cors_origins: {o:?} {why}")))?;
     }
     Ok(WalletConfig {
         sessions: ring.map(sdk::session::SessionCodec::new),
