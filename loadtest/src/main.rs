@@ -10,6 +10,7 @@ use loadtest::cli::bench::{
 use loadtest::cli::clean::{CleanArgs, clean_cmd};
 use loadtest::cli::replay::{ReconcileArgs, ReplayArgs, reconcile_cmd, replay_cmd};
 use loadtest::cli::smoke::{SmokeArgs, smoke_cmd};
+use loadtest::cli::wallet::{WalletArgs, wallet_cmd};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free took
 /// about a third of this process's CPU (docs/allocator.md).
@@ -62,6 +63,11 @@ enum Command {
     /// as cleaned). Topics are left to the brokers' retention.
     #[command(verbatim_doc_comment)]
     Clean(CleanArgs),
+    /// Serve the wallet page of one of a replay's users: starts a reward service on
+    /// the run's config, mints a wallet session for the user (default: the one who won
+    /// the most) and prints the page's URL; serves until Ctrl-C. `ops/main --wallet`
+    /// runs it after the replay.
+    Wallet(WalletArgs),
     /// Prove every server works: write N items through each real client library,
     /// read every one back, check exact counts, print rates. Exits non-zero on any
     /// failure, naming the server and the command that starts it.
@@ -124,6 +130,7 @@ async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Replay(args) => replay_cmd(args).await,
         Command::Clean(args) => clean_cmd(args).await,
+        Command::Wallet(args) => wallet_cmd(args).await,
         Command::Reconcile(args) => reconcile_cmd(args).await,
         Command::ConsumerBench(args) => consumer_bench_cmd(args).await,
         Command::GrantBench(args) => grant_bench_cmd(args).await,

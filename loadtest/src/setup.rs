@@ -396,7 +396,8 @@ pub async fn prepare(
     Ok(setup)
 }
 
-fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// Writes a secret file, readable by its owner only.
+pub(crate) fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = std::fs::OpenOptions::new()

@@ -466,6 +466,11 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
     assert!(dom.contains("<td>tokens given up</td><td class=\"num\">0</td>"));
     assert!(!dom.contains("{\"accepted\""), "a JSON dump in the page");
 
+    // The wallet page of one of the run's users (`loadtest wallet`, what `ops/main
+    // --wallet` runs): the URL it prints opens that user's wallet, every reward of the
+    // run credited, none pending.
+    wallet_of_a_run(&env, &dir).await;
+
     // Plant a double credit of one sent reward: reconcile must now fail, naming it.
     // (No chaos test may stop Redis meanwhile.)
     let _stack = STACK
@@ -610,6 +615,112 @@ fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() 
 }
 
 /// `(series, value)` of a Prometheus text scrape.
+/// `loadtest wallet DIR --user U` for the first user of `sent.tsv`: the printed URL's
+/// session opens U's wallet, which lists every reward U won in the run as credited;
+/// SIGTERM stops it cleanly.
+async fn wallet_of_a_run(env: &[(String, String)], dir: &Path) {
+    use tokio::io::AsyncBufReadExt as _;
+    let sent = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
+    let user = sent
+        .lines()
+        .next()
+        .unwrap()
+        .split('\t')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let mut trades: Vec<&str> = sent
+        .lines()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|f| f[1] == user)
+        .map(|f| f[0])
+        .collect();
+    trades.sort_unstable();
+    trades.dedup();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "wallet",
+            dir.to_str().unwrap(),
+            "--user",
+            &user,
+            "--ttl-secs",
+            "300",
+        ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            said.push(line.clone());
+            if let Some(u) = line.trim().strip_prefix("http://") {
+                return format!("http://{u}");
+            }
+        }
+        panic!("loadtest wallet ended without a URL: {said:?}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("loadtest wallet printed no URL in 120 s"));
+    let (base, session) = url.split_once("/wallet/#session=").unwrap();
+    let client = reqwest::Client::new();
+    let page = client.get(format!("{base}/wallet/")).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let who: serde_json::Value = client
+        .get(format!("{base}/v1/session"))
+        .bearer_auth(session)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(who["user_id"], user.as_str(), "{who}");
+    let activity = who["activity_id"].as_str().unwrap().to_string();
+    let rewards: serde_json::Value = client
+        .post(format!("{base}/v1/users/{user}/rewards"))
+        .bearer_auth(session)
+        .json(&serde_json::json!({"activity_id": activity, "tokens": []}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut credited: Vec<&str> = rewards["credited"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["trade_no"].as_str().unwrap())
+        .collect();
+    credited.sort_unstable();
+    assert_eq!(credited, trades, "{rewards}");
+    assert_eq!(rewards["pending"], serde_json::json!([]));
+    // Another user's wallet is closed to this session.
+    let other = client
+        .get(format!(
+            "{base}/v1/users/{user}x/rewards?activity_id={activity}"
+        ))
+        .bearer_auth(session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status().as_u16(), 401);
+    let pid = child.id().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait())
+        .await
+        .expect("loadtest wallet did not stop on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "loadtest wallet: {status}");
+}
+
 fn scrape_file(path: &Path) -> Vec<(String, f64)> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
