@@ -34,6 +34,10 @@
 //! archive = "/var/tmp/reward-service/failures.jsonl"
 //! queue = "failures"             # the SDK virtual queue of the failure topic
 //!
+//! [wallet]                       # see WalletConfig: per-user sessions, CORS
+//! session_keys_file = "/etc/reward/session-keys"   # else REWARD_SESSION_KEYS[_FILE]
+//! cors_origins = ["https://wallet.example.com"]
+//!
 //! [sdk]                          # the SDK's own config (token store, queues); the
 //! # ...                          # service uses its Redis, keys and virtual queue
 //! ```

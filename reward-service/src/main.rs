@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Credits each trade number exactly once, within budget: gRPC `Grant`, `GrantAsync`,
 /// `GrantBatch` for activity services and consumers; HTTP/JSON token validation,
-/// reward listing and withdrawal for wallet frontends.
+/// reward listing and withdrawal for wallet frontends and the reference wallet page.
 ///
 /// Needs, from the environment (never from the config file):
 ///   REWARD_SERVICE_TOKEN or REWARD_SERVICE_TOKEN_FILE   the grant credential: gRPC
@@ -25,6 +25,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///                                                       /metrics alone (else the grant
 ///                                                       credential opens it)
 ///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the token key ring (as the SDK)
+///   REWARD_SESSION_KEYS or REWARD_SESSION_KEYS_FILE     optional: the wallet session key
+///                                                       ring (else [wallet]
+///                                                       session_keys_file); without one,
+///                                                       browsers' sessions are refused
+/// The wallet page is served at /wallet/ (docs/wallet.md).
 /// Overrides: REWARD_SERVICE__SECTION__KEY=value for any config key,
 /// REWARD_SDK__SECTION__KEY=value inside the [sdk] section.
 /// Stops on SIGTERM or Ctrl-C: calls in flight finish (server.shutdown_grace_ms), then

@@ -200,3 +200,68 @@ fn downstream_promises_and_ceilings_are_read_and_urls_never_echoed() {
         .to_string();
     assert!(e.contains("status_url") && !e.contains("pw-secret"), "{e}");
 }
+
+#[test]
+fn wallet_sessions_and_origins_are_checked() {
+    // No session keys: sessions are off, the service still starts.
+    let c = ServiceConfig::from_toml_str(DOC, &env(&[])).unwrap();
+    assert!(c.wallet.sessions.is_none());
+    assert!(c.wallet.cors_origins.is_empty());
+    // Keys from the environment (text form), with the minting key chosen.
+    let ring = sdk::token::KeyRing::random(2).to_text();
+    let c = ServiceConfig::from_toml_str(
+        DOC,
+        &env(&[
+            ("REWARD_SESSION_KEYS", ring.as_str()),
+            ("REWARD_SESSION_CURRENT_KEY", "1"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.wallet.sessions.as_ref().map(|s| s.ring().current_id()),
+        Some(1)
+    );
+    // The key material never reaches the config's Debug.
+    let shown = format!("{c:?}");
+    for line in ring.lines() {
+        let key = line.split_once(':').unwrap().1;
+        assert!(!shown.contains(key), "a session key in Debug");
+    }
+    for (extra, env_extra, want) in [
+        (
+            "[wallet]\ncors_origins = [\"*\"]\n",
+            vec![],
+            "must start with https://",
+        ),
+        (
+            "[wallet]\ncors_origins = [\"https://a.example/path\"]\n",
+            vec![],
+            "no path",
+        ),
+        (
+            "[wallet]\nsession_keys_file = \"/nonexistent/keys\"\n",
+            vec![],
+            "session keys: cannot read key file /nonexistent/keys",
+        ),
+        (
+            "",
+            vec![("REWARD_SESSION_KEYS", "1:c2hvcnQ=")],
+            "exactly 32 bytes",
+        ),
+        (
+            "",
+            vec![
+                ("REWARD_SESSION_KEYS", ring.as_str()),
+                ("REWARD_SESSION_CURRENT_KEY", "9"),
+            ],
+            "session keys: current key id 9",
+        ),
+    ] {
+        let doc = format!("{extra}{DOC}");
+        let err = ServiceConfig::from_toml_str(&doc, &env(&env_extra))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains(ring.lines().next().unwrap().split_once(':').unwrap().1));
+    }
+}

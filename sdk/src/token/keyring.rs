@@ -44,7 +44,7 @@ pub enum KeyRingError {
         file: &'static str,
     },
     /// The key file cannot be read.
-    #[error("cannot read token key file {path}: {reason}")]
+    #[error("cannot read key file {path}: {reason}")]
     File {
         /// The path.
         path: String,
@@ -52,7 +52,7 @@ pub enum KeyRingError {
         reason: String,
     },
     /// An entry is not `id:base64`.
-    #[error("token key entry {entry} is malformed: {reason}")]
+    #[error("key entry {entry} is malformed: {reason}")]
     Malformed {
         /// 1-based position of the entry (its text is not repeated: it may hold a key).
         entry: usize,
@@ -60,13 +60,13 @@ pub enum KeyRingError {
         reason: &'static str,
     },
     /// The same id twice.
-    #[error("token key id {0} appears twice")]
+    #[error("key id {0} appears twice")]
     DuplicateId(KeyId),
     /// No entries.
-    #[error("the token key ring is empty")]
+    #[error("the key ring is empty")]
     Empty,
     /// The chosen current key is not in the ring.
-    #[error("current token key id {0} is not in the ring")]
+    #[error("current key id {0} is not in the ring")]
     UnknownCurrent(KeyId),
 }
 
