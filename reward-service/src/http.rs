@@ -5,15 +5,15 @@
 //! | `POST /v1/tokens/validate` | `{user_id, activity_id, tokens[]}` | `{results: [{validity, token?, credited, reason?}]}` per token, in order |
 //! | `GET /v1/users/{user_id}/rewards?activity_id=` | - | the wallet page (below) |
 //! | `POST /v1/users/{user_id}/rewards` | `{activity_id, tokens[]}` | the page, merged with the tokens the client kept |
-//! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited}` |
-//! | `GET /v1/session` | - | `{caller: "session", user_id, activity_id, expires_at_ms, max_tokens}` (or `{caller: "backend", max_tokens}`) |
+//! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited_now_amount}` |
+//! | `GET /v1/session` | - | `{caller: "session", user_id, activity_id, expires_at_ms, max_tokens, max_body_bytes}` (or `{caller: "backend", ...}`): who calls, and the request limits |
 //! | `POST /v1/sessions` | `{user_id, activity_id, ttl_secs}` | `{session, expires_at_ms}`: a session minted for a wallet backend (wallet credential only) |
 //! | `GET /wallet/` | - | the reference wallet page (`reward-service/wallet/`, see [`crate::page`]) |
 //! | `GET /healthz` | - | 200 while the process serves |
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
 //! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the metrics credential (`REWARD_METRICS_TOKEN`, else the grant credential), never the wallet's: budgets are not for wallet frontends |
 //!
-//! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, balance: {type:
+//! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, expired_trade_nos[], balance: {type:
 //! {pending, credited, total}}}`; `balance` is what the page shows the user per
 //! reward type: the credited amount plus what is on its way. Each pending entry
 //! carries `sealed`, the token's text, which a withdrawal presents.
@@ -79,6 +79,8 @@ pub struct HttpState {
     pub metrics_credential: Credential,
     /// Most tokens per request.
     pub max_tokens: usize,
+    /// Largest request body (bytes); larger get 413.
+    pub max_body_bytes: usize,
     /// The session verifier (and minter), when sessions are on.
     pub sessions: Option<SessionCodec>,
     /// Origins answered with CORS headers.
@@ -351,6 +353,7 @@ fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value
         "illegal": r.illegal,
         "unreadable": r.unreadable,
         "expired": r.expired,
+        "expired_trade_nos": r.expired_trade_nos,
         "balance": balance,
     })
 }
@@ -426,13 +429,18 @@ async fn whoami(
     Extension(caller): Extension<Caller>,
 ) -> Json<serde_json::Value> {
     Json(match caller {
-        Caller::Backend => json!({"caller": "backend", "max_tokens": st.max_tokens}),
+        Caller::Backend => json!({
+            "caller": "backend",
+            "max_tokens": st.max_tokens,
+            "max_body_bytes": st.max_body_bytes,
+        }),
         Caller::Session(s) => json!({
             "caller": "session",
             "user_id": s.user_id,
             "activity_id": s.activity_id,
             "expires_at_ms": s.expires_at_ms,
             "max_tokens": st.max_tokens,
+            "max_body_bytes": st.max_body_bytes,
         }),
     })
 }
@@ -450,7 +458,6 @@ async fn mint(
     Extension(caller): Extension<Caller>,
     body: Result<Json<MintBody>, JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Json(b) = body?;
     if let Caller::Session(_) = caller {
         return Err(ApiError {
             status: StatusCode::FORBIDDEN,
@@ -458,6 +465,7 @@ async fn mint(
             reason: "a session cannot mint sessions".into(),
         });
     }
+    let Json(b) = body?;
     let codec = st.sessions.as_ref().ok_or(ApiError {
         status: StatusCode::NOT_IMPLEMENTED,
         code: "sessions_off",

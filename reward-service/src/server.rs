@@ -171,6 +171,17 @@ pub async fn serve_with_metrics(
     let grpc = spawn_grpc(service.clone(), cfg, grpc_listener, stopped.clone());
     let http = spawn_http(service.clone(), cfg, http_listener, metrics, stopped);
     tracing::info!(%grpc_addr, %http_addr, "reward service serving");
+    match &cfg.wallet.sessions {
+        Some(c) => tracing::info!(
+            key_ids = ?c.ring().ids().collect::<Vec<_>>(),
+            minting_key = c.ring().current_id(),
+            cors_origins = ?cfg.wallet.cors_origins,
+            "wallet sessions on: the page at /wallet/ works"
+        ),
+        None => tracing::warn!(
+            "wallet sessions off (no session keys): browsers' sessions are refused, only the wallet credential opens the wallet routes"
+        ),
+    }
     Ok(Running {
         grpc_addr,
         http_addr,
@@ -294,6 +305,7 @@ fn spawn_http(
                 .clone()
                 .unwrap_or_else(|| cfg.credential.clone()),
             max_tokens: s.max_tokens_per_request,
+            max_body_bytes: s.max_body_bytes,
             sessions: cfg.wallet.sessions.clone(),
             cors_origins: cfg.wallet.cors_origins.clone(),
         },

@@ -5,13 +5,18 @@
 (function () {
   const SESSION_KEY = "reward-wallet:session";
   const $ = (id) => document.getElementById(id);
-  const state = { session: null, who: null, page: null, busy: false };
+  // `gen` counts starts: a load begun for an earlier session never renders.
+  const state = { session: null, who: null, page: null, busy: false, gen: 0 };
+  // What a reward code looks like (base64url of a sealed token); anything else is
+  // refused when added, so one bad entry cannot make every later load fail.
+  const CODE = /^[A-Za-z0-9_-]{16,4096}$/;
 
   // ---- session: from the fragment once, then from this tab's storage ----
   function takeSession() {
     const m = /(?:^|[#&])session=([^&]+)/.exec(location.hash);
     if (m) {
-      const s = decodeURIComponent(m[1]);
+      let s;
+      try { s = decodeURIComponent(m[1]); } catch (_) { s = m[1]; }
       try { sessionStorage.setItem(SESSION_KEY, s); } catch (_) { /* private mode */ }
       // The session leaves the address bar (and any bookmark or screen share).
       history.replaceState(null, "", location.pathname + location.search);
@@ -27,7 +32,7 @@
   function kept() {
     try {
       const v = JSON.parse(localStorage.getItem(keptKey()) || "[]");
-      return Array.isArray(v) ? v.filter((t) => typeof t === "string" && t.length > 0) : [];
+      return Array.isArray(v) ? v.filter((t) => typeof t === "string" && CODE.test(t)) : [];
     } catch (_) {
       return [];
     }
@@ -75,10 +80,30 @@
     return data;
   }
 
-  function chunks(list, n) {
+  // Batches within the service's limits: at most `max_tokens` codes and, with room
+  // for the rest of the body, `max_body_bytes`.
+  function chunks(list) {
+    const n = Math.max(1, state.who.max_tokens || 1);
+    const bytes = Math.max(1024, (state.who.max_body_bytes || 16384) - 1024);
     const out = [];
-    for (let i = 0; i < list.length; i += n) out.push(list.slice(i, i + n));
+    let cur = [];
+    let size = 0;
+    for (const t of list) {
+      if (cur.length > 0 && (cur.length >= n || size + t.length + 3 > bytes)) {
+        out.push(cur);
+        cur = [];
+        size = 0;
+      }
+      cur.push(t);
+      size += t.length + 3;
+    }
+    if (cur.length > 0) out.push(cur);
     return out;
+  }
+
+  // A user id as one path segment ("." and ".." would be folded by the browser).
+  function segment(id) {
+    return encodeURIComponent(id).replace(/\./g, "%2E");
   }
 
   // The server's list merged with every kept code. The first batch of kept codes
@@ -86,14 +111,13 @@
   // one by one and merged here the same way, by trade number.
   async function load() {
     const who = state.who;
-    const limit = Math.max(1, who.max_tokens || 1);
-    const codes = kept();
-    const [first, ...rest] = chunks(codes, limit);
-    const page = await api("POST", "/v1/users/" + encodeURIComponent(who.user_id) + "/rewards", {
+    const [first, ...rest] = chunks(kept());
+    const page = await api("POST", "/v1/users/" + segment(who.user_id) + "/rewards", {
       activity_id: who.activity_id,
       tokens: first || [],
     });
     const seen = new Set(page.pending.concat(page.credited).map((t) => t.trade_no));
+    (page.expired_trade_nos || []).forEach((t) => seen.add(t));
     const unknown = new Set(page.unknown.map((t) => t.trade_no));
     for (const batch of rest) {
       const v = await api("POST", "/v1/tokens/validate", {
@@ -276,44 +300,52 @@
       status("You are offline. Your rewards are safe; they will show when you are back online.", "offline");
       showProblem("You are offline", "Nothing is lost: every reward you won is kept for you. This page reloads when the connection is back.", true);
       $("problem").dataset.code = "offline";
-      return;
-    }
-    const r = e instanceof ApiError ? refused(e) : null;
-    if (r) {
+    } else if (e instanceof ApiError && refused(e)) {
+      const r = refused(e);
       status(r[0] + ".", "refused");
       showProblem(r[0], r[1], false);
       $("problem").dataset.code = e.code;
       $("wallet").hidden = true;
       $("keep").hidden = true;
-      return;
+    } else {
+      status("Your rewards could not be loaded.", "error");
+      const why = e instanceof ApiError && e.status === 503
+        ? "The service is busy. Your rewards are safe; try again in a moment."
+        : "Something went wrong on our side (" + (e.code || e.message) + "). Your rewards are safe.";
+      showProblem("Could not load your rewards", why, true);
+      $("problem").dataset.code = (e && e.code) || "error";
     }
-    status("Your rewards could not be loaded.", "error");
-    const why = e instanceof ApiError && e.status === 503
-      ? "The service is busy. Your rewards are safe; try again in a moment."
-      : "Something went wrong on our side (" + (e.code || e.message) + "). Your rewards are safe.";
-    showProblem("Could not load your rewards", why, true);
-    $("problem").dataset.code = (e && e.code) || "error";
+    // Keyboard and screen-reader users land on what went wrong.
+    $("problem-title").focus();
   }
 
+  // Loads and shows the wallet; false when it could not (the problem is shown), or
+  // when a newer start made this load moot.
   async function refresh(message) {
+    const gen = state.gen;
     $("main").setAttribute("aria-busy", "true");
     status(message || "Loading your rewards…");
     try {
       const page = await load();
+      if (gen !== state.gen) return false;
       $("problem").hidden = true;
       render(page);
       const total = page.pending.length + page.credited.length;
       status(total === 0 ? "No rewards yet." : "Showing " + total + (total === 1 ? " reward." : " rewards."), "ready");
+      return true;
     } catch (e) {
-      fail(e);
+      if (gen === state.gen) fail(e);
+      return false;
     } finally {
-      $("main").setAttribute("aria-busy", "false");
+      if (gen === state.gen) $("main").setAttribute("aria-busy", "false");
     }
   }
 
   async function start() {
+    const gen = ++state.gen;
     state.who = null;
     state.page = null;
+    state.busy = false;
     $("problem").hidden = true;
     $("problem").dataset.code = "";
     $("wallet").hidden = true;
@@ -327,44 +359,56 @@
       fail(new ApiError(401, "unauthorized", "no session"));
       return;
     }
+    let who;
     try {
-      state.who = await api("GET", "/v1/session");
+      who = await api("GET", "/v1/session");
     } catch (e) {
-      fail(e);
+      if (gen === state.gen) fail(e);
       return;
     }
-    if (state.who.caller !== "session") {
+    if (gen !== state.gen) return;
+    if (who.caller !== "session") {
       fail(new ApiError(401, "session_invalid", "not a session"));
       return;
     }
-    $("who").textContent = "User " + state.who.user_id + " · " + state.who.activity_id;
+    state.who = who;
+    $("who").textContent = "User " + who.user_id + " · " + who.activity_id;
     await refresh();
   }
 
   async function withdraw() {
     const page = state.page;
     if (!page || state.busy || page.pending.length === 0) return;
+    const gen = state.gen;
+    const who = state.who;
     state.busy = true;
     $("withdraw").disabled = true;
+    $("main").setAttribute("aria-busy", "true");
     status("Withdrawing " + page.pending.length + (page.pending.length === 1 ? " reward…" : " rewards…"));
     const items = [];
     try {
       const tokens = page.pending.filter((t) => t.sealed).map((t) => t.sealed);
-      for (const batch of chunks(tokens, Math.max(1, state.who.max_tokens || 1))) {
+      for (const batch of chunks(tokens)) {
         const w = await api("POST", "/v1/withdraw", {
-          user_id: state.who.user_id, activity_id: state.who.activity_id, tokens: batch,
+          user_id: who.user_id, activity_id: who.activity_id, tokens: batch,
         });
         for (const it of w.items) if (it.token && it.result) items.push(it);
       }
-      renderResults(items);
-      const done = items.filter((i) => ["granted", "duplicate"].includes(i.result.outcome)).length;
-      state.busy = false;
-      await refresh();
-      status("Withdrawal: " + done + " of " + items.length + " credited.", "ready");
     } catch (e) {
+      if (gen !== state.gen) return;
       state.busy = false;
-      if (items.length > 0) renderResults(items);
+      // What was credited before the failure stays on screen.
+      renderResults(items);
       fail(e);
+      return;
+    }
+    if (gen !== state.gen) return;
+    state.busy = false;
+    renderResults(items);
+    const done = items.filter((i) => ["granted", "duplicate"].includes(i.result.outcome)).length;
+    if (await refresh()) {
+      status("Withdrawal: " + done + " of " + items.length + " credited.", "ready");
+      $("results-title").focus();
     }
   }
 
@@ -374,6 +418,11 @@
     const code = input.value.trim();
     if (!code) {
       status("Paste a reward code first.");
+      input.focus();
+      return;
+    }
+    if (!CODE.test(code)) {
+      status("That does not look like a reward code; nothing was saved.", "rejected");
       input.focus();
       return;
     }

@@ -25,9 +25,10 @@
 //! The same text form and rotation as the token keys ([`crate::token::KeyRing`]), in
 //! their own variables: `REWARD_SESSION_KEYS` or a file named by
 //! `REWARD_SESSION_KEYS_FILE`, `REWARD_SESSION_CURRENT_KEY` to pick the minting key.
-//! To rotate: add a key with a higher id to every verifier (the reward services),
-//! then to the minters; drop the old key once the longest session minted with it has
-//! expired ([`MAX_TTL`] at most).
+//! To rotate: add a key with a higher id everywhere with `REWARD_SESSION_CURRENT_KEY`
+//! pinned to the old id (the highest id would otherwise mint at once, before every
+//! verifier holds it), then unpin; drop the old key once the longest session minted
+//! with it has expired ([`MAX_TTL`] at most).
 //!
 //! # What a session does not do
 //! It cannot be revoked before its expiry (keep lifetimes short: minutes); it does not

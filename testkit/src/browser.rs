@@ -116,6 +116,15 @@ impl Browser {
                 let _ = driver.wait();
                 continue;
             }
+            // From here the driver belongs to a Browser, whose drop kills it even if
+            // the session cannot be made.
+            let mut b = Self {
+                driver,
+                base,
+                session: String::new(),
+                http,
+                _profile: profile,
+            };
             let caps = json!({"capabilities": {"alwaysMatch": {
                 "browserName": "chrome",
                 "goog:chromeOptions": {
@@ -125,12 +134,13 @@ impl Browser {
                         "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
                         "--force-device-scale-factor=1", "--lang=en-US",
                         format!("--window-size={},{}", size.0, size.1),
-                        format!("--user-data-dir={}", profile.display()),
+                        format!("--user-data-dir={}", b._profile.display()),
                     ],
                 },
             }}});
-            let resp = http
-                .post(format!("{base}/session"))
+            let resp = b
+                .http
+                .post(format!("{}/session", b.base))
                 .json(&caps)
                 .send()
                 .await
@@ -139,17 +149,10 @@ impl Browser {
                 .json()
                 .await
                 .unwrap_or_else(|e| panic!("chromedriver new session answer: {e}"));
-            let session = v["value"]["sessionId"]
+            b.session = v["value"]["sessionId"]
                 .as_str()
                 .unwrap_or_else(|| panic!("chromedriver did not start chromium: {v}"))
                 .to_string();
-            let b = Self {
-                driver,
-                base,
-                session,
-                http,
-                _profile: profile,
-            };
             b.resize(size).await;
             return b;
         }

@@ -242,6 +242,12 @@ pub(super) fn wallet_config(
         })?),
         None => None,
     };
+    if raw.session_keys_file.is_some() && (get(KEYS_ENV).is_some() || get(KEYS_FILE_ENV).is_some())
+    {
+        return Err(ConfigError::Invalid(format!(
+            "wallet.session_keys_file and {KEYS_ENV}/{KEYS_FILE_ENV} are both set: keep one source of session keys"
+        )));
+    }
     let ring = match (raw.session_keys_file, get(KEYS_ENV), get(KEYS_FILE_ENV)) {
         (Some(path), _, _) => Some(KeyRing::from_file(&path, current).map_err(bad)?),
         (None, Some(text), _) => {
@@ -263,17 +269,26 @@ pub(super) fn wallet_config(
     })
 }
 
-/// An origin as a browser sends it: `http(s)://host[:port]`, nothing after.
+/// An origin exactly as a browser sends it: `http(s)://host[:port]`, nothing after,
+/// lower case, no default port (a browser never sends `:443` for https), so an
+/// origin that would never match is refused at start-up instead.
 fn check_origin(o: &str) -> Result<(), &'static str> {
-    let rest = o
-        .strip_prefix("https://")
-        .or_else(|| o.strip_prefix("http://"))
-        .ok_or("must start with https:// or http:// (`*` is not allowed)")?;
+    let (rest, default_port) = match (o.strip_prefix("https://"), o.strip_prefix("http://")) {
+        (Some(r), _) => (r, ":443"),
+        (None, Some(r)) => (r, ":80"),
+        _ => return Err("must start with https:// or http:// (`*` is not allowed)"),
+    };
     if rest.is_empty()
         || rest.contains(['/', '?', '#', '@', '*'])
         || !rest.chars().all(|c| c.is_ascii_graphic())
     {
         return Err("must be scheme://host[:port] with no path, user or wildcard");
+    }
+    if rest.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err("must be lower case, as browsers send it");
+    }
+    if rest.ends_with(default_port) {
+        return Err("must leave out the scheme's default port, as browsers do");
     }
     Ok(())
 }

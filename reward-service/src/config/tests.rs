@@ -249,6 +249,21 @@ fn wallet_sessions_and_origins_are_checked() {
             "exactly 32 bytes",
         ),
         (
+            "[wallet]\ncors_origins = [\"https://Wallet.example\"]\n",
+            vec![],
+            "lower case",
+        ),
+        (
+            "[wallet]\ncors_origins = [\"https://wallet.example:443\"]\n",
+            vec![],
+            "default port",
+        ),
+        (
+            "[wallet]\nsession_keys_file = \"/k\"\n",
+            vec![("REWARD_SESSION_KEYS_FILE", "/k2")],
+            "keep one source",
+        ),
+        (
             "",
             vec![
                 ("REWARD_SESSION_KEYS", ring.as_str()),

@@ -42,6 +42,9 @@ pub struct Rewards {
     /// Uncredited tokens past their expiry (or older than records are kept): never
     /// credited, not shown as money.
     pub expired: usize,
+    /// The trade numbers of the expired ones (so a client merging more codes counts
+    /// each once).
+    pub expired_trade_nos: Vec<String>,
     /// Per reward type: (pending, credited) amounts.
     pub balance: BTreeMap<String, (i64, i64)>,
     /// The sealed text of each pending token, by trade number: what a withdrawal
@@ -195,7 +198,10 @@ impl Service {
                     out.sealed.insert(t.trade_no.clone(), sealed.clone());
                     out.pending.push(t);
                 }
-                TokenValidity::Expired => out.expired += 1,
+                TokenValidity::Expired => {
+                    out.expired += 1;
+                    out.expired_trade_nos.push(t.trade_no);
+                }
                 _ => out.unknown.push(t),
             }
         }
@@ -214,6 +220,7 @@ impl Service {
                 out.credited.push(t);
             } else if self.expired(&t, now).is_some() {
                 out.expired += 1;
+                out.expired_trade_nos.push(t.trade_no);
             } else {
                 still_pending.push(t);
             }
