@@ -217,12 +217,17 @@
       );
     }
     $("balance").hidden = types.length === 0;
-    $("pending").replaceChildren(...page.pending.map((t) => rewardItem(t, "pending")));
-    $("credited").replaceChildren(...page.credited.map((t) => rewardItem(t, "credited")));
+    // Newest first, as a user remembers winning them.
+    const newest = (a, b) => b.grant_time_ms - a.grant_time_ms || (a.trade_no < b.trade_no ? -1 : 1);
+    $("pending").replaceChildren(...page.pending.slice().sort(newest).map((t) => rewardItem(t, "pending")));
+    $("credited").replaceChildren(...page.credited.slice().sort(newest).map((t) => rewardItem(t, "credited")));
     $("pending-count").textContent = "(" + page.pending.length + ")";
     $("credited-count").textContent = "(" + page.credited.length + ")";
     $("empty").hidden = page.pending.length + page.credited.length > 0;
     $("withdraw").disabled = state.busy || page.pending.length === 0;
+    $("withdraw-hint").textContent = page.pending.length === 0
+      ? "Nothing is waiting: every reward shown is credited."
+      : "Credits every reward still on its way at once, without waiting.";
 
     const notes = [];
     if (page.unknown.length > 0) {

@@ -126,6 +126,8 @@ pub struct Session {
 #[derive(Clone)]
 pub struct SessionCodec {
     ring: KeyRing,
+    /// The MAC key of each ring key, derived once (wiped on drop).
+    macs: std::collections::BTreeMap<KeyId, Zeroizing<[u8; 32]>>,
 }
 
 impl std::fmt::Debug for SessionCodec {
@@ -143,7 +145,18 @@ fn b64() -> base64::engine::GeneralPurpose {
 impl SessionCodec {
     /// A codec over `ring`: the current key mints, every key verifies.
     pub fn new(ring: KeyRing) -> Self {
-        Self { ring }
+        let macs = ring
+            .ids()
+            .filter_map(|id| {
+                let master = ring.key(id)?;
+                let mut k = Zeroizing::new([0u8; 32]);
+                hkdf::Hkdf::<Sha256>::new(None, master)
+                    .expand(b"reward-session/v1 mac", k.as_mut_slice())
+                    .ok()?;
+                Some((id, k))
+            })
+            .collect();
+        Self { ring, macs }
     }
 
     /// The ring from `REWARD_SESSION_KEYS`, else the file `REWARD_SESSION_KEYS_FILE`;
@@ -158,11 +171,7 @@ impl SessionCodec {
     }
 
     fn mac(&self, id: KeyId) -> Option<hmac::Hmac<Sha256>> {
-        let master = self.ring.key(id)?;
-        let mut k = Zeroizing::new([0u8; 32]);
-        hkdf::Hkdf::<Sha256>::new(None, master)
-            .expand(b"reward-session/v1 mac", k.as_mut_slice())
-            .ok()?;
+        let k = self.macs.get(&id)?;
         let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(k.as_slice()).ok()?;
         mac.update(LABEL);
         Some(mac)
