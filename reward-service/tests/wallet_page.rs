@@ -189,6 +189,26 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
         .await;
     assert_eq!(kept.as_array().unwrap().len(), 4);
     b.screenshot(&out.join("phone-kept-codes.png")).await;
+    // The two that are not alice's can be forgotten; the unknown one stays (the
+    // service may store it later), and so does her own.
+    b.click("#forget").await;
+    b.wait_for(
+        "the page after forgetting",
+        "return document.getElementById('status').textContent === 'Forgot 2 codes.';",
+        PAGE,
+    )
+    .await;
+    let kept: Value = b
+        .eval(
+            "return JSON.parse(localStorage.getItem('reward-wallet:cny:2001'));",
+            json!([]),
+        )
+        .await;
+    assert_eq!(kept, json!([sent[0].token, stray]));
+    let v = shown(&b).await;
+    assert!(v["notes"].get("illegal").is_none(), "{v}");
+    assert!(v["notes"].get("unknown").is_some(), "{v}");
+    assert_eq!(v["pending"], json!(want_pending), "{v}");
 
     // Withdraw from the keyboard: Tab reaches the button, Enter presses it.
     b.eval("document.activeElement && document.activeElement.blur(); document.getElementById('main').focus();", json!([]))

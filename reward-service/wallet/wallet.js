@@ -252,7 +252,15 @@
     if (page.unreadable > 0) {
       notes.push(["unreadable", page.unreadable + " stored " + (page.unreadable === 1 ? "reward" : "rewards") + " could not be read; support can look into it."]);
     }
-    $("notes").replaceChildren(...notes.map(([k, text]) => el("li", { "data-note": k }, text)));
+    $("notes").replaceChildren(...notes.map(([k, text]) => {
+      const li = el("li", { "data-note": k }, text);
+      if (k === "illegal") {
+        // Codes that do not open for this user never will: the device may forget them.
+        // (Unknown ones are kept: the service may not have stored them yet.)
+        li.append(" ", el("button", { type: "button", id: "forget", class: "link" }, "Forget these codes"));
+      }
+      return li;
+    }));
     const n = kept().length;
     $("kept").textContent = n === 0 ? "No codes are saved on this device." : n + (n === 1 ? " code is" : " codes are") + " saved on this device.";
     $("wallet").hidden = false;
@@ -417,6 +425,30 @@
     }
   }
 
+  // Removes from this device the kept codes the service says are not this user's.
+  async function forget() {
+    const gen = state.gen;
+    const who = state.who;
+    const codes = kept();
+    const drop = new Set();
+    try {
+      for (const batch of chunks(codes)) {
+        const v = await api("POST", "/v1/tokens/validate", {
+          user_id: who.user_id, activity_id: who.activity_id, tokens: batch,
+        });
+        v.results.forEach((r, i) => { if (r.validity === "illegal") drop.add(batch[i]); });
+      }
+    } catch (e) {
+      if (gen === state.gen) fail(e);
+      return;
+    }
+    if (gen !== state.gen) return;
+    localStorage.setItem(keptKey(), JSON.stringify(kept().filter((c) => !drop.has(c))));
+    if (await refresh()) {
+      status("Forgot " + drop.size + (drop.size === 1 ? " code." : " codes."), "ready");
+    }
+  }
+
   function addCode(ev) {
     ev.preventDefault();
     const input = $("code");
@@ -444,6 +476,9 @@
   document.addEventListener("DOMContentLoaded", () => {
     $("retry").addEventListener("click", () => (state.who ? refresh() : start()));
     $("withdraw").addEventListener("click", withdraw);
+    $("notes").addEventListener("click", (ev) => {
+      if (ev.target && ev.target.id === "forget") forget();
+    });
     $("add-form").addEventListener("submit", addCode);
     // A new wallet link opened in this tab changes only the fragment: start over.
     window.addEventListener("hashchange", () => {
