@@ -669,27 +669,29 @@ async fn wallet_of_a_run(env: &[(String, String)], dir: &Path) {
     let client = reqwest::Client::new();
     let page = client.get(format!("{base}/wallet/")).send().await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
-    let who: serde_json::Value = client
-        .get(format!("{base}/v1/session"))
-        .bearer_auth(session)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let json_of = |req: reqwest::RequestBuilder| async move {
+        req.send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    };
+    let who = json_of(
+        client
+            .get(format!("{base}/v1/session"))
+            .bearer_auth(session),
+    )
+    .await;
     assert_eq!(who["user_id"], user.as_str(), "{who}");
     let activity = who["activity_id"].as_str().unwrap().to_string();
-    let rewards: serde_json::Value = client
-        .post(format!("{base}/v1/users/{user}/rewards"))
-        .bearer_auth(session)
-        .json(&serde_json::json!({"activity_id": activity, "tokens": []}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rewards = json_of(
+        client
+            .post(format!("{base}/v1/users/{user}/rewards"))
+            .bearer_auth(session)
+            .json(&serde_json::json!({"activity_id": activity, "tokens": []})),
+    )
+    .await;
     let mut credited: Vec<&str> = rewards["credited"]
         .as_array()
         .unwrap()

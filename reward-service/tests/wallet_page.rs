@@ -511,7 +511,36 @@ async fn sessions_that_do_not_fit_get_401_with_stable_codes_and_the_page_says_wh
     // A wallet link opened over the page changes only the fragment: the page starts
     // over with the new session (an empty wallet). Then the service goes away: the page
     // says it cannot reach it and offers a retry.
+    // First the store fails for this user (a wrong-typed key where the token hash
+    // goes): 503, and the page offers a retry that works once the key is gone.
+    use fred::interfaces::{ClientLike as _, KeysInterface as _};
+    let redis = reward_runtime::redis::builder(&common::redis_url(), Duration::from_secs(10))
+        .unwrap()
+        .build()
+        .unwrap();
+    redis.init().await.unwrap();
+    let hash = r.service().sdk().store().key("3001", "cny");
+    let _: () = redis
+        .set(&hash, "not a hash", None, None, false)
+        .await
+        .unwrap();
     b.open(&page_url(&r, &good)).await;
+    b.wait_for(
+        "the error message",
+        "return document.getElementById('problem').dataset.code === 'unavailable';",
+        PAGE,
+    )
+    .await;
+    let retry = b
+        .eval(
+            "return !document.getElementById('retry').hidden;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(retry, true, "an error the user can retry shows the button");
+    b.screenshot(&out.join("phone-error.png")).await;
+    let _: i64 = redis.del(&hash).await.unwrap();
+    b.click("#retry").await;
     b.wait_for("the empty wallet", READY, PAGE).await;
     let v = shown(&b).await;
     assert_eq!(v["empty"], true, "{v}");
