@@ -19,8 +19,8 @@
 //! 3. `POST /v1/withdraw` with every pending token: the result per token (credited,
 //!    already credited, try later, budget spent, in doubt), then the list again.
 //!
-//! States: loading, empty, error (with a retry), offline (the browser's own signal,
-//! or a request that never reached the service), session refused. Everything is
+//! States: loading, empty, error (with a retry), offline (the browser's own signal),
+//! unreachable (a request that never reached the service), session refused. Everything is
 //! reachable by keyboard, status changes are announced (`aria-live`), and the layout
 //! reflows to one column on a phone-width screen.
 //!

@@ -131,6 +131,25 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
         })
         .unwrap();
 
+    // Alice's, granted straight through the service (a back-office grant): credited,
+    // with no token in the store. The page learns of it only from the device.
+    let granted_token = RewardToken {
+        trade_no: "cny:rain:5:2001".into(),
+        user_id: "2001".into(),
+        activity_id: "cny".into(),
+        scene_id: "rain".into(),
+        reward_type: "cash".into(),
+        amount: 50,
+        grant_time_ms: reward_runtime::clock::now_ms(),
+        ..Default::default()
+    };
+    let granted = sdk.codec().seal(&granted_token).unwrap();
+    let g = r
+        .service()
+        .grant(&reward_service::service::event_of(&granted_token))
+        .await;
+    assert_eq!(g.outcome, proto::v1::GrantOutcome::Granted as i32, "{g:?}");
+
     // What Redis holds for alice, read by the service's own code, not the page's.
     let held = r.service().rewards("2001", "cny", &[]).await.unwrap();
     let mut want_pending: Vec<String> = held.pending.iter().map(|t| t.trade_no.clone()).collect();
@@ -155,13 +174,16 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
     assert_eq!(v["overflow"], false, "wider than a phone: {v}");
     b.screenshot(&out.join("phone-pending.png")).await;
 
-    // Codes the app kept: one of alice's own (already listed: merged, not doubled),
-    // bob's, an edited one, and one the service never stored.
+    // Codes the app kept: bob's, an edited one, one the service never stored, one of
+    // alice's own (already listed: merged, not doubled) and the granted one. Two a
+    // request: the first two go with the page request (merged by the server), the
+    // other three are checked and merged by the page.
     for code in [
-        sent[0].token.clone(),
         bobs.token.clone(),
         tampered(&sent[1].token),
         stray.clone(),
+        sent[0].token.clone(),
+        granted.clone(),
     ] {
         b.type_into("#code", &code).await;
         b.click("#add").await;
@@ -170,8 +192,13 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
     }
     let v = shown(&b).await;
     assert_eq!(v["pending"], json!(want_pending), "{v}");
-    assert_eq!(v["balance"]["cash"]["total"], 600, "{v}");
-    assert!(v["balance"].get("cash").is_some() && v["balance"].as_object().unwrap().len() == 2);
+    assert_eq!(v["credited"], json!(["cny:rain:5:2001"]), "{v}");
+    assert_eq!(
+        v["balance"],
+        json!({"cash": {"credited": 50, "pending": 600, "total": 650},
+               "coin": {"credited": 0, "pending": 5, "total": 5}}),
+        "{v}"
+    );
     let notes = v["notes"].as_object().unwrap();
     assert!(
         notes["unknown"].as_str().unwrap().starts_with("1 code "),
@@ -187,7 +214,7 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
             json!([]),
         )
         .await;
-    assert_eq!(kept.as_array().unwrap().len(), 4);
+    assert_eq!(kept.as_array().unwrap().len(), 5);
     b.screenshot(&out.join("phone-kept-codes.png")).await;
     // The two that are not alice's can be forgotten; the unknown one stays (the
     // service may store it later), and so does her own.
@@ -204,7 +231,7 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
             json!([]),
         )
         .await;
-    assert_eq!(kept, json!([sent[0].token, stray]));
+    assert_eq!(kept, json!([stray, sent[0].token, granted]));
     let v = shown(&b).await;
     assert!(v["notes"].get("illegal").is_none(), "{v}");
     assert!(v["notes"].get("unknown").is_some(), "{v}");
@@ -243,8 +270,8 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
     assert_eq!(v["status"], "Withdrawal: 4 of 4 credited.");
     b.screenshot(&out.join("phone-withdrawn.png")).await;
 
-    // The ledger credited exactly alice's four, once each; nothing for bob, nothing
-    // for the stray.
+    // The ledger credited exactly alice's four withdrawn and the one granted before,
+    // once each; nothing for bob, nothing for the stray.
     let ledger = Ledger::connect(
         &common::redis_url(),
         &format!("ledger-{tag}"),
@@ -255,8 +282,11 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
     let acct = ledger.account("2001").await.unwrap();
     let mut credited: Vec<String> = acct.credited.keys().cloned().collect();
     credited.sort();
-    assert_eq!(credited, want_pending);
-    assert_eq!(acct.balances.get("cash"), Some(&600));
+    let mut want_credited = want_pending.clone();
+    want_credited.push("cny:rain:5:2001".into());
+    want_credited.sort();
+    assert_eq!(credited, want_credited);
+    assert_eq!(acct.balances.get("cash"), Some(&650));
     assert_eq!(acct.balances.get("coin"), Some(&5));
     assert_eq!(acct.double_credits, 0);
     let bob_acct = ledger.account("2002").await.unwrap();
@@ -267,10 +297,10 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
     b.wait_for("the reload", READY, PAGE).await;
     let v = shown(&b).await;
     assert_eq!(v["pending"], json!([]), "{v}");
-    assert_eq!(v["credited"], json!(want_pending));
+    assert_eq!(v["credited"], json!(want_credited));
     assert_eq!(
         v["balance"],
-        json!({"cash": {"credited": 600, "pending": 0, "total": 600},
+        json!({"cash": {"credited": 650, "pending": 0, "total": 650},
                "coin": {"credited": 5, "pending": 0, "total": 5}})
     );
     let disabled = b
@@ -289,7 +319,7 @@ async fn the_wallet_page_merges_kept_codes_and_withdraws_exactly_the_legal_ones(
 
     // Still exactly once after the page's whole life.
     let acct = ledger.account("2001").await.unwrap();
-    assert_eq!(acct.credited.len(), 4);
+    assert_eq!(acct.credited.len(), 5);
     assert_eq!(acct.double_credits, 0);
     drop(b);
     let report = r.shutdown().await;
@@ -509,10 +539,10 @@ async fn sessions_that_do_not_fit_get_401_with_stable_codes_and_the_page_says_wh
         }
     }
     // A wallet link opened over the page changes only the fragment: the page starts
-    // over with the new session (an empty wallet). Then the service goes away: the page
-    // says it cannot reach it and offers a retry.
-    // First the store fails for this user (a wrong-typed key where the token hash
-    // goes): 503, and the page offers a retry that works once the key is gone.
+    // over with the new session. First the store fails for this user (a wrong-typed
+    // key where the token hash goes): 503, and the page offers a retry, which shows the
+    // empty wallet once the key is gone. Then the service goes away: the page says it
+    // cannot reach it.
     use fred::interfaces::{ClientLike as _, KeysInterface as _};
     let redis = reward_runtime::redis::builder(&common::redis_url(), Duration::from_secs(10))
         .unwrap()
@@ -569,7 +599,7 @@ async fn sessions_that_do_not_fit_get_401_with_stable_codes_and_the_page_says_wh
     b.click("#add").await;
     b.wait_for("the unreachable message", problem, PAGE).await;
     let v = shown(&b).await;
-    assert_eq!(v["problem"], "offline", "{v}");
+    assert_eq!(v["problem"], "unreachable", "{v}");
     b.screenshot(&out.join("phone-unreachable.png")).await;
     println!("screenshots: {}", out.display());
     drop(b);

@@ -6,10 +6,12 @@
   const SESSION_KEY = "reward-wallet:session";
   const $ = (id) => document.getElementById(id);
   // `gen` counts starts: a load begun for an earlier session never renders.
-  const state = { session: null, who: null, page: null, busy: false, gen: 0 };
+  // `seq` counts loads: only the latest one renders (a code added during a
+  // withdrawal must not paint the list as it was before the credits).
+  const state = { session: null, who: null, page: null, busy: false, gen: 0, seq: 0 };
   // What a reward code looks like (base64url of a sealed token); anything else is
   // refused when added, so one bad entry cannot make every later load fail.
-  const CODE = /^[A-Za-z0-9_-]{16,4096}$/;
+  const CODE = /^[A-Za-z0-9_-]{16,16384}$/;
 
   // ---- session: from the fragment once, then from this tab's storage ----
   function takeSession() {
@@ -53,6 +55,7 @@
       this.code = code;
     }
   }
+  // "offline": the browser says so; "unreachable": it is online, the service did not answer.
   class Offline extends Error {}
 
   async function api(method, path, body) {
@@ -84,7 +87,8 @@
   // for the rest of the body, `max_body_bytes`.
   function chunks(list) {
     const n = Math.max(1, state.who.max_tokens || 1);
-    const bytes = Math.max(1024, (state.who.max_body_bytes || 16384) - 1024);
+    const max = state.who.max_body_bytes || 16384;
+    const bytes = max > 2048 ? max - 1024 : Math.floor(max / 2);
     const out = [];
     let cur = [];
     let size = 0;
@@ -307,19 +311,30 @@
     return text || null;
   }
 
-  function fail(e) {
+  // Shows what went wrong; `doing` names what failed ("load" or "withdraw").
+  function fail(e, doing) {
     $("main").setAttribute("aria-busy", "false");
-    if (e instanceof Offline) {
+    if (e instanceof Offline && e.message === "offline") {
       status("You are offline. Your rewards are safe; they will show when you are back online.", "offline");
       showProblem("You are offline", "Nothing is lost: every reward you won is kept for you. This page reloads when the connection is back.", true);
       $("problem").dataset.code = "offline";
+    } else if (e instanceof Offline) {
+      status("The wallet service cannot be reached.", "offline");
+      showProblem("The wallet service cannot be reached", "Nothing is lost: every reward you won is kept for you. Try again in a moment.", true);
+      $("problem").dataset.code = "unreachable";
     } else if (e instanceof ApiError && refused(e)) {
       const r = refused(e);
+      // A refused pass is of no further use; it does not stay in the tab.
+      try { sessionStorage.removeItem(SESSION_KEY); } catch (_) { /* private mode */ }
       status(r[0] + ".", "refused");
       showProblem(r[0], r[1], false);
       $("problem").dataset.code = e.code;
       $("wallet").hidden = true;
       $("keep").hidden = true;
+    } else if (doing === "withdraw") {
+      status("The withdrawal did not finish.", "error");
+      showProblem("The withdrawal did not finish", "Rewards listed under Withdrawal as credited are credited; the others are still on their way. Try again in a moment (" + (e.code || e.message) + ").", true);
+      $("problem").dataset.code = (e && e.code) || "error";
     } else {
       status("Your rewards could not be loaded.", "error");
       const why = e instanceof ApiError && e.status === 503
@@ -335,27 +350,29 @@
   // Loads and shows the wallet; false when it could not (the problem is shown), or
   // when a newer start made this load moot.
   async function refresh(message) {
-    const gen = state.gen;
+    const seq = ++state.seq;
+    const latest = () => seq === state.seq;
     $("main").setAttribute("aria-busy", "true");
     status(message || "Loading your rewards…");
     try {
       const page = await load();
-      if (gen !== state.gen) return false;
+      if (!latest()) return false;
       $("problem").hidden = true;
       render(page);
       const total = page.pending.length + page.credited.length;
       status(total === 0 ? "No rewards yet." : "Showing " + total + (total === 1 ? " reward." : " rewards."), "ready");
       return true;
     } catch (e) {
-      if (gen === state.gen) fail(e);
+      if (latest()) fail(e, "load");
       return false;
     } finally {
-      if (gen === state.gen) $("main").setAttribute("aria-busy", "false");
+      if (latest() && !state.busy) $("main").setAttribute("aria-busy", "false");
     }
   }
 
   async function start() {
     const gen = ++state.gen;
+    state.seq += 1; // any load still running belongs to the previous session
     state.who = null;
     state.page = null;
     state.busy = false;
@@ -381,6 +398,7 @@
     }
     if (gen !== state.gen) return;
     if (who.caller !== "session") {
+      // Something that is not a session (a backend's credential, say) never stays here.
       fail(new ApiError(401, "session_invalid", "not a session"));
       return;
     }
@@ -402,6 +420,7 @@
     try {
       const tokens = page.pending.filter((t) => t.sealed).map((t) => t.sealed);
       for (const batch of chunks(tokens)) {
+        if (gen !== state.gen) return;
         const w = await api("POST", "/v1/withdraw", {
           user_id: who.user_id, activity_id: who.activity_id, tokens: batch,
         });
@@ -412,7 +431,7 @@
       state.busy = false;
       // What was credited before the failure stays on screen.
       renderResults(items);
-      fail(e);
+      fail(e, "withdraw");
       return;
     }
     if (gen !== state.gen) return;
@@ -431,21 +450,30 @@
     const who = state.who;
     const codes = kept();
     const drop = new Set();
+    $("main").setAttribute("aria-busy", "true");
+    status("Checking the codes on this device…");
     try {
       for (const batch of chunks(codes)) {
         const v = await api("POST", "/v1/tokens/validate", {
           user_id: who.user_id, activity_id: who.activity_id, tokens: batch,
         });
-        v.results.forEach((r, i) => { if (r.validity === "illegal") drop.add(batch[i]); });
+        v.results.forEach((r, i) => {
+          // A code sealed with a key this service does not hold (a key rollout not
+          // finished) may be good elsewhere: never forgotten.
+          const unknownKey = r.reason && /key id \d+ is unknown/.test(r.reason);
+          if (r.validity === "illegal" && !unknownKey) drop.add(batch[i]);
+        });
       }
     } catch (e) {
-      if (gen === state.gen) fail(e);
+      if (gen === state.gen) fail(e, "load");
       return;
     }
     if (gen !== state.gen) return;
     localStorage.setItem(keptKey(), JSON.stringify(kept().filter((c) => !drop.has(c))));
     if (await refresh()) {
       status("Forgot " + drop.size + (drop.size === 1 ? " code." : " codes."), "ready");
+      // The button is gone with its note: focus goes to the form it belongs with.
+      $("code").focus();
     }
   }
 
