@@ -102,17 +102,18 @@ impl Caller {
         let Self::Session(s) = self else {
             return Ok(());
         };
+        let refused = |code: &'static str, reason: &str| {
+            metrics::counter!("reward_service_wallet_refused_total", "code" => code).increment(1);
+            Err(ApiError::unauthorized(code, reason))
+        };
         if s.user_id != user_id {
-            return Err(ApiError::unauthorized(
-                "session_other_user",
-                "this session is for another user",
-            ));
+            return refused("session_other_user", "this session is for another user");
         }
         if s.activity_id != activity_id {
-            return Err(ApiError::unauthorized(
+            return refused(
                 "session_other_activity",
                 "this session is for another activity",
-            ));
+            );
         }
         Ok(())
     }
@@ -507,7 +508,10 @@ pub fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
 async fn auth(State(st): State<Arc<HttpState>>, mut req: Request, next: Next) -> Response {
     let caller = match caller_of(&st, req.headers()) {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            metrics::counter!("reward_service_wallet_refused_total", "code" => e.code).increment(1);
+            return e.into_response();
+        }
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
