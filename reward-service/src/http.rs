@@ -645,6 +645,7 @@ mod tests {
     fn parse_all(bytes: &[u8]) {
         let _ = serde_json::from_slice::<TokensBody>(bytes);
         let _ = serde_json::from_slice::<KeptBody>(bytes);
+        let _ = serde_json::from_slice::<MintBody>(bytes);
         if let Ok(text) = std::str::from_utf8(bytes) {
             let _ = serde_urlencoded_like(text);
         }
