@@ -7,7 +7,14 @@ use proto::ids;
 use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
 use reward_runtime::clock::now_ms;
 
+use futures_util::{StreamExt as _, TryStreamExt as _};
+
 use super::{Service, ServiceError, result};
+
+/// Reads a wallet page keeps in flight at once (per request): enough to hide the
+/// round trips of a user with hundreds of rewards, few enough that one page cannot
+/// crowd the claim store's connections.
+const WALLET_READS: usize = 32;
 use crate::claim::ClaimState;
 
 /// One checked token.
@@ -183,8 +190,16 @@ impl Service {
                 }
             }
         }
-        for sealed in kept {
-            let c = self.check(user_id, activity_id, sealed).await?;
+        // Checked side by side (each check is two Redis reads): a page's wait is a few
+        // round trips, not two per code. Results keep the request's order.
+        // (Owned items: a closure over borrowed ones is not general enough for the
+        // HTTP handlers' `Send` futures.)
+        let checks: Vec<Checked> = futures_util::stream::iter(kept.iter().cloned())
+            .map(|sealed| async move { self.check(user_id, activity_id, &sealed).await })
+            .buffered(WALLET_READS)
+            .try_collect()
+            .await?;
+        for (sealed, c) in kept.iter().zip(checks) {
             let Some(t) = c.token else {
                 out.illegal += 1;
                 continue;
@@ -209,13 +224,17 @@ impl Service {
         // (the move after the credit failed): show it as credited.
         let mut still_pending = Vec::with_capacity(out.pending.len());
         let now = now_ms();
-        for t in std::mem::take(&mut out.pending) {
-            let granted = self
-                .granter
-                .claims()
-                .record(&t.trade_no)
-                .await?
-                .is_some_and(|r| r.state == ClaimState::Granted && r.user_id == user_id);
+        let pending = std::mem::take(&mut out.pending);
+        let claims = self.granter.claims();
+        let trade_nos: Vec<String> = pending.iter().map(|t| t.trade_no.clone()).collect();
+        let records: Vec<_> = futures_util::stream::iter(trade_nos)
+            .map(|trade_no| async move { claims.record(&trade_no).await })
+            .buffered(WALLET_READS)
+            .try_collect()
+            .await?;
+        for (t, record) in pending.into_iter().zip(records) {
+            let granted =
+                record.is_some_and(|r| r.state == ClaimState::Granted && r.user_id == user_id);
             if granted {
                 out.credited.push(t);
             } else if self.expired(&t, now).is_some() {
