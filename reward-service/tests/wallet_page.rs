@@ -575,6 +575,32 @@ async fn sessions_that_do_not_fit_get_401_with_stable_codes_and_the_page_says_wh
     let v = shown(&b).await;
     assert_eq!(v["empty"], true, "{v}");
     b.screenshot(&out.join("phone-empty.png")).await;
+    // The device goes offline: the page says so instead of failing; back online, it
+    // reloads by itself.
+    b.set_offline(true).await;
+    b.wait_for(
+        "the offline signal",
+        "return navigator.onLine === false;",
+        PAGE,
+    )
+    .await;
+    b.type_into("#code", &"B".repeat(40)).await;
+    b.click("#add").await;
+    b.wait_for(
+        "the offline message",
+        "return document.getElementById('problem').dataset.code === 'offline';",
+        PAGE,
+    )
+    .await;
+    b.screenshot(&out.join("phone-offline.png")).await;
+    b.set_offline(false).await;
+    b.wait_for("the reload once back online", READY, PAGE).await;
+    let v = shown(&b).await;
+    assert_eq!(v["problem"], Value::Null, "{v}");
+    assert!(
+        v["notes"]["unknown"].is_null() && v["notes"]["illegal"].as_str().is_some(),
+        "{v}"
+    );
     let report = r.shutdown().await;
     assert!(report.drained);
     // Something that is not a code is refused on the spot, and nothing is saved.
@@ -590,7 +616,8 @@ async fn sessions_that_do_not_fit_get_401_with_stable_codes_and_the_page_says_wh
         said,
         json!([
             "That does not look like a reward code; nothing was saved.",
-            null
+            // Only the code kept while offline.
+            json!(["B".repeat(40)]).to_string()
         ])
     );
     b.eval("document.getElementById('code').value = '';", json!([]))

@@ -281,6 +281,21 @@ impl Browser {
         .await;
     }
 
+    /// Takes the browser off the network (`navigator.onLine` false, an `offline`
+    /// event) or puts it back (an `online` event), through chromedriver's network
+    /// emulation.
+    pub async fn set_offline(&self, offline: bool) {
+        self.call(
+            reqwest::Method::POST,
+            "/chromium/network_conditions",
+            Some(json!({"network_conditions": {
+                "offline": offline, "latency": 0,
+                "download_throughput": -1, "upload_throughput": -1,
+            }})),
+        )
+        .await;
+    }
+
     /// Saves a PNG of the viewport to `path` (its directory is created).
     pub async fn screenshot(&self, path: &Path) {
         let v = self.call(reqwest::Method::GET, "/screenshot", None).await;
