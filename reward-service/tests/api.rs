@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_config, unique_dir};
+use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_config, tampered, unique_dir};
 use proto::v1::reward_service_client::RewardServiceClient;
 use proto::v1::{
     GrantAsyncRequest, GrantBatchRequest, GrantOutcome, GrantRequest, RewardEvent, RewardToken,
@@ -74,14 +74,6 @@ async fn get(r: &Running, path: &str) -> (u16, Value) {
         .unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-/// Flips one base64 character in the middle of a token.
-fn tampered(token: &str) -> String {
-    let mut b = token.as_bytes().to_vec();
-    let i = b.len() / 2;
-    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-    String::from_utf8(b).unwrap()
 }
 
 fn validities(v: &Value, key: &str) -> Vec<String> {

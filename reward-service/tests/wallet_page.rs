@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{WALLET_CREDENTIAL, create_topics, service_config, unique_dir};
+use common::{WALLET_CREDENTIAL, create_topics, service_config, tampered, unique_dir};
 use proto::v1::RewardToken;
 use reward_service::downstream::Ledger;
 use reward_service::server::{Running, start};
@@ -57,14 +57,6 @@ fn now_ms() -> u64 {
 
 fn page_url(r: &Running, session: &str) -> String {
     format!("http://{}/wallet/#session={session}", r.http_addr)
-}
-
-/// Flips one base64 character in the middle of a token or session.
-fn tampered(text: &str) -> String {
-    let mut b = text.as_bytes().to_vec();
-    let i = b.len() / 2;
-    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-    String::from_utf8(b).unwrap()
 }
 
 /// The page has finished a load (or a withdrawal) and shows the wallet.
