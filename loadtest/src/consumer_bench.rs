@@ -130,7 +130,14 @@ fn event(i: u64, users: u64) -> RewardEvent {
     }
 }
 
-async fn produce(env: &StackEnv, topic: &str, opts: &ConsumerBenchOptions) -> anyhow::Result<()> {
+/// Puts the bench's events on `topic`, each signed under `proofs` as an SDK signs it
+/// (the consumer has the service refuse an event without a valid proof).
+async fn produce(
+    env: &StackEnv,
+    topic: &str,
+    opts: &ConsumerBenchOptions,
+    proofs: &sdk::token::proof::EventProofs,
+) -> anyhow::Result<()> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &env.kafka_brokers)
         .set("linger.ms", "5")
@@ -141,7 +148,8 @@ async fn produce(env: &StackEnv, topic: &str, opts: &ConsumerBenchOptions) -> an
     let producer: FutureProducer = cfg.create()?;
     let mut pending = Vec::with_capacity(4096);
     for i in 0..opts.messages {
-        let ev = event(i, opts.users);
+        let mut ev = event(i, opts.users);
+        proofs.sign(&mut ev);
         let payload = ev.encode_to_vec();
         let record = FutureRecord::to(topic).key(&ev.trade_no).payload(&payload);
         let f = producer
@@ -226,7 +234,7 @@ pub async fn run(
     reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
         .await
         .map_err(anyhow::Error::msg)?;
-    produce(env, &topic, opts).await?;
+    produce(env, &topic, opts, service.service().sdk().codec().proofs()).await?;
     eprintln!("consumer-bench: {} events on {topic}", opts.messages);
 
     let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
@@ -442,8 +450,14 @@ pub async fn start_consumer(
 }
 
 /// Puts `n` cash events for `users` users (`cb:<i>`, activity `bench`, scene `rain`,
-/// amount 1) on `topic`.
-pub async fn produce_events(env: &StackEnv, topic: &str, n: u64, users: u64) -> anyhow::Result<()> {
+/// amount 1) on `topic`, signed under `proofs` (the service's: `Sdk::codec`).
+pub async fn produce_events(
+    env: &StackEnv,
+    topic: &str,
+    n: u64,
+    users: u64,
+    proofs: &sdk::token::proof::EventProofs,
+) -> anyhow::Result<()> {
     let opts = ConsumerBenchOptions {
         messages: n,
         partitions: 1,
@@ -452,5 +466,5 @@ pub async fn produce_events(env: &StackEnv, topic: &str, n: u64, users: u64) -> 
         batch: None,
         consumer_settings: Vec::new(),
     };
-    produce(env, topic, &opts).await
+    produce(env, topic, &opts, proofs).await
 }

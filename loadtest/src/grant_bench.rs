@@ -5,7 +5,8 @@
 //! - **service**: the reward service runs in this process (config `ops/reward-service.toml`
 //!   with fresh key prefixes and free ports), `cash` credited by the built-in ledger.
 //!   `concurrency` gRPC clients send `GrantBatch` calls of `batch` new trade numbers
-//!   each until `grants` are granted. One grant is four Redis scripts: claim (the
+//!   each until `grants` are granted, signed as the SDK signs them and with
+//!   `require_proof` as a consumer sends them, so every proof is verified. One grant is four Redis scripts: claim (the
 //!   idempotency record and the budget), the ledger's credit, finish (`GRANTED`), and
 //!   the token move.
 //! - **script**: `redis-benchmark` sends `EVALSHA` of the same claim script
@@ -170,8 +171,9 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
+    let sdk = running.service().sdk().clone();
     let (mut latencies, not_granted) =
-        grant_all(&url, &credential, opts, scene, batches, next).await?;
+        grant_all(&url, &credential, opts, scene, batches, next, &sdk).await?;
     let elapsed = started.elapsed();
     let spent = claims.spent(&scope).await?;
     let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new())
@@ -232,6 +234,7 @@ async fn grant_all(
     scene: &'static str,
     batches: u64,
     next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    sdk: &sdk::Sdk,
 ) -> anyhow::Result<(Vec<u64>, u64)> {
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..opts.concurrency {
@@ -240,6 +243,7 @@ async fn grant_all(
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);
         let next = next.clone();
+        let sdk = sdk.clone();
         let auth: tonic::metadata::MetadataValue<_> = format!("Bearer {credential}").parse()?;
         let (grants, batch, users) = (opts.grants, opts.batch as u64, opts.users);
         workers.spawn(async move {
@@ -250,10 +254,19 @@ async fn grant_all(
                 if b >= batches {
                     break;
                 }
+                // Signed as the SDK signs, and sent as a consumer sends them: the
+                // service verifies every proof.
                 let events: Vec<RewardEvent> = (b * batch..((b + 1) * batch).min(grants))
-                    .map(|i| event(i, users, scene))
+                    .map(|i| {
+                        let mut ev = event(i, users, scene);
+                        sdk.codec().proofs().sign(&mut ev);
+                        ev
+                    })
                     .collect();
-                let mut req = tonic::Request::new(GrantBatchRequest { events });
+                let mut req = tonic::Request::new(GrantBatchRequest {
+                    events,
+                    require_proof: true,
+                });
                 req.metadata_mut().insert("authorization", auth.clone());
                 let t = Instant::now();
                 let results = client.grant_batch(req).await?.into_inner().results;

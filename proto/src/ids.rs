@@ -2,10 +2,13 @@
 //! and credit. Both call these functions; neither has a rule of its own.
 //!
 //! - **Ids** (user, device, app, activity, scene, reward type): 1..=[`MAX_ID_LEN`]
-//!   bytes of printable ASCII, without `:` (the key separator), `{` `}` (Redis Cluster
+//!   (64) bytes of printable ASCII, without `:` (the key separator), `{` `}` (Redis Cluster
 //!   hash tags) or `/` (the `activity/scene` budget scope). Device and app ids may be
 //!   empty.
-//! - **Trade numbers**: 1..=[`MAX_ID_LEN`] bytes of `A-Z a-z 0-9 _ . : -`.
+//! - **Trade numbers**: 1..=[`MAX_TRADE_NO_LEN`] (200) bytes of `A-Z a-z 0-9 _ . : -`.
+//!
+//! The other limits of an event (sizes of its other fields, of the whole encoding)
+//! are in [`crate::limits`].
 //!
 //! ```
 //! use proto::ids::{check_id, check_trade_no, IdProblem};
@@ -18,8 +21,7 @@
 
 use crate::v1::{RewardEvent, RewardToken};
 
-/// The longest id or trade number any part of the pipeline carries (bytes).
-pub const MAX_ID_LEN: usize = 256;
+pub use crate::limits::{MAX_ID_LEN, MAX_TRADE_NO_LEN};
 
 /// What is wrong with an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +53,6 @@ fn length(value: &str, max: usize) -> Result<(), IdProblem> {
     if value.is_empty() {
         return Err(IdProblem::Empty);
     }
-    let max = max.min(MAX_ID_LEN);
     if value.len() > max {
         return Err(IdProblem::TooLong {
             len: value.len(),
@@ -64,7 +65,7 @@ fn length(value: &str, max: usize) -> Result<(), IdProblem> {
 /// Checks an id against the rule, at most `max` bytes (never more than
 /// [`MAX_ID_LEN`]).
 pub fn check_id(value: &str, max: usize) -> Result<(), IdProblem> {
-    length(value, max)?;
+    length(value, max.min(MAX_ID_LEN))?;
     match value
         .chars()
         .find(|c| !c.is_ascii_graphic() || matches!(c, ':' | '{' | '}' | '/'))
@@ -75,9 +76,9 @@ pub fn check_id(value: &str, max: usize) -> Result<(), IdProblem> {
 }
 
 /// Checks a trade number against the rule, at most `max` bytes (never more than
-/// [`MAX_ID_LEN`]).
+/// [`MAX_TRADE_NO_LEN`]).
 pub fn check_trade_no(value: &str, max: usize) -> Result<(), IdProblem> {
-    length(value, max)?;
+    length(value, max.min(MAX_TRADE_NO_LEN))?;
     match value
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
@@ -90,7 +91,7 @@ pub fn check_trade_no(value: &str, max: usize) -> Result<(), IdProblem> {
 /// Checks every id an event carries; the error names the field.
 pub fn check_event(ev: &RewardEvent) -> Result<(), (&'static str, IdProblem)> {
     let user_id = ev.user.as_ref().map_or("", |u| u.user_id.as_str());
-    check_trade_no(&ev.trade_no, MAX_ID_LEN).map_err(|p| ("trade_no", p))?;
+    check_trade_no(&ev.trade_no, MAX_TRADE_NO_LEN).map_err(|p| ("trade_no", p))?;
     for (name, v) in [
         ("user.user_id", user_id),
         ("activity_id", ev.activity_id.as_str()),
@@ -104,7 +105,7 @@ pub fn check_event(ev: &RewardEvent) -> Result<(), (&'static str, IdProblem)> {
 
 /// Checks every id a token carries; the error names the field.
 pub fn check_token(t: &RewardToken) -> Result<(), (&'static str, IdProblem)> {
-    check_trade_no(&t.trade_no, MAX_ID_LEN).map_err(|p| ("trade_no", p))?;
+    check_trade_no(&t.trade_no, MAX_TRADE_NO_LEN).map_err(|p| ("trade_no", p))?;
     for (name, v) in [
         ("user_id", t.user_id.as_str()),
         ("activity_id", t.activity_id.as_str()),
@@ -129,7 +130,7 @@ mod tests {
         assert_eq!(check_id("", 64), Err(IdProblem::Empty));
         assert_eq!(
             check_id(&"x".repeat(300), 1000),
-            Err(IdProblem::TooLong { len: 300, max: 256 })
+            Err(IdProblem::TooLong { len: 300, max: 64 })
         );
         assert!(check_id("user-42_x.y", 64).is_ok());
         assert!(check_trade_no("a:b.c_d-1", 64).is_ok());

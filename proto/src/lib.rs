@@ -37,6 +37,7 @@
 
 pub mod edits;
 pub mod ids;
+pub mod limits;
 pub mod pack;
 pub mod reasons;
 

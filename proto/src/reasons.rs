@@ -22,11 +22,18 @@ pub enum DeadLetterReason {
     BudgetExhausted,
     /// The downstream refused the credit for good (written by the reward service).
     Permanent,
+    /// The event does not prove it was issued by a holder of the token keys (no
+    /// proof, a proof under an unknown key, or one that does not verify): a record
+    /// written into the topic by someone else, or by an SDK too old to sign (dead-letter
+    /// topic: replay only after checking where it came from).
+    Unproven,
+    /// The reward is past its expiry: it is never credited.
+    Expired,
 }
 
 impl DeadLetterReason {
     /// Every reason, in a fixed order (for metrics and reports).
-    pub const ALL: [DeadLetterReason; 7] = [
+    pub const ALL: [DeadLetterReason; 9] = [
         Self::Decode,
         Self::Invalid,
         Self::UnknownType,
@@ -34,6 +41,8 @@ impl DeadLetterReason {
         Self::Conflict,
         Self::BudgetExhausted,
         Self::Permanent,
+        Self::Unproven,
+        Self::Expired,
     ];
 
     /// The wire and metric-label form.
@@ -53,6 +62,8 @@ impl DeadLetterReason {
             Self::Conflict => "conflict",
             Self::BudgetExhausted => "budget_exhausted",
             Self::Permanent => "permanent",
+            Self::Unproven => "unproven",
+            Self::Expired => "expired",
         }
     }
 
@@ -65,7 +76,7 @@ impl DeadLetterReason {
     /// handled: replay it after a fix); false for the failure topic (the reward was
     /// refused: for operators and reports).
     pub const fn is_dead_letter(self) -> bool {
-        matches!(self, Self::Decode | Self::MaxRetries)
+        matches!(self, Self::Decode | Self::MaxRetries | Self::Unproven)
     }
 }
 
@@ -92,7 +103,9 @@ mod tests {
                 "max_retries",
                 "conflict",
                 "budget_exhausted",
-                "permanent"
+                "permanent",
+                "unproven",
+                "expired"
             ]
         );
         for r in DeadLetterReason::ALL {
@@ -104,7 +117,11 @@ mod tests {
             .collect();
         assert_eq!(
             dead,
-            [DeadLetterReason::Decode, DeadLetterReason::MaxRetries]
+            [
+                DeadLetterReason::Decode,
+                DeadLetterReason::MaxRetries,
+                DeadLetterReason::Unproven
+            ]
         );
         assert_eq!(DeadLetterReason::parse("nope"), None);
     }

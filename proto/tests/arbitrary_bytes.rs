@@ -27,6 +27,8 @@ fn seed() -> Vec<u8> {
         created_at_ms: 1_700_000_000_000,
         description: "lucky".into(),
         not_before_ms: 5,
+        expires_at_ms: 1_700_000_600_000,
+        proof: vec![1; proto::limits::PROOF_LEN],
     }
     .encode_to_vec()
 }
@@ -34,6 +36,8 @@ fn seed() -> Vec<u8> {
 fn decode_all(bytes: &[u8]) {
     if let Ok(ev) = RewardEvent::decode(bytes) {
         let _ = proto::ids::check_event(&ev);
+        let _ = proto::limits::check_event(&ev);
+        let _ = proto::limits::check_not_before(&ev, 1_700_000_000_000);
     }
     if let Ok(dl) = DeadLetter::decode(bytes)
         && let Some(ev) = dl.event

@@ -51,12 +51,14 @@ fn event() -> impl Strategy<Value = RewardEvent> {
         proptest::collection::hash_map(".{0,8}", ".{0,16}", 0..6),
         any::<u32>(),
         any::<i64>(),
+        proptest::collection::vec(any::<u8>(), 0..24),
     )
         .prop_map(
-            |(t, user, extension, retry_count, not_before_ms): (
+            |(t, user, extension, retry_count, not_before_ms, proof): (
                 _,
                 _,
                 HashMap<String, String>,
+                _,
                 _,
                 _,
             )| RewardEvent {
@@ -75,6 +77,8 @@ fn event() -> impl Strategy<Value = RewardEvent> {
                 created_at_ms: t.grant_time_ms,
                 description: t.description,
                 not_before_ms,
+                expires_at_ms: t.expires_at_ms,
+                proof,
             },
         )
 }

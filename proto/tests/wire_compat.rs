@@ -131,11 +131,26 @@ fn golden_event() -> RewardEvent {
         created_at_ms: 1_800_000_000_000,
         description: "8.88 from the rain".into(),
         not_before_ms: 1_800_000_004_000,
+        expires_at_ms: 0,
+        proof: Vec::new(),
+    }
+}
+
+/// The same event as an SDK signs it now: its expiry and a proof (bytes made up here;
+/// what a proof means is pinned by the SDK's test vectors).
+fn golden_signed_event() -> RewardEvent {
+    let mut proof = vec![1, 0, 7];
+    proof.extend(0xa0..0xb0);
+    RewardEvent {
+        expires_at_ms: 1_800_604_800_000,
+        proof,
+        ..golden_event()
     }
 }
 
 const GOLDEN_TOKEN_HEX: &str = include_str!("golden/token.hex");
 const GOLDEN_EVENT_HEX: &str = include_str!("golden/event.hex");
+const GOLDEN_SIGNED_EVENT_HEX: &str = include_str!("golden/event-signed.hex");
 
 /// Committed bytes still decode to `value`, and `value` still encodes to them.
 fn assert_golden<M: Message + Default + PartialEq + std::fmt::Debug>(golden_hex: &str, value: M) {
@@ -152,4 +167,9 @@ fn golden_token_bytes_still_decode_and_encode_identically() {
 #[test]
 fn golden_event_bytes_still_decode_and_encode_identically() {
     assert_golden(GOLDEN_EVENT_HEX, golden_event());
+    assert_golden(GOLDEN_SIGNED_EVENT_HEX, golden_signed_event());
+    // An event of an SDK that did not sign still reads: no expiry, no proof.
+    let old =
+        RewardEvent::decode(hex::decode(GOLDEN_EVENT_HEX.trim()).unwrap().as_slice()).unwrap();
+    assert_eq!((old.expires_at_ms, old.proof.len()), (0, 0));
 }

@@ -34,6 +34,9 @@
 //! archive = "/var/tmp/reward-service/failures.jsonl"
 //! queue = "failures"             # the SDK virtual queue of the failure topic
 //!
+//! [events]                       # see EventsConfig: events without a proof
+//! unproven = "refuse"            # or "accept" with accept_unproven_until (a rollout)
+//!
 //! [wallet]                       # see WalletConfig: per-user sessions, CORS
 //! session_keys_file = "/etc/reward/session-keys"   # else REWARD_SESSION_KEYS[_FILE]
 //! cors_origins = ["https://wallet.example.com"]
@@ -233,7 +236,36 @@ pub struct ServiceConfig {
     pub sweeper: crate::sweeper::SweepConfig,
     /// Wallet sessions and the page's neighbours (`[wallet]`).
     pub wallet: WalletConfig,
+    /// What happens to events that do not prove themselves (`[events]`).
+    pub events: EventsConfig,
 }
+
+/// The `[events]` section: what `GrantBatch` with `require_proof` (a consumer's call)
+/// does with an event that carries no proof.
+///
+/// ```toml
+/// [events]
+/// unproven = "refuse"                              # the default
+/// # During a rollout from SDKs that did not sign yet:
+/// # unproven = "accept"
+/// # accept_unproven_until = "2027-01-20T00:00:00Z"   # UTC, at most 30 days ahead
+/// ```
+///
+/// `accept` credits events without a proof, each counted
+/// (`reward_service_events_unproven_total{action="accepted"}`) and logged, and only
+/// until `accept_unproven_until`: from then on they are refused as under `refuse`,
+/// without a restart. There is no way to accept them for good. An event whose proof
+/// is present but wrong (another key, other fields) is refused in both modes, and so
+/// is an expired one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventsConfig {
+    /// Until when (Unix ms) events without a proof are credited; `None`: never.
+    pub accept_unproven_until_ms: Option<i64>,
+}
+
+/// The longest an `accept` window may reach ahead of the start-up (30 days): past the
+/// retention of any topic an unsigned event could still sit in.
+pub const MAX_ACCEPT_WINDOW_MS: i64 = 30 * 24 * 3_600_000;
 
 /// The `[wallet]` section: per-user sessions and the origins allowed to call the
 /// wallet routes from a browser.
@@ -311,6 +343,13 @@ struct RawWallet {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawEvents {
+    unproven: Option<String>,
+    accept_unproven_until: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawLedger {
     key_prefix: Option<String>,
 }
@@ -335,7 +374,44 @@ struct Raw {
     sweeper: crate::sweeper::SweepConfig,
     #[serde(default)]
     wallet: RawWallet,
+    #[serde(default)]
+    events: RawEvents,
     sdk: toml::Table,
+}
+
+/// The `[events]` section, checked against the clock at start-up (`now_ms`).
+fn events_config(raw: RawEvents, now_ms: i64) -> Result<EventsConfig, ConfigError> {
+    let until = raw.accept_unproven_until.as_deref();
+    match (raw.unproven.as_deref().unwrap_or("refuse"), until) {
+        ("refuse", None) => Ok(EventsConfig::default()),
+        ("refuse", Some(_)) => Err(ConfigError::Invalid(
+            "events.accept_unproven_until is set, but events.unproven is \"refuse\"".into(),
+        )),
+        ("accept", None) => Err(ConfigError::Invalid(
+            "events.unproven = \"accept\" needs events.accept_unproven_until (a UTC time such \
+             as \"2027-01-20T00:00:00Z\"): unproven events are accepted only for a stated window"
+                .into(),
+        )),
+        ("accept", Some(text)) => {
+            let until = reward_runtime::clock::parse_utc(text).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "events.accept_unproven_until {text:?} is not a UTC time YYYY-MM-DDTHH:MM:SSZ"
+                ))
+            })?;
+            if until > now_ms.saturating_add(MAX_ACCEPT_WINDOW_MS) {
+                return Err(ConfigError::Invalid(format!(
+                    "events.accept_unproven_until {text} is more than 30 days ahead: the window \
+                     for unproven events is a rollout's, not a setting"
+                )));
+            }
+            Ok(EventsConfig {
+                accept_unproven_until_ms: Some(until),
+            })
+        }
+        (other, _) => Err(ConfigError::Invalid(format!(
+            "events.unproven is {other:?}; expected \"refuse\" or \"accept\""
+        ))),
+    }
 }
 
 /// The environment prefix of overrides.
@@ -378,7 +454,9 @@ impl ServiceConfig {
         }
         let (credential, wallet_credential, metrics_credential) = credentials(env)?;
         let wallet = wallet_config(raw.wallet, env)?;
+        let events = events_config(raw.events, reward_runtime::clock::now_ms())?;
         Ok(Self {
+            events,
             wallet,
             sweeper: raw.sweeper,
             server,

@@ -1,13 +1,19 @@
 //! The gRPC API (tonic): `Grant`, `GrantAsync`, `GrantBatch` of `reward.v1.RewardService`.
 //!
 //! Every call needs `authorization: Bearer <credential>` metadata (else
-//! `UNAUTHENTICATED`). A request without an event, or a batch of more than
-//! `server.max_batch` events, is `INVALID_ARGUMENT`. A message that does not decode,
-//! or is larger than the bigger of `server.max_body_bytes` and `max_batch` × 2 KiB,
-//! is refused by tonic (`INTERNAL` / `OUT_OF_RANGE`) before it reaches the service.
-//! Everything else gets one [`proto::v1::GrantResult`] per event, whose `outcome` and
-//! `error_code` say what happened (see [`crate::service::result_of`]); the call
-//! itself succeeds, so one bad event never fails a batch.
+//! `UNAUTHENTICATED`). A request without an event, a batch of more than
+//! `server.max_batch` events, or any event whose encoding is larger than
+//! `proto::limits::MAX_EVENT_BYTES` is `INVALID_ARGUMENT` (the size is checked before
+//! any event is looked at). A message larger than the bigger of
+//! `server.max_body_bytes` and `max_batch` × `MAX_EVENT_BYTES` is refused by tonic
+//! (`OUT_OF_RANGE`) before it is decoded; one that does not decode, by tonic too
+//! (`INTERNAL`). Everything else gets one [`proto::v1::GrantResult`] per event, whose
+//! `outcome` and `error_code` say what happened (see [`crate::service::result_of`]);
+//! the call itself succeeds, so one bad event never fails a batch.
+//!
+//! `GrantBatchRequest.require_proof` (what consumers send) makes every event prove it
+//! was issued by a holder of the token keys ([`crate::service::Proofs`]); `Grant` and
+//! `GrantAsync` take the caller's events on its credential.
 //!
 //! # A caller that goes away does not stop a grant
 //! tonic drops a handler's future when its client disconnects or gives up. A grant
@@ -26,7 +32,7 @@ use proto::v1::{
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
-use crate::service::Service;
+use crate::service::{Proofs, Service};
 use reward_runtime::credential::Credential;
 
 /// The tonic service.
@@ -42,6 +48,7 @@ impl RewardService for GrpcApi {
             .into_inner()
             .event
             .ok_or_else(|| Status::invalid_argument("GrantRequest.event is missing"))?;
+        check_size(std::slice::from_ref(&ev))?;
         let service = self.service.clone();
         let started = std::time::Instant::now();
         let result = detached(async move { service.grant(&ev).await }).await?;
@@ -59,6 +66,7 @@ impl RewardService for GrpcApi {
             .into_inner()
             .event
             .ok_or_else(|| Status::invalid_argument("GrantAsyncRequest.event is missing"))?;
+        check_size(std::slice::from_ref(&ev))?;
         let service = self.service.clone();
         let started = std::time::Instant::now();
         let result = detached(async move { service.grant_async(&ev).await }).await?;
@@ -72,7 +80,10 @@ impl RewardService for GrpcApi {
         &self,
         req: Request<GrantBatchRequest>,
     ) -> Result<Response<GrantBatchResponse>, Status> {
-        let events = req.into_inner().events;
+        let GrantBatchRequest {
+            events,
+            require_proof,
+        } = req.into_inner();
         if events.len() > self.service.max_batch() {
             return Err(Status::invalid_argument(format!(
                 "{} events in one batch; at most {}",
@@ -80,11 +91,31 @@ impl RewardService for GrpcApi {
                 self.service.max_batch()
             )));
         }
+        check_size(&events)?;
+        let proofs = if require_proof {
+            Proofs::Required
+        } else {
+            Proofs::Vouched
+        };
         let service = self.service.clone();
         let started = std::time::Instant::now();
-        let results = detached(async move { service.grant_batch(events).await }).await?;
+        let results = detached(async move { service.grant_batch(events, proofs).await }).await?;
         observe("grant_batch", started, &results);
         Ok(Response::new(GrantBatchResponse { results }))
+    }
+}
+
+/// Refuses a call holding an event larger than any the limits allow
+/// (`INVALID_ARGUMENT`, naming its position).
+fn check_size(events: &[proto::v1::RewardEvent]) -> Result<(), Status> {
+    use prost::Message as _;
+    let max = proto::limits::MAX_EVENT_BYTES;
+    match events.iter().position(|e| e.encoded_len() > max) {
+        Some(i) => Err(Status::invalid_argument(format!(
+            "event {i} is {} bytes encoded; at most {max} (proto::limits)",
+            events[i].encoded_len()
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | route | body | answer |
 //! | --- | --- | --- |
-//! | `POST /v1/tokens/validate` | `{user_id, activity_id, tokens[]}` | `{results: [{validity, token?, credited, reason?}]}` per token, in order |
+//! | `POST /v1/tokens/validate` | `{user_id, activity_id, tokens[]}` | `{results: [{validity, token?, credited, creditable, reason?}]}` per token, in order (`creditable`: a withdrawal would credit it now) |
 //! | `GET /v1/users/{user_id}/rewards?activity_id=` | - | the wallet page (below) |
 //! | `POST /v1/users/{user_id}/rewards` | `{activity_id, tokens[]}` | the page, merged with the tokens the client kept |
 //! | `POST /v1/withdraw` | `{user_id, activity_id, tokens[]}` | `{items: [{validity, token?, result?}], credited_now_amount}` |
@@ -13,10 +13,13 @@
 //! | `GET /readyz` | - | 200 when Redis answers, else 503 |
 //! | `GET /metrics` | - | Prometheus metrics (the binary; see `docs/metrics.md`); needs the metrics credential (`REWARD_METRICS_TOKEN`, else the grant credential), never the wallet's: budgets are not for wallet frontends |
 //!
-//! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, expired_trade_nos[], balance: {type:
-//! {pending, credited, total}}}`; `balance` is what the page shows the user per
-//! reward type: the credited amount plus what is on its way. Each pending entry
-//! carries `sealed`, the token's text, which a withdrawal presents.
+//! The page: `{pending[], credited[], unknown[], illegal, unreadable, expired, expired_trade_nos[],
+//! refused, refused_trade_nos[], balance: {type: {pending, credited, total}}}`; `balance`
+//! is what the page shows the user per reward type: the credited amount plus what is
+//! on its way. Each pending entry carries `sealed`, the token's text, which a
+//! withdrawal presents. Nothing that can never be credited is pending: expired
+//! tokens are counted in `expired`, tokens over their type's ceiling (or another
+//! limit) in `refused`.
 //!
 //! `validity` is `legal`, `unknown`, `expired` or `illegal` (see [`crate::service`]). The issue's
 //! validate body has no `activity_id`, but a token's AEAD binding includes its
@@ -263,6 +266,7 @@ fn checked_json(c: &Checked) -> serde_json::Value {
     let mut v = json!({
         "validity": validity(c.validity),
         "credited": c.credited,
+        "creditable": c.creditable,
     });
     if let Some(t) = &c.token {
         v["token"] = json!(TokenView::from(t));
@@ -355,6 +359,8 @@ fn page_json(user_id: &str, activity_id: &str, r: &Rewards) -> serde_json::Value
         "unreadable": r.unreadable,
         "expired": r.expired,
         "expired_trade_nos": r.expired_trade_nos,
+        "refused": r.refused,
+        "refused_trade_nos": r.refused_trade_nos,
         "balance": balance,
     })
 }
@@ -545,7 +551,8 @@ fn caller_of(st: &HttpState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     }
 }
 
-/// CORS for the configured origins (see the module docs).
+/// CORS for the configured origins (see the module docs); every answer of the API
+/// also says `nosniff` and `no-store`.
 async fn cors(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
     let allowed = origin
@@ -583,6 +590,15 @@ async fn cors(State(st): State<Arc<HttpState>>, req: Request, next: Next) -> Res
     };
     let h = resp.headers_mut();
     h.append(header::VARY, header::HeaderValue::from_static("origin"));
+    // JSON about a user's money: never sniffed as something else, never cached.
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     if let Some(o) = allowed {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
     }

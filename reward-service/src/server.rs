@@ -114,7 +114,13 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
             sdk: sdk.clone(),
             queue: cfg.failure_queue.clone(),
         });
-    Ok(Service::new(granter, tokens, sdk, cfg.server.max_batch))
+    if let Some(until) = cfg.events.accept_unproven_until_ms {
+        tracing::warn!(
+            until = %reward_runtime::clock::format_utc(until),
+            "events without a proof are credited (and counted) until this time, then refused ([events] unproven = \"accept\")"
+        );
+    }
+    Ok(Service::new(granter, tokens, sdk, cfg.server.max_batch).with_events(cfg.events))
 }
 
 /// A serving instance.
@@ -264,10 +270,9 @@ fn spawn_grpc(
     stopped: watch::Receiver<bool>,
 ) -> JoinHandle<Result<(), tonic::transport::Error>> {
     let s = &cfg.server;
-    // A batch of `max_batch` events of up to 2 KiB each must decode.
-    // A full batch of the largest events the SDK's limits allow (the same [sdk]
-    // limits the activity services run with), plus the message's own framing.
-    let per_event = cfg.sdk.limits.max_event_bytes() + 8;
+    // A full batch of the largest events the pipeline's limits allow
+    // (`proto::limits::MAX_EVENT_BYTES`), plus the message's own framing.
+    let per_event = proto::limits::MAX_EVENT_BYTES + 8;
     let max_message = s
         .max_body_bytes
         .max(s.max_batch.saturating_mul(per_event).saturating_add(64));

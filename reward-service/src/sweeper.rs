@@ -30,7 +30,9 @@
 //!   `store.retry_for_ms`; once the entry is older than `unstored_after_ms` the write
 //!   is taken as never landed, the entry ends and is counted
 //!   (`reward_service_sweeper_entries_total{result="never_stored"}`);
-//! - the token does not open (tampered, or sealed with a retired key): counted, ended.
+//! - the token does not open (tampered, or sealed with a retired key): counted, ended;
+//! - the token is past its `expires_at_ms`: never credited (the wallet lists it as
+//!   expired); the entry ends, counted `expired`.
 //!
 //! # Rate
 //! A pass grants at most `batch` rewards per shard, and a shard is swept by one
@@ -49,7 +51,7 @@ use reward_runtime::clock::now_ms;
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::service::{Service, event_of};
+use crate::service::{Proofs, Service, event_of};
 
 /// `[sweeper]` settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -114,7 +116,7 @@ impl SweepConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Entries by result: `granted`, `duplicate`, `kept` (live claim, retryable),
-    /// `already_credited`, `never_stored`, `illegal`, `malformed`, and the final
+    /// `already_credited`, `never_stored`, `illegal`, `malformed`, `expired`, and the final
     /// refusals by outcome (`conflict`, `invalid`, `failed_permanent`, `in_doubt`).
     pub results: BTreeMap<&'static str, u64>,
     /// Shards this instance swept (held the lease).
@@ -385,8 +387,14 @@ impl Sweeper {
         let codec = self.service.sdk().codec();
         let mut events = Vec::with_capacity(grant.len());
         let mut members = Vec::with_capacity(grant.len());
+        let now = now_ms();
         for (e, sealed) in grant {
             match codec.open(&sealed, &e.user, &e.activity) {
+                // Past its expiry it is never credited (the wallet lists it expired).
+                Ok(t) if t.trade_no == e.trade && crate::service::expired(t.expires_at_ms, now) => {
+                    swept.add("expired", 1);
+                    done.push(e.member);
+                }
                 Ok(t) if t.trade_no == e.trade => {
                     events.push(event_of(&t));
                     members.push(e.member);
@@ -400,7 +408,11 @@ impl Sweeper {
         let max = self.service.max_batch().max(1);
         let mut members = members.into_iter();
         for chunk in events.chunks(max) {
-            let results = self.service.grant_batch(chunk.to_vec()).await;
+            // The token opened under the service's keys: it is its own proof.
+            let results = self
+                .service
+                .grant_batch(chunk.to_vec(), Proofs::Vouched)
+                .await;
             crate::service::count_outcomes("sweeper", &results);
             for r in results {
                 let Some(member) = members.next() else {
@@ -419,6 +431,10 @@ impl Sweeper {
                     }
                     GrantOutcome::Conflict => {
                         swept.add("conflict", 1);
+                        done.push(member);
+                    }
+                    GrantOutcome::Invalid if r.error_code == "EXPIRED" => {
+                        swept.add("expired", 1);
                         done.push(member);
                     }
                     GrantOutcome::Invalid => {

@@ -446,6 +446,7 @@ async fn grpc_grants_sync_async_and_batch() {
     let results = c
         .grant_batch(authed(GrantBatchRequest {
             events: batch.clone(),
+            ..Default::default()
         }))
         .await
         .unwrap()
@@ -475,6 +476,7 @@ async fn grpc_grants_sync_async_and_batch() {
         events: (0..101)
             .map(|i| event(&format!("x:{i}"), "1", "coin", 1))
             .collect(),
+        ..Default::default()
     };
     let e = c.grant_batch(authed(too_many)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
@@ -590,7 +592,10 @@ async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmark
     let events: Vec<RewardEvent> = (0..5)
         .map(|i| event(&format!("gone:{i}"), "9", "gem", 2))
         .collect();
-    let mut req = authed(proto::v1::GrantBatchRequest { events });
+    let mut req = authed(proto::v1::GrantBatchRequest {
+        events,
+        ..Default::default()
+    });
     // The caller gives up (and resets its stream) while the credits are in flight.
     req.set_timeout(Duration::from_millis(150));
     assert!(c.grant_batch(req).await.is_err(), "the call timed out");
@@ -768,6 +773,7 @@ async fn the_grant_credential_cannot_pass_a_types_ceiling_or_credit_an_event_pas
     let batch = c
         .grant_batch(authed(proto::v1::GrantBatchRequest {
             events: vec![event("m:2", "5", "gem", 1_000_000)],
+            ..Default::default()
         }))
         .await
         .unwrap()

@@ -122,6 +122,8 @@
     });
     const seen = new Set(page.pending.concat(page.credited).map((t) => t.trade_no));
     (page.expired_trade_nos || []).forEach((t) => seen.add(t));
+    (page.refused_trade_nos || []).forEach((t) => seen.add(t));
+    page.refused = page.refused || 0;
     const unknown = new Set(page.unknown.map((t) => t.trade_no));
     for (const batch of rest) {
       const v = await api("POST", "/v1/tokens/validate", {
@@ -134,6 +136,7 @@
         if (r.validity === "legal") {
           seen.add(t.trade_no);
           if (r.credited) page.credited.push(t);
+          else if (r.creditable === false) page.refused += 1;
           else page.pending.push(Object.assign({ sealed: batch[i] }, t));
         } else if (r.validity === "expired") {
           seen.add(t.trade_no);
@@ -252,6 +255,9 @@
     }
     if (page.expired > 0) {
       notes.push(["expired", page.expired + " expired before " + (page.expired === 1 ? "it was" : "they were") + " credited."]);
+    }
+    if (page.refused > 0) {
+      notes.push(["refused", page.refused + (page.refused === 1 ? " reward" : " rewards") + " cannot be paid as issued (over the limit for " + (page.refused === 1 ? "its" : "their") + " kind), so not counted; support can look into it."]);
     }
     if (page.unreadable > 0) {
       notes.push(["unreadable", page.unreadable + " stored " + (page.unreadable === 1 ? "reward" : "rewards") + " could not be read; support can look into it."]);

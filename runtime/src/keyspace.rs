@@ -85,3 +85,103 @@ pub async fn any_match(client: &Client, pattern: &str) -> Result<bool, fred::err
     }
     Ok(false)
 }
+
+/// `text` with Redis glob characters (`* ? [ ] \`) escaped, for a `MATCH` pattern
+/// that must match it literally.
+///
+/// ```
+/// assert_eq!(reward_runtime::keyspace::glob_escape("a*b[1]"), r"a\*b\[1\]");
+/// ```
+pub fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// How a bounded walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walked {
+    /// Every node was walked to its end: every matching key was seen (as complete as
+    /// a cluster that is not resharding allows).
+    Complete,
+    /// The visitor asked to stop.
+    Stopped,
+    /// The page budget ran out first.
+    OutOfBudget,
+}
+
+/// Walks the keys matching `pattern` on every node, at most `max_pages` `SCAN` pages
+/// of `count` slots each in all (so its cost is bounded whatever the keyspace holds),
+/// handing each key to `visit`, which answers `true` to stop; `on_page` hears the
+/// number of pages read so far after each (for progress).
+pub async fn walk(
+    client: &Client,
+    pattern: &str,
+    count: u32,
+    max_pages: u64,
+    mut visit: impl FnMut(&str) -> bool,
+    mut on_page: impl FnMut(u64),
+) -> Result<Walked, fred::error::Error> {
+    let mut pages = 0u64;
+    for node in nodes(client).await? {
+        let mut cursor = "0".to_string();
+        loop {
+            if pages >= max_pages {
+                return Ok(Walked::OutOfBudget);
+            }
+            pages += 1;
+            on_page(pages);
+            let (next, keys) = scan_page(client, node.as_ref(), &cursor, pattern, count).await?;
+            for k in &keys {
+                if visit(k) {
+                    return Ok(Walked::Stopped);
+                }
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(Walked::Complete)
+}
+
+/// Samples (keys or members placed by a hash) that agree with a configured shard
+/// count and prove it on their own: a sample of another count agrees by chance at
+/// most half the time, so 32 leave at most a 2^-32 chance of a wrong count.
+pub const ENOUGH_SAMPLES: u64 = 32;
+
+/// What a store's own keys say of a configured shard count, when the key that pinned
+/// the count is gone (the claim store's `{prefix}:meta`, the due index's
+/// `{prefix}:due-shards`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutProof {
+    /// No key of the store exists: a fresh store.
+    Empty,
+    /// The keys seen agree with the count.
+    Agrees {
+        /// Placed samples checked (records, index members).
+        samples: u64,
+        /// Whether every key was seen.
+        complete: bool,
+    },
+    /// A key proves another count.
+    Differs {
+        /// The key.
+        key: String,
+        /// How it proves it.
+        why: String,
+    },
+    /// The walk ended (out of budget) with too few samples to decide.
+    Unproven {
+        /// Keys of the store seen.
+        keys: u64,
+        /// Samples among them, all agreeing.
+        samples: u64,
+    },
+}

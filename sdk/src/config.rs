@@ -179,6 +179,12 @@ impl SdkConfig {
         if limits.max_amount <= 0 {
             return Err(invalid("limits.max_amount must be positive"));
         }
+        if let Some((name, value, max)) = limits.above_pipeline() {
+            return Err(ConfigError::Invalid(format!(
+                "limits.{name} is {value}, above the pipeline's {max} (proto::limits): the \
+                 consumer and the reward service would refuse such rewards; it may only be lowered"
+            )));
+        }
         check_producers(&raw.producers)?;
         check_batch(&raw.batch, &raw.retry)?;
         check_store(&raw.store, &raw.token)?;

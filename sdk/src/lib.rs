@@ -23,7 +23,8 @@
 //!    fails or times out is retried in the background until it lands (late rather
 //!    than never) or `store.retry_for_ms` passes; with `store.strict` (direct and
 //!    batched modes) a failed first attempt refuses the reward instead;
-//! 4. hands the event to the queue and returns the token. It never waits for a broker.
+//! 4. hands the event, signed under the token keys ([`token::proof`]) and carrying the
+//!    token's expiry, to the queue and returns the token. It never waits for a broker.
 //!
 //! A refusal in steps 1-3 leaves nothing behind: the place and the reserved slot are
 //! released, no event is sent, and a refused write stores no token. Once the slot is
@@ -258,12 +259,17 @@ impl Sdk {
         let now = reward_runtime::clock::now_ms();
         let ttl_ms =
             i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let token = req.token(now, now.saturating_add(ttl_ms));
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        let token = req.token(now, expires_at_ms);
         let sealed = inner.codec.seal_at(&token, now)?;
         // The event is built before the token write and handed to a guard: if the
         // caller drops this future while the write is in flight (it may have landed),
         // the guard still queues the event, so a stored token never lacks its event.
-        let payload = Bytes::from(req.event(now).encode_to_vec());
+        // It carries the token's expiry and a proof under the token keys, so the
+        // service can refuse an event nobody with the keys issued.
+        let mut event = req.event(now, expires_at_ms);
+        inner.codec.proofs().sign(&mut event);
+        let payload = Bytes::from(event.encode_to_vec());
         let env = Envelope::new(
             Arc::from(queue.as_str()),
             req.trade_no.clone(),

@@ -96,37 +96,55 @@ pub struct Limits {
     pub max_description_len: usize,
 }
 
-impl Limits {
-    /// The largest encoded [`RewardEvent`](proto::v1::RewardEvent) a request within
-    /// these limits can become, retries included: every string at its longest, every
-    /// number at its widest, each with its tag and length prefix. A receiver sizes its
-    /// decode limit from it (the reward service: `max_batch` times this).
-    pub fn max_event_bytes(&self) -> usize {
-        // Tag (1 byte) + length prefix (up to 3 bytes for these sizes) + the bytes.
-        let string = |n: usize| 1 + 3 + n;
-        let id = string(self.max_id_len);
-        let user = string(3 * id);
-        let entry = string(string(self.max_extension_len) * 2);
-        let varints = 4 * (1 + 10) + (1 + 5);
-        string(self.max_trade_no_len)
-            + user
-            + 3 * id
-            + self.max_extension_fields * entry
-            + string(self.max_description_len)
-            + varints
+impl Default for Limits {
+    /// The pipeline's limits ([`proto::limits`]); a config may only lower them.
+    fn default() -> Self {
+        use proto::limits as p;
+        Self {
+            max_id_len: p::MAX_ID_LEN,
+            max_trade_no_len: p::MAX_TRADE_NO_LEN,
+            max_amount: p::MAX_AMOUNT,
+            max_extension_fields: p::MAX_EXTENSION_FIELDS,
+            max_extension_len: p::MAX_EXTENSION_LEN,
+            max_description_len: p::MAX_DESCRIPTION_LEN,
+        }
     }
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_id_len: 64,
-            max_trade_no_len: 200,
-            max_amount: 1_000_000_000_000,
-            max_extension_fields: 16,
-            max_extension_len: 256,
-            max_description_len: 256,
-        }
+impl Limits {
+    /// The first limit set above the pipeline's own ([`proto::limits`]), by its
+    /// config name: an SDK that accepted such a request would send an event the
+    /// consumer and the service refuse.
+    pub fn above_pipeline(&self) -> Option<(&'static str, u64, u64)> {
+        let d = Self::default();
+        let wide = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        let amount = |v: i64| u64::try_from(v).unwrap_or(0);
+        [
+            ("max_id_len", wide(self.max_id_len), wide(d.max_id_len)),
+            (
+                "max_trade_no_len",
+                wide(self.max_trade_no_len),
+                wide(d.max_trade_no_len),
+            ),
+            ("max_amount", amount(self.max_amount), amount(d.max_amount)),
+            (
+                "max_extension_fields",
+                wide(self.max_extension_fields),
+                wide(d.max_extension_fields),
+            ),
+            (
+                "max_extension_len",
+                wide(self.max_extension_len),
+                wide(d.max_extension_len),
+            ),
+            (
+                "max_description_len",
+                wide(self.max_description_len),
+                wide(d.max_description_len),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, v, max)| v > max)
     }
 }
 
@@ -316,8 +334,9 @@ impl RewardRequest {
         }
     }
 
-    /// The event the pipeline carries for this reward.
-    pub fn event(&self, now_ms: i64) -> RewardEvent {
+    /// The event the pipeline carries for this reward (unsigned: the SDK signs it
+    /// with [`crate::token::proof`] before it is queued).
+    pub fn event(&self, now_ms: i64, expires_at_ms: i64) -> RewardEvent {
         RewardEvent {
             trade_no: self.trade_no.clone(),
             user: Some(UserInfo {
@@ -338,6 +357,8 @@ impl RewardRequest {
             created_at_ms: now_ms,
             description: self.description.clone(),
             not_before_ms: 0,
+            expires_at_ms,
+            proof: Vec::new(),
         }
     }
 }

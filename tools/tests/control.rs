@@ -45,7 +45,8 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
         .unwrap();
     // A backlog the consumer drains at its cash rate: traffic flows all through.
     let users = 20u64;
-    loadtest::consumer_bench::produce_events(&env, &topic, 4_000, users)
+    let proofs = service.service().sdk().codec().proofs();
+    loadtest::consumer_bench::produce_events(&env, &topic, 4_000, users, proofs)
         .await
         .unwrap();
     let consumer = loadtest::consumer_bench::start_consumer(

@@ -339,9 +339,14 @@ impl Pipeline {
             .routing()
             .types
             .contains_key(&event.reward_type);
-        if let Err((field, problem)) = proto::ids::check_event(&event) {
+        // Over a limit of the pipeline (`proto::limits`): the service would refuse it
+        // (an oversized one would fail its whole batch), and a `not_before_ms` far
+        // ahead would park it in Redis for as long as a stranger likes.
+        let over = proto::limits::check_event(&event)
+            .and_then(|()| proto::limits::check_not_before(&event, now_ms()));
+        if let Err(e) = over {
             let me = self.clone();
-            let why = format!("{field} {problem}");
+            let why = e.to_string();
             self.side(async move {
                 me.dead_letter(Some(event), item, DeadLetterReason::Invalid, &why)
                     .await;
@@ -416,8 +421,11 @@ impl Pipeline {
         let mut answer = None;
         for attempt in 0..GRANT_ATTEMPTS {
             // The events are copied into each attempt's request (once, normally).
+            // Read off a topic: the service credits only events that prove they were
+            // issued by a holder of the token keys.
             let mut req = tonic::Request::new(GrantBatchRequest {
                 events: batch.iter().map(|r| r.event.clone()).collect(),
+                require_proof: true,
             });
             req.metadata_mut()
                 .insert("authorization", self.inner.auth.clone());

@@ -49,9 +49,14 @@ impl Pipeline {
                 self.done(&ready.item.ack);
             }
             GrantOutcome::Conflict | GrantOutcome::Invalid | GrantOutcome::BudgetExhausted => {
-                let reason = match outcome {
-                    GrantOutcome::Conflict => DeadLetterReason::Conflict,
-                    GrantOutcome::Invalid => DeadLetterReason::Invalid,
+                // Classified by the error code, never by the message.
+                let reason = match (outcome, r.error_code.as_str()) {
+                    (GrantOutcome::Conflict, _) => DeadLetterReason::Conflict,
+                    (GrantOutcome::Invalid, "EXPIRED") => DeadLetterReason::Expired,
+                    (GrantOutcome::Invalid, code) if code.starts_with("PROOF_") => {
+                        DeadLetterReason::Unproven
+                    }
+                    (GrantOutcome::Invalid, _) => DeadLetterReason::Invalid,
                     _ => DeadLetterReason::BudgetExhausted,
                 };
                 let me = self.clone();

@@ -274,16 +274,58 @@ pub async fn produce(sdk: &sdk::Sdk, events: &[RewardEvent], raw: &[&[u8]]) {
     produce_to(sdk, "massive", events, raw).await;
 }
 
-/// As `produce`, to the virtual queue `queue`.
+/// As `produce`, to the virtual queue `queue`. Events are signed under the SDK's keys
+/// (the test's ring, the service's too) as `send_reward` signs them; `raw` payloads go
+/// as they are.
 pub async fn produce_to(sdk: &sdk::Sdk, queue: &str, events: &[RewardEvent], raw: &[&[u8]]) {
-    for e in events {
-        let user = e.user.as_ref().unwrap().user_id.clone();
+    let signed: Vec<RewardEvent> = events
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            sdk.codec().proofs().sign(&mut e);
+            e
+        })
+        .collect();
+    let raw_events: Vec<Vec<u8>> = signed.iter().map(|e| e.encode_to_vec()).collect();
+    let mut all: Vec<&[u8]> = raw_events.iter().map(Vec::as_slice).collect();
+    all.extend_from_slice(raw);
+    put(
+        sdk,
+        queue,
+        &signed,
+        &all[..signed.len()],
+        &all[signed.len()..],
+    )
+    .await;
+}
+
+/// Puts events exactly as given (no proof added: what a foreign producer writes) on
+/// the virtual queue `queue`, and waits until all are on it.
+pub async fn produce_unsigned(sdk: &sdk::Sdk, queue: &str, events: &[RewardEvent]) {
+    let encoded: Vec<Vec<u8>> = events.iter().map(|e| e.encode_to_vec()).collect();
+    let payloads: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+    put(sdk, queue, events, &payloads, &[]).await;
+}
+
+async fn put(
+    sdk: &sdk::Sdk,
+    queue: &str,
+    events: &[RewardEvent],
+    payloads: &[&[u8]],
+    raw: &[&[u8]],
+) {
+    for (e, p) in events.iter().zip(payloads) {
+        let user = e
+            .user
+            .as_ref()
+            .map(|u| u.user_id.clone())
+            .unwrap_or_default();
         sdk.enqueue(
             Some(queue),
             None,
             &user,
             e.trade_no.clone(),
-            Bytes::from(e.encode_to_vec()),
+            Bytes::copy_from_slice(p),
         )
         .await
         .unwrap();

@@ -27,7 +27,12 @@ pub(super) async fn raw_run(
     let now = 1_790_000_000_000;
     let payloads: Vec<(String, Vec<u8>)> = reqs
         .iter()
-        .map(|r| (r.trade_no.clone(), r.event(now).encode_to_vec()))
+        .map(|r| {
+            (
+                r.trade_no.clone(),
+                r.event(now, now + 3_600_000).encode_to_vec(),
+            )
+        })
         .collect();
     let mut calls = Vec::with_capacity(payloads.len());
     let mut pending = Vec::with_capacity(payloads.len());

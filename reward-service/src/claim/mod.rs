@@ -20,7 +20,10 @@
 //! lives; an instance configured with another count would look for records in the
 //! wrong place and credit them again. [`Claims::connect`] stores the count in
 //! `{prefix}:meta` the first time and refuses to start ([`ClaimError::ShardsChanged`])
-//! when the configured count differs. To change it, use a new key prefix.
+//! when the configured count differs. To change it, use a new key prefix. If the pin
+//! itself is gone, the store's own keys are read before a new one is written
+//! ([`layout`]): a start they prove wrong, or cannot prove right within a bounded
+//! walk, is refused with the command that settles it.
 //!
 //! # States ([`ClaimState`])
 //! `IN_PROGRESS` (with a lease and an owner, the claim id) → `GRANTED` (with the stored
@@ -69,12 +72,14 @@
 use std::sync::Arc;
 
 use fred::prelude::*;
+use reward_runtime::keyspace::LayoutProof;
 use reward_runtime::script::Script;
 
 mod batch;
 mod budget;
 mod doubt;
 mod keys;
+pub mod layout;
 mod replicas;
 mod scripts;
 mod single;
@@ -340,11 +345,69 @@ pub enum ClaimError {
         /// All shards.
         shards: u32,
     },
+    /// The store's pin (`{prefix}:meta`) is gone and its data proves another shard
+    /// count.
+    #[error(
+        "claims.shards is {configured} but the claim store under prefix {prefix:?} lost its shard pin ({prefix}:meta) and its data proves another count ({key}: {why}). Starting would credit granted trade numbers again. Configure the store's own count, or use a new key prefix"
+    )]
+    LayoutDiffers {
+        /// The key prefix.
+        prefix: String,
+        /// What the config says.
+        configured: u32,
+        /// The key that proves it.
+        key: String,
+        /// How.
+        why: String,
+    },
+    /// The store's pin is gone and a bounded walk could not prove the configured count.
+    #[error(
+        "the claim store under prefix {prefix:?} lost its shard pin ({prefix}:meta), and a bounded walk ({keys} keys, {samples} records) could not prove claims.shards = {configured}. Run `reward-ctl layout claims --prefix {prefix} --shards {configured}`: it walks the whole store and restores the pin only if the data agrees"
+    )]
+    LayoutUnproven {
+        /// The key prefix.
+        prefix: String,
+        /// What the config says.
+        configured: u32,
+        /// Keys of the store seen.
+        keys: u64,
+        /// Records among them.
+        samples: u64,
+    },
     /// Keys of the previous claim-store layout exist under this prefix.
     #[error(
         "the claim store under prefix {0:?} holds keys of the previous layout (records keyed per scene): starting on it would forget which trade numbers were granted. Use a new key prefix, or remove the old keys once their events and tokens have expired"
     )]
     OldLayout(String),
+}
+
+/// Turns what the data says of the configured count into a start or a typed refusal.
+fn check_layout(prefix: &str, shards: u32, proof: LayoutProof) -> Result<(), ClaimError> {
+    match proof {
+        LayoutProof::Empty => Ok(()),
+        LayoutProof::Agrees { samples, complete } => {
+            tracing::warn!(
+                prefix,
+                shards,
+                records = samples,
+                complete,
+                "claim store shard pin was missing; its data agrees with claims.shards, pin restored"
+            );
+            Ok(())
+        }
+        LayoutProof::Differs { key, why } => Err(ClaimError::LayoutDiffers {
+            prefix: prefix.to_string(),
+            configured: shards,
+            key,
+            why,
+        }),
+        LayoutProof::Unproven { keys, samples } => Err(ClaimError::LayoutUnproven {
+            prefix: prefix.to_string(),
+            configured: shards,
+            keys,
+            samples,
+        }),
+    }
 }
 
 impl From<fred::error::Error> for ClaimError {
@@ -422,8 +485,14 @@ impl Claims {
         });
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;
-        if exists == 0 && Self::old_layout(&pool, &cfg.key_prefix).await? {
-            return Err(ClaimError::OldLayout(cfg.key_prefix.clone()));
+        if exists == 0 {
+            if Self::old_layout(&pool, &cfg.key_prefix).await? {
+                return Err(ClaimError::OldLayout(cfg.key_prefix.clone()));
+            }
+            // No pin: a fresh store, or one whose pin was lost. Its own keys decide.
+            let proof =
+                layout::prove(pool.next(), &cfg.key_prefix, cfg.shards, layout::SCAN_PAGES).await?;
+            check_layout(&cfg.key_prefix, cfg.shards, proof)?;
         }
         let _: i64 = pool.next().hsetnx(&meta, "shards", cfg.shards).await?;
         let stored: Option<String> = pool.next().hget(&meta, "shards").await?;

@@ -280,3 +280,45 @@ fn wallet_sessions_and_origins_are_checked() {
         assert!(!err.contains(ring.lines().next().unwrap().split_once(':').unwrap().1));
     }
 }
+
+#[test]
+fn unproven_events_are_refused_unless_a_stated_window_accepts_them() {
+    let doc = |events: &str| format!("{events}\n{DOC}");
+    let c = ServiceConfig::from_toml_str(DOC, &env(&[])).unwrap();
+    assert_eq!(c.events.accept_unproven_until_ms, None, "refuse by default");
+    let now = reward_runtime::clock::now_ms();
+    let soon = reward_runtime::clock::format_utc(now + 86_400_000);
+    let c = ServiceConfig::from_toml_str(
+        &doc(&format!(
+            "[events]\nunproven = \"accept\"\naccept_unproven_until = \"{soon}\"\n"
+        )),
+        &env(&[]),
+    )
+    .unwrap();
+    let until = c.events.accept_unproven_until_ms.unwrap();
+    assert!(until > now && until <= now + 86_400_000, "{until}");
+    let far = reward_runtime::clock::format_utc(now + 31 * 86_400_000);
+    let cases = [
+        (
+            "[events]\nunproven = \"accept\"\n".to_string(),
+            "needs events.accept_unproven_until",
+        ),
+        (
+            format!("[events]\nunproven = \"accept\"\naccept_unproven_until = \"{far}\"\n"),
+            "more than 30 days",
+        ),
+        (
+            "[events]\nunproven = \"accept\"\naccept_unproven_until = \"tomorrow\"\n".into(),
+            "not a UTC time",
+        ),
+        (
+            format!("[events]\naccept_unproven_until = \"{soon}\"\n"),
+            "is \"refuse\"",
+        ),
+        ("[events]\nunproven = \"allow\"\n".into(), "\"allow\""),
+    ];
+    for (events, want) in cases {
+        let e = ServiceConfig::from_toml_str(&doc(&events), &env(&[])).unwrap_err();
+        assert!(e.to_string().contains(want), "{events}: {e}");
+    }
+}

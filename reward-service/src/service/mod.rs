@@ -45,9 +45,10 @@ use reward_runtime::clock::now_ms;
 use sdk::Sdk;
 
 use crate::claim::{ClaimError, Grant};
+use crate::config::EventsConfig;
 use crate::grant::{GrantError, Granter};
 use crate::tokens::Tokens;
-use proto::ids;
+use sdk::token::proof::ProofError;
 
 mod results;
 mod wallet;
@@ -63,13 +64,11 @@ pub fn scope(activity_id: &str, scene_id: &str) -> String {
 }
 
 /// Checks an event and turns it into a grant; the error is the reason for `INVALID`.
-/// Ids follow the pipeline's one rule (`proto::ids`), the same the SDK applies.
+/// Every field follows the pipeline's one set of limits (`proto::limits`, ids by
+/// `proto::ids`), the same the SDK applies.
 pub fn grant_of(ev: &RewardEvent) -> Result<Grant, String> {
     let user_id = ev.user.as_ref().map(|u| u.user_id.as_str()).unwrap_or("");
-    ids::check_event(ev).map_err(|(field, p)| format!("{field} {p}"))?;
-    if ev.amount <= 0 {
-        return Err(format!("amount must be positive, not {}", ev.amount));
-    }
+    proto::limits::check_event(ev).map_err(|e| e.to_string())?;
     Ok(Grant {
         scene: scope(&ev.activity_id, &ev.scene_id),
         activity_id: ev.activity_id.clone(),
@@ -78,6 +77,56 @@ pub fn grant_of(ev: &RewardEvent) -> Result<Grant, String> {
         reward_type: ev.reward_type.clone(),
         amount: ev.amount,
     })
+}
+
+/// Whether a batch's events must prove they were issued by a key holder
+/// ([`sdk::token::proof`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proofs {
+    /// Events read off a topic (`GrantBatchRequest.require_proof`): each must carry a
+    /// valid proof (within an `accept` window of `[events]`, one without a proof
+    /// passes and is counted).
+    Required,
+    /// Events the caller vouches for: a grant credential holder's own, or the
+    /// service's (the sweeper's and the wallet's, rebuilt from tokens it opened).
+    Vouched,
+}
+
+/// Why an event is refused before any claim: the error code and the message of its
+/// `INVALID` result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `INVALID`, `EXPIRED` or a `PROOF_*` code.
+    pub code: &'static str,
+    /// For logs and operators.
+    pub why: String,
+}
+
+impl Refusal {
+    fn invalid(why: String) -> Self {
+        Self {
+            code: "INVALID",
+            why,
+        }
+    }
+
+    fn result(self, trade_no: &str) -> GrantResult {
+        failed(trade_no, GrantOutcome::Invalid, self.code, self.why)
+    }
+}
+
+/// Error codes of events refused for their proof or their expiry, in the label order
+/// of `reward_service_events_refused_total{code}` (registered at 0 at start).
+pub const REFUSAL_CODES: [&str; 4] = [
+    "PROOF_MISSING",
+    "PROOF_UNKNOWN_KEY",
+    "PROOF_FORGED",
+    "EXPIRED",
+];
+
+/// Whether the reward is past its own expiry at `now_ms`.
+pub fn expired(expires_at_ms: i64, now_ms: i64) -> bool {
+    expires_at_ms > 0 && now_ms >= expires_at_ms
 }
 
 /// Service failures the APIs turn into errors (not per-grant outcomes).
@@ -118,17 +167,34 @@ pub struct Service {
 #[derive(Debug)]
 struct Limits {
     max_batch: usize,
+    events: EventsConfig,
 }
 
 impl Service {
     /// A service over a granter (which should carry `tokens`), the token store and the
-    /// SDK (codec and virtual queue).
+    /// SDK (codec and virtual queue); unproven events are refused.
     pub fn new(granter: Granter, tokens: Tokens, sdk: Sdk, max_batch: usize) -> Self {
+        for code in REFUSAL_CODES {
+            metrics::counter!("reward_service_events_refused_total", "code" => code).increment(0);
+        }
+        metrics::counter!("reward_service_events_unproven_accepted_total").increment(0);
         Self {
             granter,
             tokens,
             sdk,
-            inner: Arc::new(Limits { max_batch }),
+            inner: Arc::new(Limits {
+                max_batch,
+                events: EventsConfig::default(),
+            }),
+        }
+    }
+
+    /// This service with `[events]` settings (what it does with unproven events).
+    pub fn with_events(self, events: EventsConfig) -> Self {
+        let max_batch = self.inner.max_batch;
+        Self {
+            inner: Arc::new(Limits { max_batch, events }),
+            ..self
         }
     }
 
@@ -152,37 +218,77 @@ impl Service {
         self.inner.max_batch
     }
 
-    /// [`grant_of`], the type's amount ceiling, and the event's age: an event older
-    /// than the claim store keeps records (a topic replayed, a consumer far behind)
-    /// could find its record gone and be credited again, so it is refused.
-    fn checked(&self, ev: &RewardEvent) -> Result<Grant, String> {
-        let g = grant_of(ev)?;
-        self.granter.check_ceiling(&g)?;
+    /// Whether `ev` proves itself as `proofs` asks; `Ok` also for an unproven event
+    /// inside an `accept` window (counted).
+    fn proven(&self, ev: &RewardEvent, proofs: Proofs, now: i64) -> Result<(), Refusal> {
+        if proofs == Proofs::Vouched {
+            return Ok(());
+        }
+        match self.sdk.codec().proofs().verify(ev) {
+            Ok(_) => Ok(()),
+            Err(ProofError::Missing)
+                if self
+                    .inner
+                    .events
+                    .accept_unproven_until_ms
+                    .is_some_and(|until| now < until) =>
+            {
+                metrics::counter!("reward_service_events_unproven_accepted_total").increment(1);
+                Ok(())
+            }
+            Err(e) => Err(Refusal {
+                code: e.as_code(),
+                why: e.to_string(),
+            }),
+        }
+    }
+
+    /// The checks before any claim, in order: the limits ([`grant_of`]), the proof
+    /// (when `proofs` asks), the reward's expiry, the type's amount ceiling, and the
+    /// event's age: an event older than the claim store keeps records (a topic
+    /// replayed, a consumer far behind) could find its record gone and be credited
+    /// again, so it is refused.
+    fn checked(&self, ev: &RewardEvent, proofs: Proofs) -> Result<Grant, Refusal> {
+        let g = grant_of(ev).map_err(Refusal::invalid)?;
+        let now = now_ms();
+        let refused = |r: Refusal| {
+            metrics::counter!("reward_service_events_refused_total", "code" => r.code).increment(1);
+            r
+        };
+        self.proven(ev, proofs, now).map_err(refused)?;
+        if expired(ev.expires_at_ms, now) {
+            return Err(refused(Refusal {
+                code: "EXPIRED",
+                why: format!("the reward expired at {} (Unix ms)", ev.expires_at_ms),
+            }));
+        }
+        self.granter.check_ceiling(&g).map_err(Refusal::invalid)?;
         let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
-        if ev.created_at_ms > 0 && now_ms() >= ev.created_at_ms.saturating_add(retention_ms) {
-            return Err(format!(
+        if ev.created_at_ms > 0 && now >= ev.created_at_ms.saturating_add(retention_ms) {
+            return Err(Refusal::invalid(format!(
                 "the event was created at {} (Unix ms), longer ago than grant records are kept",
                 ev.created_at_ms
-            ));
+            )));
         }
         Ok(g)
     }
 
     /// Grants one event now.
     pub async fn grant(&self, ev: &RewardEvent) -> GrantResult {
-        match self.checked(ev) {
+        match self.checked(ev, Proofs::Vouched) {
             Ok(g) => result_of(&g.trade_no, self.granter.grant(&g).await),
-            Err(why) => failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
+            Err(r) => r.result(&ev.trade_no),
         }
     }
 
-    /// Claims now, credits later through the queue (see the module doc).
+    /// Claims now, credits later through the queue (see the module doc). The queued
+    /// event is signed by this service, so the consumer's `GrantBatch` takes it.
     pub async fn grant_async(&self, ev: &RewardEvent) -> GrantResult {
-        let g = match self.checked(ev) {
+        let g = match self.checked(ev, Proofs::Vouched) {
             Ok(g) => g,
-            Err(why) => return failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why),
+            Err(r) => return r.result(&ev.trade_no),
         };
         let claims = self.granter.claims();
         let (claim_id, prior) = match claims.claim(&g).await.map(crate::grant::settled) {
@@ -200,7 +306,11 @@ impl Service {
         if let Err(e) = released {
             return result_of(&g.trade_no, Err(GrantError::Claim(e)));
         }
-        let payload = Bytes::from(ev.encode_to_vec());
+        let mut queued = ev.clone();
+        queued.retry_count = 0;
+        queued.not_before_ms = 0;
+        self.sdk.codec().proofs().sign(&mut queued);
+        let payload = Bytes::from(queued.encode_to_vec());
         match self
             .sdk
             .enqueue(
@@ -225,22 +335,36 @@ impl Service {
         }
     }
 
-    /// Grants every event at once; results in request order.
-    pub async fn grant_batch(&self, events: Vec<RewardEvent>) -> Vec<GrantResult> {
+    /// Grants every event at once; results in request order. With
+    /// [`Proofs::Required`] an event without a valid proof is answered `INVALID` with
+    /// its `PROOF_*` code and never reaches a claim.
+    pub async fn grant_batch(&self, events: Vec<RewardEvent>, proofs: Proofs) -> Vec<GrantResult> {
         // Invalid events are answered at once; the rest go to the granter together.
         let mut out: Vec<Option<GrantResult>> = vec![None; events.len()];
         let mut grants = Vec::with_capacity(events.len());
         let mut at = Vec::with_capacity(events.len());
+        let mut unproven: Option<(&'static str, &str, usize)> = None;
         for (i, ev) in events.iter().enumerate() {
-            match self.checked(ev) {
+            match self.checked(ev, proofs) {
                 Ok(g) => {
                     grants.push(g);
                     at.push(i);
                 }
-                Err(why) => {
-                    out[i] = Some(failed(&ev.trade_no, GrantOutcome::Invalid, "INVALID", why));
+                Err(r) => {
+                    if r.code.starts_with("PROOF_") {
+                        let seen = unproven.map_or(0, |(_, _, n)| n);
+                        let first =
+                            unproven.map_or((r.code, ev.trade_no.as_str()), |(c, t, _)| (c, t));
+                        unproven = Some((first.0, first.1, seen + 1));
+                    }
+                    out[i] = Some(r.result(&ev.trade_no));
                 }
             }
+        }
+        if let Some((code, trade_no, n)) = unproven {
+            // One line per batch, whatever a hostile topic holds.
+            tracing::warn!(refused = n, first_code = code, first_trade_no = %trade_no,
+                "events without a valid proof refused (a record nobody with the token keys issued)");
         }
         let results = self.granter.grant_many(&grants).await;
         for ((i, g), r) in at.into_iter().zip(&grants).zip(results) {

@@ -28,8 +28,11 @@ pub struct Checked {
     pub credited: bool,
     /// The stored receipt when credited.
     pub receipt: Option<String>,
-    /// Why it is illegal.
+    /// Why it is illegal, expired, or cannot be credited.
     pub reason: Option<String>,
+    /// Whether a withdrawal would credit it now: legal, not credited, and within
+    /// every limit the service applies to a grant (its type's ceiling among them).
+    pub creditable: bool,
 }
 
 /// What the wallet page shows for a user in an activity.
@@ -52,6 +55,11 @@ pub struct Rewards {
     /// The trade numbers of the expired ones (so a client merging more codes counts
     /// each once).
     pub expired_trade_nos: Vec<String>,
+    /// Uncredited tokens the service will never credit as they stand (over their
+    /// type's ceiling, or a pipeline limit): not shown as money.
+    pub refused: usize,
+    /// Their trade numbers.
+    pub refused_trade_nos: Vec<String>,
     /// Per reward type: (pending, credited) amounts.
     pub balance: BTreeMap<String, (i64, i64)>,
     /// The sealed text of each pending token, by trade number: what a withdrawal
@@ -76,6 +84,7 @@ impl Service {
                     credited: false,
                     receipt: None,
                     reason: Some(e.to_string()),
+                    creditable: false,
                 });
             }
         };
@@ -86,6 +95,7 @@ impl Service {
                 credited: false,
                 receipt: None,
                 reason: Some(why.to_string()),
+                creditable: false,
             });
         }
         let (held, record) = tokio::join!(
@@ -106,7 +116,11 @@ impl Service {
             (true, _) => TokenValidity::Legal,
             (false, _) => TokenValidity::Unknown,
         };
+        let refused = (validity == TokenValidity::Legal && !credited)
+            .then(|| self.uncreditable(&token))
+            .flatten();
         Ok(Checked {
+            creditable: validity == TokenValidity::Legal && !credited && refused.is_none(),
             validity,
             credited,
             receipt: granted.map(|r| r.result.clone()),
@@ -114,9 +128,18 @@ impl Service {
             reason: if validity == TokenValidity::Expired {
                 expired
             } else {
-                None
+                refused
             },
         })
+    }
+
+    /// Why a legal token can never be credited as it stands (over its type's ceiling,
+    /// or over a limit of the pipeline), if so. The wallet shows such a token apart,
+    /// never as pending money.
+    fn uncreditable(&self, t: &RewardToken) -> Option<String> {
+        super::grant_of(&event_of(t))
+            .and_then(|g| self.granter.check_ceiling(&g))
+            .err()
     }
 
     /// Why a token may no longer be credited: past its own expiry, or older than the
@@ -209,6 +232,10 @@ impl Service {
             }
             match c.validity {
                 TokenValidity::Legal if c.credited => out.credited.push(t),
+                TokenValidity::Legal if !c.creditable => {
+                    out.refused += 1;
+                    out.refused_trade_nos.push(t.trade_no);
+                }
                 TokenValidity::Legal => {
                     out.sealed.insert(t.trade_no.clone(), sealed.clone());
                     out.pending.push(t);
@@ -240,6 +267,9 @@ impl Service {
             } else if self.expired(&t, now).is_some() {
                 out.expired += 1;
                 out.expired_trade_nos.push(t.trade_no);
+            } else if self.uncreditable(&t).is_some() {
+                out.refused += 1;
+                out.refused_trade_nos.push(t.trade_no);
             } else {
                 still_pending.push(t);
             }
@@ -277,6 +307,7 @@ pub fn event_of(t: &RewardToken) -> RewardEvent {
         amount: t.amount,
         created_at_ms: t.grant_time_ms,
         description: t.description.clone(),
+        expires_at_ms: t.expires_at_ms,
         ..Default::default()
     }
 }

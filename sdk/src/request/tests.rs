@@ -8,39 +8,39 @@ fn ok_request() -> RewardRequest {
 }
 
 #[test]
-fn the_largest_valid_event_fits_its_bound() {
+fn the_largest_request_the_sdk_accepts_is_an_event_the_pipeline_takes() {
     use prost::Message as _;
     let l = Limits::default();
     let long = |n: usize| "x".repeat(n);
-    let ev = proto::v1::RewardEvent {
+    let r = RewardRequest {
         trade_no: long(l.max_trade_no_len),
-        user: Some(proto::v1::UserInfo {
+        user: User {
             user_id: long(l.max_id_len),
             device_id: long(l.max_id_len),
             app_id: long(l.max_id_len),
-        }),
+        },
         activity_id: long(l.max_id_len),
         scene_id: long(l.max_id_len),
         reward_type: long(l.max_id_len),
-        amount: i64::MIN,
+        amount: l.max_amount,
         extension: (0..l.max_extension_fields)
             .map(|i| {
                 let k = format!("{i:0>width$}", width = l.max_extension_len);
                 (k, long(l.max_extension_len))
             })
             .collect(),
-        retry_count: u32::MAX,
-        created_at_ms: i64::MIN,
         description: long(l.max_description_len),
-        not_before_ms: i64::MIN,
     };
+    r.validate(&l).unwrap();
+    let mut ev = r.event(i64::MIN, i64::MIN);
+    ev.retry_count = u32::MAX;
+    ev.not_before_ms = i64::MIN;
+    ev.proof = vec![0xff; proto::limits::PROOF_LEN];
+    // The SDK's limits are the pipeline's (`proto::limits`): what it accepts, the
+    // consumer and the service take.
+    proto::limits::check_event(&ev).unwrap();
     let n = ev.encode_to_vec().len();
-    assert!(n <= l.max_event_bytes(), "{n} > {}", l.max_event_bytes());
-    assert!(
-        l.max_event_bytes() < n + 200,
-        "a loose bound: {n} vs {}",
-        l.max_event_bytes()
-    );
+    assert!(n <= proto::limits::MAX_EVENT_BYTES, "{n}");
 }
 
 #[test]
@@ -258,7 +258,8 @@ fn token_and_event_carry_the_request() {
         ),
         ("cny:rain:1:u1", 100, 10, 20)
     );
-    let e = r.event(10);
+    let e = r.event(10, 20);
+    assert_eq!(e.expires_at_ms, 20);
     assert_eq!(e.user.as_ref().map(|u| u.user_id.as_str()), Some("u1"));
     assert_eq!(e.extension.get("k").map(String::as_str), Some("v"));
     assert_eq!(e.retry_count, 0);

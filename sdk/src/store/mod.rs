@@ -23,7 +23,8 @@
 //! stored without one; an entry without a token (the process died in between) is
 //! counted by the sweeper as a write that never landed. The shard count is recorded at
 //! the store's first use (`{prefix}:due-shards`) and a store started with another
-//! count refuses to start ([`StoreError::DueShards`]). Cost: one `ZADD` per due shard
+//! count refuses to start ([`StoreError::DueShards`]); if the pin itself is gone, the
+//! index's own keys and entries decide before a new pin is written ([`layout`]). Cost: one `ZADD` per due shard
 //! per pipeline of writes (all of the pipeline's entries for that shard in it; a
 //! pipeline sent before the tokens' scripts: one more round trip per batch of writes,
 //! off the caller's path in deferred mode) and a batched `ZREM` per credit batch.
@@ -82,6 +83,7 @@
 //! mode a reply of `NOSCRIPT` (Redis restarted, or a cluster node that never saw the
 //! script or was just promoted) sends the call once more with the script's body.
 
+pub mod layout;
 mod writer;
 
 use std::collections::HashMap;
@@ -92,6 +94,8 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use reward_runtime::script::Script;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+use reward_runtime::keyspace::LayoutProof;
 
 use self::writer::{Reply, Shared, Unsettled, WRITE_LUA, WRITE_MANY_LUA, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
@@ -105,6 +109,39 @@ fn credited_key(pending: &str) -> String {
 /// one later: entries under a different count would sit in shards no sweeper reads.
 async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), StoreError> {
     let key = format!("{}:due-shards", cfg.key_prefix);
+    let pinned: Option<String> = client.get(&key).await?;
+    if pinned.is_none() {
+        // No pin: a fresh store, or one whose pin was lost. The index itself decides.
+        let (prefix, shards) = (cfg.key_prefix.as_str(), cfg.due_shards);
+        match layout::prove(client, prefix, shards, layout::SCAN_PAGES).await? {
+            LayoutProof::Empty => {}
+            LayoutProof::Agrees { samples, complete } => {
+                tracing::warn!(
+                    prefix,
+                    shards,
+                    entries = samples,
+                    complete,
+                    "due index shard pin was missing; the index agrees with store.due_shards, pin restored"
+                );
+            }
+            LayoutProof::Differs { key, why } => {
+                return Err(StoreError::DueLayoutDiffers {
+                    prefix: prefix.to_string(),
+                    configured: shards,
+                    key,
+                    why,
+                });
+            }
+            LayoutProof::Unproven { keys, samples } => {
+                return Err(StoreError::DueLayoutUnproven {
+                    prefix: prefix.to_string(),
+                    configured: shards,
+                    keys,
+                    samples,
+                });
+            }
+        }
+    }
     let _: Option<String> = client
         .set(
             &key,
@@ -168,6 +205,35 @@ pub enum StoreError {
         configured: u32,
         /// The count recorded in Redis.
         stored: u32,
+    },
+    /// The due index's pin (`{prefix}:due-shards`) is gone and the index itself proves
+    /// another count.
+    #[error(
+        "store.due_shards is {configured} but the due index under prefix {prefix:?} lost its shard pin ({prefix}:due-shards) and its data proves another count ({key}: {why}). Set store.due_shards to the index's own count"
+    )]
+    DueLayoutDiffers {
+        /// The token store's key prefix.
+        prefix: String,
+        /// The configured count.
+        configured: u32,
+        /// The key that proves it.
+        key: String,
+        /// How.
+        why: String,
+    },
+    /// The pin is gone and a bounded walk could not prove the configured count.
+    #[error(
+        "the due index under prefix {prefix:?} lost its shard pin ({prefix}:due-shards), and a bounded walk ({keys} keys, {samples} entries) could not prove store.due_shards = {configured}. Run `reward-ctl layout due --prefix {prefix} --shards {configured}`: it walks the whole index and restores the pin only if the data agrees"
+    )]
+    DueLayoutUnproven {
+        /// The token store's key prefix.
+        prefix: String,
+        /// The configured count.
+        configured: u32,
+        /// Index keys seen.
+        keys: u64,
+        /// Entries sampled, all agreeing.
+        samples: u64,
     },
 }
 

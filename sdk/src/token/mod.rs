@@ -2,7 +2,9 @@
 //!
 //! A token is the protobuf [`proto::v1::RewardToken`], sealed with AES-256-GCM under a
 //! per-minute subkey of a rotating master key and bound to its user and activity, then
-//! base64url-encoded (see [`seal`] for the format and the nonce bound).
+//! base64url-encoded (see [`seal`] for the format and the nonce bound). The same ring
+//! signs the events the pipeline carries, so a consumer can have the service refuse
+//! one nobody with the keys issued ([`proof`]).
 //!
 //! ```
 //! use proto::v1::RewardToken;
@@ -24,6 +26,7 @@
 //! ```
 
 pub mod keyring;
+pub mod proof;
 pub mod seal;
 #[cfg(test)]
 mod tests;

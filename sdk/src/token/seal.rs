@@ -51,6 +51,7 @@ use proto::v1::RewardToken;
 use sha2::Sha256;
 
 use super::keyring::{KeyId, KeyRing};
+use super::proof::EventProofs;
 
 /// The format version this build seals.
 pub const FORMAT_VERSION: u8 = 2;
@@ -118,6 +119,7 @@ struct SubKey {
 /// many threads.
 pub struct TokenCodec {
     ring: KeyRing,
+    proofs: EventProofs,
     sealing: ArcSwapOption<SubKey>,
     opening: Mutex<HashMap<(KeyId, u32), Arc<Aes256Gcm>>>,
 }
@@ -316,6 +318,7 @@ impl TokenCodec {
     /// A codec sealing with the ring's current key.
     pub fn new(ring: KeyRing) -> Self {
         Self {
+            proofs: EventProofs::new(&ring),
             ring,
             sealing: ArcSwapOption::empty(),
             opening: Mutex::new(HashMap::new()),
@@ -325,6 +328,11 @@ impl TokenCodec {
     /// The ring in use.
     pub fn ring(&self) -> &KeyRing {
         &self.ring
+    }
+
+    /// Event proofs under the same ring ([`super::proof`]).
+    pub fn proofs(&self) -> &EventProofs {
+        &self.proofs
     }
 
     /// Seals `token` now; the result is what the user keeps.

@@ -18,6 +18,8 @@ use reward_tools::control::{Control, ControlError, Known, schema};
 /// In-doubt grants (`reward-ctl in-doubt`, `reward-ctl settle`): credits whose outcome
 /// the downstream could not tell (no idempotency key, no status query); check each in
 /// the downstream, then record it credited or let the next delivery credit it.
+/// Lost shard pins (`reward-ctl layout claims|due --prefix P --shards N`): what a
+/// service or SDK that refused to start names; needs no config.
 ///
 /// Reward types, queues, producers and scenes must exist in the configs the instances
 /// run with (--consumer-config, --service-config).
@@ -99,6 +101,25 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         last: i64,
     },
+    /// Restore a lost shard pin after checking every key of the store against it.
+    ///
+    /// A claim store (`claims`) or a due index (`due`) whose pin key was lost refuses
+    /// to start when a bounded look at its data cannot prove the configured count.
+    /// This walks the whole store (progress on stderr) and writes the pin only if no
+    /// key contradicts --shards; an existing pin is only compared. Needs no config.
+    Layout {
+        /// Which store: `claims` (the reward service's `[claims]`) or `due` (the
+        /// token store's due index, `[sdk.store]`).
+        #[arg(value_parser = ["claims", "due"])]
+        store: String,
+        /// The store's key prefix (`claims.key_prefix` or `sdk.store.key_prefix`).
+        #[arg(long)]
+        prefix: String,
+        /// The shard count the instances are configured with (`claims.shards` or
+        /// `sdk.store.due_shards`).
+        #[arg(long)]
+        shards: u32,
+    },
 }
 
 fn who(given: Option<String>) -> String {
@@ -113,6 +134,14 @@ fn who(given: Option<String>) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Cmd::Layout {
+        store,
+        prefix,
+        shards,
+    } = &args.command
+    {
+        return layout(&args.redis, store, prefix, *shards).await;
+    }
     let known = match Known::load(&args.consumer_config, &args.service_config) {
         Ok(k) => k,
         Err(e) => {
@@ -144,6 +173,70 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("reward-ctl: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `reward-ctl layout`: walks the store, restores the pin when the data agrees.
+async fn layout(redis: &str, store: &str, prefix: &str, shards: u32) -> ExitCode {
+    use reward_runtime::keyspace::LayoutProof;
+    let client = match reward_runtime::redis::builder(redis, std::time::Duration::from_secs(10))
+        .and_then(|b| b.build())
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reward-ctl: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = fred::interfaces::ClientLike::init(&client).await {
+        eprintln!("reward-ctl: cannot reach Redis: {e}");
+        return ExitCode::FAILURE;
+    }
+    let progress = |pages: u64| eprintln!("reward-ctl: {pages} SCAN pages walked");
+    let proof = match store {
+        "claims" => reward_service::claim::layout::restore_pin(&client, prefix, shards, progress)
+            .await
+            .map_err(|e| e.to_string()),
+        _ => sdk::store::layout::restore_pin(&client, prefix, shards, progress)
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    match proof {
+        Ok(LayoutProof::Empty) => {
+            println!("{store} under {prefix:?}: no key yet; pinned {shards} shards");
+            ExitCode::SUCCESS
+        }
+        Ok(LayoutProof::Agrees {
+            samples: 0,
+            complete: false,
+        }) => {
+            println!(
+                "{store} under {prefix:?}: already pinned at {shards} shards; nothing changed"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(LayoutProof::Agrees { samples, .. }) => {
+            println!(
+                "{store} under {prefix:?}: every key agrees with {shards} shards ({samples} placed keys checked); pin restored"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(LayoutProof::Differs { key, why }) => {
+            eprintln!(
+                "reward-ctl: {store} under {prefix:?} is not a store of {shards} shards: {key}: {why}. Nothing written; configure the store's own count"
+            );
+            ExitCode::from(2)
+        }
+        Ok(LayoutProof::Unproven { keys, samples }) => {
+            eprintln!(
+                "reward-ctl: {store} under {prefix:?}: the walk ended undecided ({keys} keys, {samples} placed); nothing written"
+            );
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("reward-ctl: {e}");
+            ExitCode::from(2)
         }
     }
 }
@@ -186,6 +279,8 @@ async fn run(ctl: &Control, command: &Cmd) -> Result<(), ControlError> {
             credited,
             not_credited: _,
         } => settle(ctl, trade_no, credited.as_deref()).await?,
+        // Handled before the configs are read (it needs none).
+        Cmd::Layout { .. } => {}
         Cmd::Audit { last } => {
             for e in ctl.audit_log(*last).await? {
                 println!(
