@@ -322,9 +322,11 @@ mod tests {
         assert!(MAX_EVENT_BYTES < n + 256, "{MAX_EVENT_BYTES} vs {n}");
     }
 
+    type Edit = Box<dyn Fn(&mut RewardEvent)>;
+
     #[test]
     fn each_field_over_its_limit_is_named() {
-        let cases: Vec<(Field, Box<dyn Fn(&mut RewardEvent)>)> = vec![
+        let cases: Vec<(Field, Edit)> = vec![
             (Field::TradeNo, Box::new(|e| e.trade_no.push('x'))),
             (
                 Field::UserId,

@@ -4,7 +4,7 @@
 //! `UNAUTHENTICATED`). A request without an event, a batch of more than
 //! `server.max_batch` events, or any event whose encoding is larger than
 //! `proto::limits::MAX_EVENT_BYTES` is `INVALID_ARGUMENT` (the size is checked before
-//! any event is looked at). A message larger than the bigger of
+//! any event is looked at). A message larger than the biggest of 4 MiB,
 //! `server.max_body_bytes` and `max_batch` × `MAX_EVENT_BYTES` is refused by tonic
 //! (`OUT_OF_RANGE`) before it is decoded; one that does not decode, by tonic too
 //! (`INTERNAL`). Everything else gets one [`proto::v1::GrantResult`] per event, whose

@@ -272,10 +272,13 @@ fn spawn_grpc(
     let s = &cfg.server;
     // A full batch of the largest events the pipeline's limits allow
     // (`proto::limits::MAX_EVENT_BYTES`), plus the message's own framing.
+    // At least gRPC's customary 4 MiB, so a message with one oversized event decodes
+    // and is answered INVALID_ARGUMENT naming it, rather than tonic's OUT_OF_RANGE.
     let per_event = proto::limits::MAX_EVENT_BYTES + 8;
     let max_message = s
         .max_body_bytes
-        .max(s.max_batch.saturating_mul(per_event).saturating_add(64));
+        .max(s.max_batch.saturating_mul(per_event).saturating_add(64))
+        .max(4 << 20);
     let grpc_svc = crate::grpc::server(service, cfg.credential.clone(), max_message);
     let grpc_stop = stop_signal(stopped);
     tokio::spawn(async move {

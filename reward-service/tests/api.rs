@@ -521,6 +521,228 @@ async fn grpc_grants_sync_async_and_batch() {
 }
 
 /// A downstream that answers after `delay`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_over_a_limit_or_without_a_proof_are_refused_before_any_claim() {
+    let tag = format!("z{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 10_000).await;
+    let mut c = client(&r).await;
+    let proofs = r.service().sdk().codec().proofs();
+
+    // A 3 MiB description: the whole call is INVALID_ARGUMENT, on all three APIs.
+    let huge = RewardEvent {
+        description: "d".repeat(3 << 20),
+        ..event("z:huge", "7", "cash", 1)
+    };
+    let e = c
+        .grant(authed(GrantRequest {
+            event: Some(huge.clone()),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let e = c
+        .grant_async(authed(GrantAsyncRequest {
+            event: Some(huge.clone()),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let e = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: vec![event("z:ok", "7", "cash", 1), huge],
+            require_proof: false,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("event 1"), "{e:?}");
+    // Fields over the SDK's limits (one set, `proto::limits`) are INVALID per event.
+    let res = |resp: tonic::Response<proto::v1::GrantResponse>| resp.into_inner().result.unwrap();
+    for (what, ev) in [
+        (
+            "description",
+            RewardEvent {
+                description: "d".repeat(5_000),
+                ..event("z:long", "7", "cash", 1)
+            },
+        ),
+        ("trade_no", event(&"t".repeat(201), "7", "cash", 1)),
+        ("user.user_id", event("z:user", &"u".repeat(65), "cash", 1)),
+    ] {
+        let got = res(c
+            .grant(authed(GrantRequest { event: Some(ev) }))
+            .await
+            .unwrap());
+        assert_eq!(outcome_of(&got), GrantOutcome::Invalid, "{what}: {got:?}");
+        assert!(got.message.starts_with(what), "{what}: {got:?}");
+    }
+
+    // Events read off a topic must prove themselves.
+    let now = reward_runtime::clock::now_ms();
+    let signed = |mut e: RewardEvent| {
+        e.expires_at_ms = now + 3_600_000;
+        proofs.sign(&mut e);
+        e
+    };
+    let good = signed(event("z:good", "7", "cash", 10));
+    let unsigned = event("z:unsigned", "7", "cash", 777);
+    let mut raised = signed(event("z:raised", "7", "cash", 10));
+    raised.amount = 10_000;
+    let mut moved = good.clone();
+    moved.trade_no = "z:moved".into();
+    let mut foreign = event("z:foreign", "7", "cash", 10);
+    sdk::token::proof::EventProofs::new(&sdk::token::KeyRing::random(9)).sign(&mut foreign);
+    let mut stale = event("z:stale", "7", "cash", 10);
+    stale.expires_at_ms = now - 1;
+    proofs.sign(&mut stale);
+    let batch = vec![good.clone(), unsigned, raised, moved, foreign, stale];
+    let results = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: batch,
+            require_proof: true,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let got: Vec<(&str, GrantOutcome, &str)> = results
+        .iter()
+        .map(|r| (r.trade_no.as_str(), outcome_of(r), r.error_code.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("z:good", GrantOutcome::Granted, ""),
+            ("z:unsigned", GrantOutcome::Invalid, "PROOF_MISSING"),
+            ("z:raised", GrantOutcome::Invalid, "PROOF_FORGED"),
+            ("z:moved", GrantOutcome::Invalid, "PROOF_FORGED"),
+            ("z:foreign", GrantOutcome::Invalid, "PROOF_UNKNOWN_KEY"),
+            ("z:stale", GrantOutcome::Invalid, "EXPIRED"),
+        ]
+    );
+    assert_eq!(spent(&r).await, 10, "only the proven event took budget");
+    for t in ["z:unsigned", "z:raised", "z:moved", "z:foreign", "z:stale"] {
+        assert!(
+            r.service()
+                .granter()
+                .claims()
+                .record(t)
+                .await
+                .unwrap()
+                .is_none(),
+            "{t} left a record"
+        );
+    }
+    assert_eq!(ledger(&tag).await.balance("7", "cash").await.unwrap(), 10);
+
+    // GrantAsync puts a signed event on the topic, which a consumer's call then takes.
+    let a = c
+        .grant_async(authed(GrantAsyncRequest {
+            event: Some(event("z:async", "8", "cash", 5)),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
+    let kafka = reward_testkit::stack().kafka_brokers;
+    let topic = format!("massive-{tag}");
+    let mut queued = None;
+    for _ in 0..30 {
+        let (k, t) = (kafka.clone(), topic.clone());
+        let rb = tokio::task::spawn_blocking(move || {
+            reward_testkit::readback::read_kafka(&k, &t, usize::MAX, Duration::from_secs(5))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        queued = rb
+            .payloads
+            .iter()
+            .filter_map(|p| <RewardEvent as prost::Message>::decode(p.as_slice()).ok())
+            .find(|e| e.trade_no == "z:async");
+        if queued.is_some() {
+            break;
+        }
+    }
+    let queued = queued.expect("the async event reached its topic");
+    assert_eq!(proofs.verify(&queued), Ok(1), "{queued:?}");
+    let taken = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: vec![queued],
+            require_proof: true,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(outcome_of(&taken[0]), GrantOutcome::Granted, "{taken:?}");
+    assert_eq!(spent(&r).await, 15);
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_window_credits_unproven_events_until_it_ends_then_refuses_them() {
+    let tag = format!("w{:08x}", rand::random::<u32>());
+    create_topics(&tag).await;
+    let dir = unique_dir(&tag);
+    // A window of 20 s from now (whole seconds: the config's UTC form).
+    let until_ms = reward_runtime::clock::now_ms() / 1000 * 1000 + 20_000;
+    let until = reward_runtime::clock::format_utc(until_ms);
+    let cfg = service_config(
+        &tag,
+        &dir,
+        10_000,
+        &format!("[events]\nunproven = \"accept\"\naccept_unproven_until = \"{until}\"\n"),
+    );
+    let r = start(&cfg).await.unwrap();
+    let mut c = client(&r).await;
+    let batch = |events: Vec<RewardEvent>| {
+        authed(GrantBatchRequest {
+            events,
+            require_proof: true,
+        })
+    };
+    let mut forged = event("w:forged", "7", "cash", 3);
+    sdk::token::proof::EventProofs::new(&sdk::token::KeyRing::random(1)).sign(&mut forged);
+    let first = c
+        .grant_batch(batch(vec![event("w:old", "7", "cash", 5), forged]))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(
+        outcome_of(&first[0]),
+        GrantOutcome::Granted,
+        "inside the window: {first:?}"
+    );
+    assert_eq!(
+        (outcome_of(&first[1]), first[1].error_code.as_str()),
+        (GrantOutcome::Invalid, "PROOF_FORGED"),
+        "a wrong proof is refused even inside the window"
+    );
+    // The window ends by itself, no restart: the next unproven event is refused.
+    while reward_runtime::clock::now_ms() < until_ms + 100 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = c
+        .grant_batch(batch(vec![event("w:late", "7", "cash", 5)]))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(
+        (outcome_of(&after[0]), after[0].error_code.as_str()),
+        (GrantOutcome::Invalid, "PROOF_MISSING"),
+        "{after:?}"
+    );
+    assert_eq!(spent(&r).await, 5);
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 async fn slow_downstream(delay: Duration) -> String {
     let app = axum::Router::new().route(
         "/credit",

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{claims, grant, redis_url};
-use reward_service::claim::{Claim, ClaimConfig, ClaimError, ClaimState, Claims, MAX_AMOUNT};
+use reward_service::claim::{
+    Claim, ClaimConfig, ClaimError, ClaimState, Claims, Grant, MAX_AMOUNT,
+};
 use reward_service::downstream::{
     Contract, Credit, CreditError, CreditFuture, Downstream, ErrorCode, Ledger, StatusFuture,
 };
@@ -361,6 +363,109 @@ async fn the_shard_count_is_fixed_at_first_use() {
         again.claim(&r).await.unwrap(),
         Claim::Duplicate { .. }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_shard_pin_is_proven_from_the_data_before_a_start() {
+    use reward_runtime::keyspace::LayoutProof;
+    let first = claims(4, 30_000).await;
+    let cfg = |shards| ClaimConfig {
+        shards,
+        ..first.config().clone()
+    };
+    let prefix = first.config().key_prefix.clone();
+    first.set_budget("rain", 1_000).await.unwrap();
+    let granted: Vec<Grant> = (0..40)
+        .map(|i| grant(&format!("rain:pin:{i}"), 1))
+        .collect();
+    for g in &granted {
+        let Claim::Claimed { claim_id, .. } = first.claim(g).await.unwrap() else {
+            panic!("claim {}", g.trade_no)
+        };
+        first.grant(g, &claim_id, "ok").await.unwrap();
+    }
+    let redis =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
+            .build()
+            .unwrap();
+    fred::prelude::ClientLike::init(&redis).await.unwrap();
+    let meta = format!("{prefix}:meta");
+    let gone: i64 = fred::prelude::KeysInterface::del(&redis, &meta)
+        .await
+        .unwrap();
+    assert_eq!(gone, 1, "the pin existed");
+    // With the pin gone, another count is refused by the data: keys in shards a
+    // 2-shard store lacks, records in the wrong shard for 8 or 5.
+    for other in [2, 5, 8] {
+        match Claims::connect(&redis_url(), cfg(other)).await {
+            Err(e @ ClaimError::LayoutDiffers { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("lost its shard pin"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let exists: i64 = fred::prelude::KeysInterface::exists(&redis, &meta)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "a refused start pins nothing");
+    }
+    // A walk with no budget decides nothing; the start's error names the repair.
+    let undecided = reward_service::claim::layout::prove(&redis, &prefix, 4, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        undecided,
+        LayoutProof::Unproven {
+            keys: 0,
+            samples: 0
+        }
+    );
+    let e = ClaimError::LayoutUnproven {
+        prefix: prefix.clone(),
+        configured: 4,
+        keys: 0,
+        samples: 0,
+    };
+    assert!(
+        e.to_string().contains(&format!(
+            "reward-ctl layout claims --prefix {prefix} --shards 4"
+        )),
+        "{e}"
+    );
+    // The operator's repair refuses a wrong count and restores the right one.
+    let refused = reward_service::claim::layout::restore_pin(&redis, &prefix, 8, |_| {})
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, LayoutProof::Differs { .. }),
+        "{refused:?}"
+    );
+    let restored = reward_service::claim::layout::restore_pin(&redis, &prefix, 4, |_| {})
+        .await
+        .unwrap();
+    // (SCAN may hand a key over twice while Redis rehashes: at least every record.)
+    assert!(
+        matches!(restored, LayoutProof::Agrees { samples, complete: true } if samples >= 40),
+        "{restored:?}"
+    );
+    let _: i64 = fred::prelude::KeysInterface::del(&redis, &meta)
+        .await
+        .unwrap();
+    // The store's own count starts without help, re-pins, and still knows every grant:
+    // a redelivered event is a duplicate, not a second credit.
+    let again = Claims::connect(&redis_url(), cfg(4)).await.unwrap();
+    let pinned: Option<String> = fred::prelude::HashesInterface::hget(&redis, &meta, "shards")
+        .await
+        .unwrap();
+    assert_eq!(pinned.as_deref(), Some("4"));
+    for g in &granted {
+        assert!(
+            matches!(again.claim(g).await.unwrap(), Claim::Duplicate { .. }),
+            "{}",
+            g.trade_no
+        );
+    }
+    assert_eq!(again.spent("rain").await.unwrap(), 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

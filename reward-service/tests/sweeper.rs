@@ -215,6 +215,70 @@ async fn a_write_that_never_landed_is_counted_and_a_tampered_token_refused() {
     assert_eq!(s.ledger.balance(&bad_user, "cash").await.unwrap(), 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_is_never_credited_nor_listed_as_pending() {
+    let s = setup().await;
+    let user = format!("{}exp", s.tag);
+    let now = reward_runtime::clock::now_ms();
+    // Two stored tokens without events: one past its expiry, one still valid.
+    let expired = RewardToken {
+        expires_at_ms: now - 1_000,
+        ..token(&format!("{}:exp", s.tag), &user, 7)
+    };
+    let live = RewardToken {
+        expires_at_ms: now + 3_600_000,
+        ..token(&format!("{}:live", s.tag), &user, 5)
+    };
+    store(&s, &expired).await;
+    store(&s, &live).await;
+    // The wallet lists the expired one as expired, never as pending money.
+    let page = s.service.rewards(&user, "cny", &[]).await.unwrap();
+    let pending: Vec<&str> = page.pending.iter().map(|t| t.trade_no.as_str()).collect();
+    assert_eq!(pending, [live.trade_no.as_str()]);
+    assert_eq!(
+        page.expired_trade_nos,
+        std::slice::from_ref(&expired.trade_no)
+    );
+    assert_eq!(page.balance["cash"], (5, 0));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let sweeper = Sweeper::new(s.service.clone(), quick());
+    let pass = sweeper.pass().await;
+    assert_eq!(pass.get("expired"), 1, "{pass:?}");
+    assert_eq!(pass.get("granted"), 1, "{pass:?}");
+    assert_eq!(due_left(&s).await, 0, "both entries ended");
+    assert_eq!(
+        s.ledger.balance(&user, "cash").await.unwrap(),
+        5,
+        "only the live one"
+    );
+    // Nor does any other path credit it: a withdrawal answers it expired, and a grant
+    // of its event is refused EXPIRED before any claim.
+    let sealed = s.service.sdk().codec().seal(&expired).unwrap();
+    let w = s.service.withdraw(&user, "cny", &[sealed]).await.unwrap();
+    assert_eq!(w[0].0.validity, proto::v1::TokenValidity::Expired);
+    assert!(w[0].1.is_none(), "{w:?}");
+    let r = s
+        .service
+        .grant(&reward_service::service::event_of(&expired))
+        .await;
+    assert_eq!(
+        (r.outcome, r.error_code.as_str()),
+        (proto::v1::GrantOutcome::Invalid as i32, "EXPIRED"),
+        "{r:?}"
+    );
+    assert_eq!(s.ledger.balance(&user, "cash").await.unwrap(), 5);
+    assert!(
+        s.service
+            .granter()
+            .claims()
+            .record(&expired.trade_no)
+            .await
+            .unwrap()
+            .is_none(),
+        "no record: refused before the claim"
+    );
+}
+
 const CHILD_ENV: &str = "SWEEPER_SDK_HOST_CHILD";
 const HOST_REWARDS: u64 = 300;
 

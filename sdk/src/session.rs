@@ -203,7 +203,7 @@ impl SessionCodec {
         body.extend_from_slice(&id.to_be_bytes());
         body.extend_from_slice(&now_ms.saturating_add(ttl_ms).to_be_bytes());
         for v in [user_id, activity_id] {
-            // check_id bounds both to MAX_ID_LEN (256), well inside u16.
+            // check_id bounds both to MAX_ID_LEN (64), well inside u16.
             let len =
                 u16::try_from(v.len()).map_err(|_| SessionError::Mint("id too long".into()))?;
             body.extend_from_slice(&len.to_be_bytes());
@@ -406,7 +406,7 @@ mod tests {
 
         /// Any user and activity the id rule allows round-trips.
         #[test]
-        fn minted_sessions_round_trip(user in "[A-Za-z0-9_.-]{1,256}", activity in "[A-Za-z0-9_.-]{1,256}") {
+        fn minted_sessions_round_trip(user in "[A-Za-z0-9_.-]{1,64}", activity in "[A-Za-z0-9_.-]{1,64}") {
             let c = codec();
             let s = c.mint(&user, &activity, Duration::from_secs(5), NOW).unwrap();
             prop_assert!(s.len() <= MAX_LEN);

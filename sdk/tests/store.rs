@@ -387,3 +387,98 @@ async fn every_added_token_rearms_its_hash_ttl_and_a_rewrite_does_not() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_due_shard_pin_is_proven_from_the_index_before_a_start() {
+    use reward_runtime::keyspace::LayoutProof;
+    let redis_url = common::stack().redis_url;
+    let base = StoreConfig {
+        due_shards: 8,
+        ..cfg(redis_url.clone(), WriteMode::Direct, 100)
+    };
+    let st = TokenStore::connect(base.clone()).await.unwrap();
+    // 60 users' rewards: their due entries spread over the 8 shards.
+    for u in 0..60 {
+        let r = submit(&st, &format!("u{u}"), &format!("t{u}"), "sealed").await;
+        assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
+    }
+    let client = st.pool().next().clone();
+    let pin = format!("{}:due-shards", base.key_prefix);
+    let gone: i64 = fred::prelude::KeysInterface::del(&client, &pin)
+        .await
+        .unwrap();
+    assert_eq!(gone, 1);
+    // Another count is refused by the index itself (shards 4..7 do not exist at 4;
+    // entries of 8 shards sit in the wrong shard at 16), and writes no pin.
+    for other in [4, 16] {
+        let again = StoreConfig {
+            due_shards: other,
+            ..base.clone()
+        };
+        match TokenStore::connect(again).await {
+            Err(e @ StoreError::DueLayoutDiffers { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("lost its shard pin"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let pinned: Option<String> = fred::prelude::KeysInterface::get(&client, &pin)
+            .await
+            .unwrap();
+        assert_eq!(pinned, None, "a refused start pins nothing");
+    }
+    // A walk with no budget left decides nothing: the start would be refused and
+    // name the repair command.
+    let undecided = sdk::store::layout::prove(&client, &base.key_prefix, 8, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        undecided,
+        LayoutProof::Unproven {
+            keys: 0,
+            samples: 0
+        }
+    );
+    let e = StoreError::DueLayoutUnproven {
+        prefix: base.key_prefix.clone(),
+        configured: 8,
+        keys: 0,
+        samples: 0,
+    };
+    assert!(
+        e.to_string().contains(&format!(
+            "reward-ctl layout due --prefix {} --shards 8",
+            base.key_prefix
+        )),
+        "{e}"
+    );
+    // The index's own count starts, and pins it again.
+    let back = TokenStore::connect(base.clone()).await.unwrap();
+    let pinned: Option<String> = fred::prelude::KeysInterface::get(&client, &pin)
+        .await
+        .unwrap();
+    assert_eq!(pinned.as_deref(), Some("8"));
+    drop(back);
+    // The operator's repair walks everything, refuses another count, pins the right one.
+    let _: i64 = fred::prelude::KeysInterface::del(&client, &pin)
+        .await
+        .unwrap();
+    let refused = sdk::store::layout::restore_pin(&client, &base.key_prefix, 16, |_| {})
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, LayoutProof::Differs { .. }),
+        "{refused:?}"
+    );
+    let restored = sdk::store::layout::restore_pin(&client, &base.key_prefix, 8, |_| {})
+        .await
+        .unwrap();
+    assert!(
+        matches!(restored, LayoutProof::Agrees { complete: true, samples } if samples >= 32),
+        "{restored:?}"
+    );
+    let pinned: Option<String> = fred::prelude::KeysInterface::get(&client, &pin)
+        .await
+        .unwrap();
+    assert_eq!(pinned.as_deref(), Some("8"));
+}

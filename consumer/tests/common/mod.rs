@@ -125,6 +125,11 @@ pub async fn test_downstream() -> String {
 /// Starts a reward service (ledger for cash, coin, coupon; `flaky` and `broken`
 /// over HTTP) with budget `cny/rain` = 10^12.
 pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
+    service_with(tag, dir, "").await
+}
+
+/// As `service`, with `extra` TOML tables in its config (e.g. `[events]`).
+pub async fn service_with(tag: &str, dir: &Path, extra: &str) -> reward_service::server::Running {
     std::fs::write(
         dir.join("keys"),
         sdk::token::KeyRing::random(1).to_text().as_bytes(),
@@ -164,6 +169,7 @@ pub async fn service(tag: &str, dir: &Path) -> reward_service::server::Running {
         [failures]
         archive = "{archive}"
         queue = "failures"
+        {extra}
         {sdk}
         "#,
         archive = dir.join("failures.jsonl").display(),
@@ -192,10 +198,15 @@ pub struct Setup {
 
 /// Names a test by `prefix`, creates its topics and starts its reward service.
 pub async fn setup(prefix: &str) -> Setup {
+    setup_with(prefix, "").await
+}
+
+/// As `setup`, with `extra` TOML tables in the service's config.
+pub async fn setup_with(prefix: &str, extra: &str) -> Setup {
     let tag = tag(prefix);
     let dir = dir(&tag);
     create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
+    let svc = service_with(&tag, &dir, extra).await;
     let grpc = format!("http://{}", svc.grpc_addr);
     Setup {
         tag,

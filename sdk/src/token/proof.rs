@@ -250,8 +250,10 @@ mod tests {
         }
     }
 
+    type Edit = Box<dyn Fn(&mut RewardEvent)>;
+
     /// Every covered field, changed one at a time.
-    fn edits() -> Vec<(&'static str, Box<dyn Fn(&mut RewardEvent)>)> {
+    fn edits() -> Vec<(&'static str, Edit)> {
         vec![
             ("trade_no", Box::new(|e| e.trade_no.push('x'))),
             (
