@@ -3,8 +3,9 @@
 //! another user, amount, activity or trade number, or under a key the service does
 //! not hold, is never credited: each is dead-lettered `unproven` with its error code.
 //! An SDK's signed event is credited once. An expired event is refused `expired`, one
-//! dated an hour and more ahead is dead-lettered `invalid`, not parked. With a
-//! rollout window open, an unsigned event is credited, a forged one still is not.
+//! dated an hour and more ahead is dead-lettered `invalid`, not parked; a malformed
+//! record near the size limit is dead-lettered with its raw bytes cut to 512 KiB. With
+//! a rollout window open, an unsigned event is credited, a forged one still is not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,17 +20,25 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 /// Writes events into `topic` with a plain Kafka client, exactly as given: what a
 /// stranger with write access to the topic can do.
 async fn foreign(topic: &str, events: &[RewardEvent]) {
+    let records: Vec<(String, Vec<u8>)> = events
+        .iter()
+        .map(|e| (e.trade_no.clone(), e.encode_to_vec()))
+        .collect();
+    foreign_raw(topic, &records).await;
+}
+
+/// Writes records (key, payload) into `topic` with a plain Kafka client.
+async fn foreign_raw(topic: &str, records: &[(String, Vec<u8>)]) {
     let mut cfg = rdkafka::ClientConfig::new();
     cfg.set("bootstrap.servers", stack().kafka_brokers);
     for (k, v) in reward_tools::stack::stack_kafka_settings() {
         cfg.set(k, v);
     }
     let producer: FutureProducer = cfg.create().unwrap();
-    for e in events {
-        let payload = e.encode_to_vec();
+    for (key, payload) in records {
         producer
             .send(
-                FutureRecord::to(topic).key(&e.trade_no).payload(&payload),
+                FutureRecord::to(topic).key(key).payload(payload),
                 Duration::from_secs(30),
             )
             .await
@@ -117,6 +126,11 @@ async fn only_events_a_key_holder_issued_are_credited() {
     // A replay of the genuine record itself moves nothing either (a duplicate).
     strangers.push(signed_genuine);
     foreign(&events_topic(&tag), &strangers).await;
+    // A record of 600 KiB that starts like a compound record and is not one: its dead
+    // letter keeps the first 512 KiB, so the letter still fits where it came from.
+    let mut junk = vec![0x87, b'R', b'P', 1];
+    junk.resize(600 << 10, 0xee);
+    foreign_raw(&events_topic(&tag), &[("junk".into(), junk.clone())]).await;
 
     let consumer = reward_consumer::start(&consumer(&tag, &dir, &grpc))
         .await
@@ -124,7 +138,7 @@ async fn only_events_a_key_holder_issued_are_credited() {
     let redis = redis().await;
     wait_for(120, "every record settled", || async {
         let s = consumer.stats();
-        s.granted + s.duplicates >= 2 && s.dead_lettered + s.failure_topic >= 9
+        s.granted + s.duplicates >= 2 && s.dead_lettered + s.failure_topic >= 10
     })
     .await;
     let report = consumer.shutdown().await;
@@ -145,7 +159,17 @@ async fn only_events_a_key_holder_issued_are_credited() {
         "no budget taken by anything refused"
     );
 
-    let dead = dead_letters(&dead_topic(&tag), refused.len()).await;
+    let dead = dead_letters(&dead_topic(&tag), refused.len() + 1).await;
+    let (decode, dead): (Vec<_>, Vec<_>) = dead.into_iter().partition(|d| d.reason == "decode");
+    assert_eq!(decode.len(), 1, "{decode:?}");
+    assert_eq!(decode[0].raw, junk[..512 << 10], "the first 512 KiB");
+    assert!(
+        decode[0]
+            .error_code
+            .contains("cut to its first 524288 of 614400 bytes"),
+        "{}",
+        decode[0].error_code
+    );
     let mut got: Vec<(String, String, String)> = dead
         .iter()
         .map(|d| {

@@ -212,11 +212,24 @@ impl Pipeline {
                 item.ack.part.0, item.ack.part.1, item.ack.offset
             )
         });
+        // A record near the broker's size limit, wrapped in a letter, could pass it and
+        // be refused: its raw bytes are cut (the letter says how long it was).
+        let (raw, code) = if item.raw.len() > MAX_DEAD_RAW {
+            (
+                item.raw[..MAX_DEAD_RAW].to_vec(),
+                format!(
+                    "{code} (raw cut to its first {MAX_DEAD_RAW} of {} bytes)",
+                    item.raw.len()
+                ),
+            )
+        } else {
+            (item.raw.to_vec(), code.to_string())
+        };
         let letter = DeadLetter {
             event,
-            raw: item.raw.to_vec(),
+            raw,
             reason: reason.as_str().to_string(),
-            error_code: code.to_string(),
+            error_code: code,
             source_topic: item.ack.part.0.to_string(),
             dead_at_ms: now_ms(),
         };
@@ -255,6 +268,10 @@ impl Pipeline {
         self.done(&item.ack);
     }
 }
+
+/// The most raw bytes a dead letter keeps (512 KiB): half of Kafka's default record
+/// limit, so the letter around them always fits where the record came from.
+pub(super) const MAX_DEAD_RAW: usize = 512 << 10;
 
 /// How often one GrantBatch is sent before its events are parked for a retry.
 pub(super) const GRANT_ATTEMPTS: u32 = 3;
