@@ -345,6 +345,22 @@ fn check(raw: &Raw, sdk: &sdk::config::SdkConfig) -> Result<(), ConfigError> {
             return Err(ConfigError::Invalid(format!("{name} must be positive")));
         }
     }
+    // A park longer than the furthest `not_before_ms` any consumer takes off a topic
+    // would come back (when the delay queue fails and the event is requeued at once)
+    // as an event every consumer refuses.
+    let max_delay = u64::try_from(proto::limits::MAX_NOT_BEFORE_AHEAD_MS).unwrap_or(u64::MAX);
+    for (name, v) in [
+        ("pipeline.backoff_initial_ms", p.backoff_initial_ms),
+        ("pipeline.backoff_max_ms", p.backoff_max_ms),
+        ("pipeline.limited_delay_ms", p.limited_delay_ms),
+        ("pipeline.fused_delay_ms", p.fused_delay_ms),
+    ] {
+        if v > max_delay {
+            return Err(ConfigError::Invalid(format!(
+                "{name} is {v}; at most {max_delay} (an hour: proto::limits::MAX_NOT_BEFORE_AHEAD_MS)"
+            )));
+        }
+    }
     for q in [&p.dead_letter_queue, &p.failure_queue] {
         if !sdk.routing.queues.contains_key(q) {
             return Err(ConfigError::Invalid(format!(

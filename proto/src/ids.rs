@@ -2,9 +2,9 @@
 //! and credit. Both call these functions; neither has a rule of its own.
 //!
 //! - **Ids** (user, device, app, activity, scene, reward type): 1..=[`MAX_ID_LEN`]
-//!   (64) bytes of printable ASCII, without `:` (the key separator), `{` `}` (Redis Cluster
-//!   hash tags) or `/` (the `activity/scene` budget scope). Device and app ids may be
-//!   empty.
+//!   (64) bytes of printable ASCII, without `:` (the key separator), `{` `}` (Redis
+//!   Cluster hash tags), `/` (the `activity/scene` budget scope) or `|` (the due
+//!   index's `user|activity|trade` entries). Device and app ids may be empty.
 //! - **Trade numbers**: 1..=[`MAX_TRADE_NO_LEN`] (200) bytes of `A-Z a-z 0-9 _ . : -`.
 //!
 //! The other limits of an event (sizes of its other fields, of the whole encoding)
@@ -68,7 +68,7 @@ pub fn check_id(value: &str, max: usize) -> Result<(), IdProblem> {
     length(value, max.min(MAX_ID_LEN))?;
     match value
         .chars()
-        .find(|c| !c.is_ascii_graphic() || matches!(c, ':' | '{' | '}' | '/'))
+        .find(|c| !c.is_ascii_graphic() || matches!(c, ':' | '{' | '}' | '/' | '|'))
     {
         Some(c) => Err(IdProblem::Char(c)),
         None => Ok(()),
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn the_rule_refuses_key_breaking_characters_and_lengths() {
-        for bad in ["a:b", "a{b", "a}b", "a/b", "a b", "é", "a\nb"] {
+        for bad in ["a:b", "a{b", "a}b", "a/b", "a|b", "a b", "é", "a\nb"] {
             assert!(check_id(bad, 64).is_err(), "{bad:?}");
         }
         assert_eq!(check_id("", 64), Err(IdProblem::Empty));

@@ -11,9 +11,13 @@
 //! | amount | 1..=[`MAX_AMOUNT`] (a reward type may set a lower ceiling) |
 //! | description | [`MAX_DESCRIPTION_LEN`] bytes |
 //! | extension | [`MAX_EXTENSION_FIELDS`] entries, keys 1..=[`MAX_EXTENSION_LEN`] bytes, values up to [`MAX_EXTENSION_LEN`] |
-//! | proof | empty or [`PROOF_LEN`] bytes |
+//! | proof | at most [`MAX_PROOF_LEN`] bytes (a valid one is [`PROOF_LEN`]; any other length is a proof that does not verify, `PROOF_FORGED`) |
 //! | `not_before_ms` | at most [`MAX_NOT_BEFORE_AHEAD_MS`] ahead of the reader's clock |
 //! | one encoded event | [`MAX_EVENT_BYTES`] (every field above at its largest) |
+//!
+//! Ids were allowed up to 256 bytes when an SDK raised its own limit; such ids are
+//! refused now everywhere (events `INVALID`, stored tokens counted unreadable by the
+//! wallet). A deployment that raised it drains its rewards before it upgrades.
 //!
 //! Where each is enforced: the SDK's `send_reward` (a typed `RequestError`); the
 //! consumer before it batches an event (an event over a limit is dead-lettered
@@ -59,6 +63,8 @@ pub const MAX_EXTENSION_FIELDS: usize = 16;
 pub const MAX_EXTENSION_LEN: usize = 256;
 /// Length of an event proof (version, key id, tag; `docs/spec/event-proof.md`).
 pub const PROOF_LEN: usize = 1 + 2 + 16;
+/// Longest `proof` field an event may carry (room for a later proof version).
+pub const MAX_PROOF_LEN: usize = 64;
 /// Furthest ahead of a reader's clock an event's `not_before_ms` may lie (1 hour):
 /// longer than any backoff the pipeline itself sets, short enough that a record
 /// written by a stranger cannot park events in the delay queue for days.
@@ -84,7 +90,7 @@ pub const MAX_EVENT_BYTES: usize = {
         + 3 * id
         + MAX_EXTENSION_FIELDS * entry
         + string(MAX_DESCRIPTION_LEN)
-        + string(PROOF_LEN)
+        + string(MAX_PROOF_LEN)
         + varints
 };
 
@@ -165,7 +171,7 @@ pub enum Problem {
         /// The limit.
         max: i64,
     },
-    /// A proof of the wrong length.
+    /// A proof longer than [`MAX_PROOF_LEN`].
     ProofLength(usize),
     /// `not_before_ms` lies too far ahead.
     TooFarAhead {
@@ -192,7 +198,7 @@ impl std::fmt::Display for Problem {
             Problem::TooMany { count, max } => write!(f, "has {count} entries, more than {max}"),
             Problem::EmptyKey => write!(f, "has an empty key"),
             Problem::Amount { amount, max } => write!(f, "is {amount}, not in 1..={max}"),
-            Problem::ProofLength(n) => write!(f, "is {n} bytes, not 0 or {PROOF_LEN}"),
+            Problem::ProofLength(n) => write!(f, "is {n} bytes, more than {MAX_PROOF_LEN}"),
             Problem::TooFarAhead { ahead_ms } => write!(
                 f,
                 "lies {ahead_ms} ms ahead, more than {MAX_NOT_BEFORE_AHEAD_MS}"
@@ -258,7 +264,7 @@ pub fn check_event(ev: &RewardEvent) -> Result<(), LimitError> {
         len(Field::Extension, k, MAX_EXTENSION_LEN)?;
         len(Field::Extension, v, MAX_EXTENSION_LEN)?;
     }
-    if !ev.proof.is_empty() && ev.proof.len() != PROOF_LEN {
+    if ev.proof.len() > MAX_PROOF_LEN {
         return Err(at(Field::Proof)(Problem::ProofLength(ev.proof.len())));
     }
     Ok(())
@@ -308,7 +314,7 @@ mod tests {
             description: long(MAX_DESCRIPTION_LEN),
             not_before_ms: i64::MIN,
             expires_at_ms: i64::MIN,
-            proof: vec![0xff; PROOF_LEN],
+            proof: vec![0xff; MAX_PROOF_LEN],
         }
     }
 
@@ -360,6 +366,7 @@ mod tests {
                 }),
             ),
             (Field::Proof, Box::new(|e| e.proof.push(0))),
+            (Field::Proof, Box::new(|e| e.proof = vec![1; 4096])),
         ];
         for (field, edit) in cases {
             let mut ev = largest();

@@ -252,11 +252,16 @@ pub struct ServiceConfig {
 /// ```
 ///
 /// `accept` credits events without a proof, each counted
-/// (`reward_service_events_unproven_total{action="accepted"}`) and logged, and only
-/// until `accept_unproven_until`: from then on they are refused as under `refuse`,
-/// without a restart. There is no way to accept them for good. An event whose proof
-/// is present but wrong (another key, other fields) is refused in both modes, and so
-/// is an expired one.
+/// (`reward_service_events_unproven_accepted_total`), and only until
+/// `accept_unproven_until`: from then on they are refused as under `refuse`, without a
+/// restart. There is no way to accept them for good. While the window is open, *any*
+/// event without a proof is credited, a stranger's included (within budgets and
+/// ceilings): open it only for the rollout. An event whose proof is present but wrong
+/// (another key, other fields) is refused in both modes, and so is an expired one.
+///
+/// Rollout order for a running fleet: (1) services, with an `accept` window; (2)
+/// consumers (an older consumer that parks an event re-encodes it without the fields
+/// it does not know, its proof among them); (3) SDKs; (4) let the window end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EventsConfig {
     /// Until when (Unix ms) events without a proof are credited; `None`: never.

@@ -115,10 +115,14 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
             queue: cfg.failure_queue.clone(),
         });
     if let Some(until) = cfg.events.accept_unproven_until_ms {
-        tracing::warn!(
-            until = %reward_runtime::clock::format_utc(until),
-            "events without a proof are credited (and counted) until this time, then refused ([events] unproven = \"accept\")"
-        );
+        let until_text = reward_runtime::clock::format_utc(until);
+        if until <= reward_runtime::clock::now_ms() {
+            tracing::warn!(until = %until_text,
+                "[events] accept_unproven_until has passed: events without a proof are refused");
+        } else {
+            tracing::warn!(until = %until_text,
+                "events without a proof are credited (and counted) until this time, then refused ([events] unproven = \"accept\")");
+        }
     }
     Ok(Service::new(granter, tokens, sdk, cfg.server.max_batch).with_events(cfg.events))
 }

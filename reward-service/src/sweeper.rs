@@ -31,8 +31,9 @@
 //!   is taken as never landed, the entry ends and is counted
 //!   (`reward_service_sweeper_entries_total{result="never_stored"}`);
 //! - the token does not open (tampered, or sealed with a retired key): counted, ended;
-//! - the token is past its `expires_at_ms`: never credited (the wallet lists it as
-//!   expired); the entry ends, counted `expired`.
+//! - the token is past its `expires_at_ms` and nothing claimed it while it was valid:
+//!   never credited (the wallet lists it as expired); the entry ends, counted
+//!   `expired`. (One claimed in time is finished like any other.)
 //!
 //! # Rate
 //! A pass grants at most `batch` rewards per shard, and a shard is swept by one
@@ -387,14 +388,9 @@ impl Sweeper {
         let codec = self.service.sdk().codec();
         let mut events = Vec::with_capacity(grant.len());
         let mut members = Vec::with_capacity(grant.len());
-        let now = now_ms();
         for (e, sealed) in grant {
             match codec.open(&sealed, &e.user, &e.activity) {
-                // Past its expiry it is never credited (the wallet lists it expired).
-                Ok(t) if t.trade_no == e.trade && crate::service::expired(t.expires_at_ms, now) => {
-                    swept.add("expired", 1);
-                    done.push(e.member);
-                }
+                // Past its expiry it is refused EXPIRED below, unless already claimed.
                 Ok(t) if t.trade_no == e.trade => {
                     events.push(event_of(&t));
                     members.push(e.member);

@@ -679,6 +679,73 @@ async fn events_over_a_limit_or_without_a_proof_are_refused_before_any_claim() {
         .results;
     assert_eq!(outcome_of(&taken[0]), GrantOutcome::Granted, "{taken:?}");
     assert_eq!(spent(&r).await, 15);
+
+    // Claimed while valid, delivered after its expiry: finished, not stranded with its
+    // budget held (nothing new is started past expiry, but a claim is completed).
+    let soon = reward_runtime::clock::now_ms() + 1_500;
+    let late = RewardEvent {
+        expires_at_ms: soon,
+        ..event("z:late", "8", "cash", 2)
+    };
+    let a = c
+        .grant_async(authed(GrantAsyncRequest {
+            event: Some(late.clone()),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
+    while reward_runtime::clock::now_ms() <= soon {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: vec![
+                {
+                    let mut l = late.clone();
+                    proofs.sign(&mut l);
+                    l
+                },
+                {
+                    let mut never = late.clone();
+                    never.trade_no = "z:never".into();
+                    never.expires_at_ms = soon;
+                    proofs.sign(&mut never);
+                    never
+                },
+            ],
+            require_proof: true,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let got: Vec<(GrantOutcome, &str)> = after
+        .iter()
+        .map(|r| (outcome_of(r), r.error_code.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (GrantOutcome::Granted, ""),
+            (GrantOutcome::Invalid, "EXPIRED")
+        ]
+    );
+    assert_eq!(spent(&r).await, 17);
+    // A trade number of the full 200 bytes goes all the way through.
+    let long = signed(event(&"t".repeat(200), "9", "cash", 1));
+    let got = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: vec![long],
+            require_proof: true,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(outcome_of(&got[0]), GrantOutcome::Granted, "{got:?}");
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }

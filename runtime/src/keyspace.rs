@@ -185,3 +185,20 @@ pub enum LayoutProof {
         samples: u64,
     },
 }
+
+/// The shard number a key writes in decimal (`3`, `17`), or `None` for anything else
+/// (`+3`, `03`, empty): only what the pipeline itself writes counts as a shard.
+///
+/// ```
+/// use reward_runtime::keyspace::shard_number;
+/// assert_eq!(shard_number("17"), Some(17));
+/// assert_eq!(shard_number("0"), Some(0));
+/// assert_eq!(shard_number("+3"), None);
+/// assert_eq!(shard_number("03"), None);
+/// ```
+pub fn shard_number(text: &str) -> Option<u32> {
+    let canonical = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    if canonical { text.parse().ok() } else { None }
+}

@@ -102,10 +102,14 @@ impl Pipeline {
 
     pub(super) async fn park_later(&self, ready: Ready, why: Park, after: Option<Duration>) {
         let cfg = &self.inner.cfg;
-        let delay = after.unwrap_or(match why {
-            Park::Limited => Duration::from_millis(cfg.limited_delay_ms),
-            _ => Duration::from_millis(cfg.fused_delay_ms),
-        });
+        // Never further ahead than a consumer takes an event back (a service's
+        // `retry_after_ms` is not bounded by this config).
+        let delay = after
+            .unwrap_or(match why {
+                Park::Limited => Duration::from_millis(cfg.limited_delay_ms),
+                _ => Duration::from_millis(cfg.fused_delay_ms),
+            })
+            .min(MAX_PARK);
         let due = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
         // Waiting for a side permit here is the dispatcher's back-pressure when Redis
         // is slow; the task itself runs concurrently.
@@ -272,6 +276,12 @@ impl Pipeline {
 /// The most raw bytes a dead letter keeps (512 KiB): half of Kafka's default record
 /// limit, so the letter around them always fits where the record came from.
 pub(super) const MAX_DEAD_RAW: usize = 512 << 10;
+
+/// The longest park: the furthest ahead an event's `not_before_ms` may lie when a
+/// consumer reads it (`proto::limits::MAX_NOT_BEFORE_AHEAD_MS`), less a minute for
+/// clocks that disagree.
+pub(super) const MAX_PARK: Duration =
+    Duration::from_millis(proto::limits::MAX_NOT_BEFORE_AHEAD_MS.unsigned_abs() - 60_000);
 
 /// How often one GrantBatch is sent before its events are parked for a retry.
 pub(super) const GRANT_ATTEMPTS: u32 = 3;

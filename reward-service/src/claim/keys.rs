@@ -5,8 +5,8 @@ use fred::prelude::*;
 
 use super::{ClaimError, Claims, Grant, MAX_AMOUNT};
 
-/// Longest trade number accepted (it becomes part of a key).
-const MAX_ID: usize = proto::ids::MAX_ID_LEN;
+/// Longest trade number accepted (it becomes part of a key): the pipeline's limit.
+const MAX_TRADE_NO: usize = proto::limits::MAX_TRADE_NO_LEN;
 /// Longest scene: a budget scope `activity/scene` of two ids.
 const MAX_SCENE: usize = 2 * proto::ids::MAX_ID_LEN + 1;
 
@@ -32,7 +32,11 @@ pub(super) fn new_claim_id() -> String {
 }
 
 pub(super) fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
-    let max = if what == "scene" { MAX_SCENE } else { MAX_ID };
+    let max = if what == "scene" {
+        MAX_SCENE
+    } else {
+        MAX_TRADE_NO
+    };
     if id.is_empty() || id.len() > max || id.contains(['{', '}']) {
         return Err(ClaimError::Invalid(what));
     }

@@ -58,7 +58,7 @@ fn judge<'a>(prefix: &str, shards: u32, key: &'a str) -> Key<'a> {
     let Some((n, rest)) = rest.split_once("}:") else {
         return Key::Other;
     };
-    let Ok(shard) = n.parse::<u32>() else {
+    let Some(shard) = reward_runtime::keyspace::shard_number(n) else {
         return Key::Other;
     };
     if shard >= shards {

@@ -243,25 +243,17 @@ impl Service {
         }
     }
 
-    /// The checks before any claim, in order: the limits ([`grant_of`]), the proof
-    /// (when `proofs` asks), the reward's expiry, the type's amount ceiling, and the
-    /// event's age: an event older than the claim store keeps records (a topic
+    /// The checks before any claim that need no Redis, in order: the limits
+    /// ([`grant_of`]), the proof (when `proofs` asks), the type's amount ceiling, and
+    /// the event's age: an event older than the claim store keeps records (a topic
     /// replayed, a consumer far behind) could find its record gone and be credited
-    /// again, so it is refused.
+    /// again, so it is refused. The reward's expiry is [`Service::unexpired`]'s.
     fn checked(&self, ev: &RewardEvent, proofs: Proofs) -> Result<Grant, Refusal> {
         let g = grant_of(ev).map_err(Refusal::invalid)?;
         let now = now_ms();
-        let refused = |r: Refusal| {
+        self.proven(ev, proofs, now).inspect_err(|r| {
             metrics::counter!("reward_service_events_refused_total", "code" => r.code).increment(1);
-            r
-        };
-        self.proven(ev, proofs, now).map_err(refused)?;
-        if expired(ev.expires_at_ms, now) {
-            return Err(refused(Refusal {
-                code: "EXPIRED",
-                why: format!("the reward expired at {} (Unix ms)", ev.expires_at_ms),
-            }));
-        }
+        })?;
         self.granter.check_ceiling(&g).map_err(Refusal::invalid)?;
         let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
             .unwrap_or(i64::MAX)
@@ -275,10 +267,38 @@ impl Service {
         Ok(g)
     }
 
+    /// `None` when the reward may go on: not past its expiry, or past it but already
+    /// claimed (a claim made while it was valid is finished, whatever the clock says
+    /// now: its budget is taken and a credit may have happened). Otherwise the answer:
+    /// `EXPIRED` (no record: nothing is started past expiry), or a store failure.
+    async fn unexpired(&self, g: &Grant, expires_at_ms: i64) -> Option<GrantResult> {
+        if !expired(expires_at_ms, now_ms()) {
+            return None;
+        }
+        match self.granter.claims().record(&g.trade_no).await {
+            Ok(Some(_)) => None,
+            Ok(None) => {
+                metrics::counter!("reward_service_events_refused_total", "code" => "EXPIRED")
+                    .increment(1);
+                Some(
+                    Refusal {
+                        code: "EXPIRED",
+                        why: format!("the reward expired at {expires_at_ms} (Unix ms)"),
+                    }
+                    .result(&g.trade_no),
+                )
+            }
+            Err(e) => Some(result_of(&g.trade_no, Err(GrantError::Claim(e)))),
+        }
+    }
+
     /// Grants one event now.
     pub async fn grant(&self, ev: &RewardEvent) -> GrantResult {
         match self.checked(ev, Proofs::Vouched) {
-            Ok(g) => result_of(&g.trade_no, self.granter.grant(&g).await),
+            Ok(g) => match self.unexpired(&g, ev.expires_at_ms).await {
+                None => result_of(&g.trade_no, self.granter.grant(&g).await),
+                Some(answer) => answer,
+            },
             Err(r) => r.result(&ev.trade_no),
         }
     }
@@ -290,6 +310,9 @@ impl Service {
             Ok(g) => g,
             Err(r) => return r.result(&ev.trade_no),
         };
+        if let Some(answer) = self.unexpired(&g, ev.expires_at_ms).await {
+            return answer;
+        }
         let claims = self.granter.claims();
         let (claim_id, prior) = match claims.claim(&g).await.map(crate::grant::settled) {
             Ok(Ok(claimed)) => claimed,
@@ -344,8 +367,11 @@ impl Service {
         let mut grants = Vec::with_capacity(events.len());
         let mut at = Vec::with_capacity(events.len());
         let mut unproven: Option<(&'static str, &str, usize)> = None;
+        let mut late = Vec::new();
+        let now = now_ms();
         for (i, ev) in events.iter().enumerate() {
             match self.checked(ev, proofs) {
+                Ok(g) if expired(ev.expires_at_ms, now) => late.push((i, g)),
                 Ok(g) => {
                     grants.push(g);
                     at.push(i);
@@ -359,6 +385,16 @@ impl Service {
                     }
                     out[i] = Some(r.result(&ev.trade_no));
                 }
+            }
+        }
+        // Past their expiry: on only if already claimed (rare, so one read each).
+        for (i, g) in late {
+            match self.unexpired(&g, events[i].expires_at_ms).await {
+                None => {
+                    grants.push(g);
+                    at.push(i);
+                }
+                Some(answer) => out[i] = Some(answer),
             }
         }
         if let Some((code, trade_no, n)) = unproven {

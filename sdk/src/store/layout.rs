@@ -32,7 +32,7 @@ const ENTRIES_PER_KEY: i64 = 8;
 fn judge(prefix: &str, shards: u32, key: &str) -> Option<Result<(u32, bool), String>> {
     let rest = key.strip_prefix(prefix)?.strip_prefix(":{due.")?;
     let (n, rest) = rest.split_once('}')?;
-    let shard = n.parse::<u32>().ok()?;
+    let shard = reward_runtime::keyspace::shard_number(n)?;
     if !matches!(rest, "" | ":lease" | ":seen") {
         return None;
     }
