@@ -390,17 +390,24 @@ async fn a_lost_shard_pin_is_proven_from_the_data_before_a_start() {
             .unwrap();
     fred::prelude::ClientLike::init(&redis).await.unwrap();
     let meta = format!("{prefix}:meta");
-    let gone: i64 = fred::prelude::KeysInterface::del(&redis, &meta)
-        .await
-        .unwrap();
-    assert_eq!(gone, 1, "the pin existed");
-    // With the pin gone, another count is refused by the data: keys in shards a
-    // 2-shard store lacks, records in the wrong shard for 8 or 5.
+    let del = |key: String| {
+        let redis = redis.clone();
+        async move {
+            let n: i64 = fred::prelude::KeysInterface::del(&redis, &key)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(del(meta.clone()).await, 1, "the pin existed");
+    // With the pin gone, another count is refused: first by the shard pins every start
+    // writes in each shard's slot...
     for other in [2, 5, 8] {
         match Claims::connect(&redis_url(), cfg(other)).await {
             Err(e @ ClaimError::LayoutDiffers { .. }) => {
                 let text = e.to_string();
                 assert!(text.contains("lost its shard pin"), "{text}");
+                assert!(text.contains("says the store has 4 shards"), "{text}");
             }
             other => panic!("{other:?}"),
         }
@@ -409,22 +416,42 @@ async fn a_lost_shard_pin_is_proven_from_the_data_before_a_start() {
             .unwrap();
         assert_eq!(exists, 0, "a refused start pins nothing");
     }
+    // ...and with every shard pin gone too, by the data: keys in shards a 2-shard store
+    // lacks, records in the wrong shard for 5 or 8. (A start reads a bounded number of
+    // pages; read them all here, whatever else the stack's Redis holds.)
+    for n in 0..4 {
+        assert_eq!(
+            del(format!("{prefix}:{{{prefix}.{n}}}:pin")).await,
+            1,
+            "pin {n}"
+        );
+    }
+    for other in [2, 5, 8] {
+        let proof = reward_service::claim::layout::prove(&redis, &prefix, other, u64::MAX)
+            .await
+            .unwrap();
+        assert!(
+            matches!(proof, LayoutProof::Differs { .. }),
+            "{other}: {proof:?}"
+        );
+    }
+    let proof = reward_service::claim::layout::prove(&redis, &prefix, 4, u64::MAX)
+        .await
+        .unwrap();
+    assert!(
+        matches!(proof, LayoutProof::Agrees { samples, complete: true } if samples >= 40),
+        "{proof:?}"
+    );
     // A walk with no budget decides nothing; the start's error names the repair.
     let undecided = reward_service::claim::layout::prove(&redis, &prefix, 4, 0)
         .await
         .unwrap();
-    assert_eq!(
-        undecided,
-        LayoutProof::Unproven {
-            keys: 0,
-            samples: 0
-        }
-    );
+    assert_eq!(undecided, LayoutProof::Empty, "nothing seen: taken as new");
     let e = ClaimError::LayoutUnproven {
         prefix: prefix.clone(),
         configured: 4,
-        keys: 0,
-        samples: 0,
+        keys: 3,
+        samples: 3,
     };
     assert!(
         e.to_string().contains(&format!(
@@ -432,7 +459,8 @@ async fn a_lost_shard_pin_is_proven_from_the_data_before_a_start() {
         )),
         "{e}"
     );
-    // The operator's repair refuses a wrong count and restores the right one.
+    // The operator's repair refuses a wrong count and restores the right one, pins
+    // included.
     let refused = reward_service::claim::layout::restore_pin(&redis, &prefix, 8, |_| {})
         .await
         .unwrap();
@@ -448,9 +476,16 @@ async fn a_lost_shard_pin_is_proven_from_the_data_before_a_start() {
         matches!(restored, LayoutProof::Agrees { samples, complete: true } if samples >= 40),
         "{restored:?}"
     );
-    let _: i64 = fred::prelude::KeysInterface::del(&redis, &meta)
-        .await
-        .unwrap();
+    let pin0: Option<String> =
+        fred::prelude::KeysInterface::get(&redis, format!("{prefix}:{{{prefix}.0}}:pin"))
+            .await
+            .unwrap();
+    assert_eq!(
+        pin0.as_deref(),
+        Some("4"),
+        "the repair writes the shard pins too"
+    );
+    assert_eq!(del(meta.clone()).await, 1);
     // The store's own count starts without help, re-pins, and still knows every grant:
     // a redelivered event is a duplicate, not a second credit.
     let again = Claims::connect(&redis_url(), cfg(4)).await.unwrap();

@@ -6,20 +6,30 @@
 //! The shard count decides where each trade number's record lives. An instance that
 //! started with another count on a store whose pin was lost would look in the wrong
 //! shard, find no record, and credit a redelivered event a second time. So when the
-//! pin is missing, [`prove`] reads the store's own keys before a new pin is written:
-//! - a key in a shard at or above the configured count proves a larger layout;
-//! - a record key `…:{prefix.N}:t:{trade}` proves its layout unless
-//!   `crc32(trade) % shards == N` (about half of the records of any other count fail
-//!   this, so 32 that pass leave at most a 2^-32 chance that the count is wrong);
-//! - after a complete walk, a scene whose budget keys stop below the configured count
-//!   proves a smaller layout (a budget is always set on every shard).
+//! pin is missing, [`prove`] reads the store before a new pin is written:
+//! 1. **The shard pins.** Every start also writes `{prefix}:{prefix.N}:pin` (the count)
+//!    in each shard's own slot ([`write_shard_pins`]): one lost key, or one lost slot,
+//!    leaves the others. They are read by name (one pipeline of `shards` `GET`s): one
+//!    that names another count proves it; one that names this count agrees.
+//! 2. **The data**, when no shard pin is left (a store written before they existed,
+//!    or a wipe of every pin): a bounded `SCAN` ([`SCAN_PAGES`] pages of 1 000 slots,
+//!    on one Redis or across every cluster primary) for the store's keys:
+//!    - a key in a shard at or above the configured count proves a larger layout;
+//!    - a record key `…:{prefix.N}:t:{trade}` proves its layout unless
+//!      `crc32(trade) % shards == N` (about half of the records of any other count
+//!      fail this, so 32 that pass leave at most a 2^-32 chance that the count is
+//!      wrong);
+//!    - after a complete walk, a scene whose budget keys stop below the configured
+//!      count proves a smaller layout (a budget is always set on every shard).
 //!
-//! The walk is bounded ([`SCAN_PAGES`] `SCAN` pages of 1 000 slots, on one Redis or
-//! across every cluster primary), so a start never hangs on a large keyspace. When it
-//! ends without enough evidence either way the start is refused
-//! ([`super::ClaimError::LayoutUnproven`]) with the command that settles it:
-//! `reward-ctl layout claims --shards N`, which walks the whole store with progress
-//! and writes the pin only if the data agrees.
+//! A walk that runs out of pages having seen some of the store's keys but too few
+//! records to decide refuses the start ([`super::ClaimError::LayoutUnproven`]) with the
+//! command that settles it: `reward-ctl layout claims --prefix P --shards N`, which
+//! walks the whole store with progress and writes the pins only if the data agrees.
+//! One that runs out of pages having seen none of them takes the store as new: on a
+//! large shared Redis a new prefix must start without an operator, and losing the pin
+//! of every shard as well as `{prefix}:meta` while keeping data beyond the first two
+//! million keys scanned is the one case this does not catch.
 
 use std::collections::HashMap;
 
@@ -82,14 +92,79 @@ fn judge<'a>(prefix: &str, shards: u32, key: &'a str) -> Key<'a> {
     Key::Store
 }
 
-/// Walks the store under `prefix` (at most `max_pages` `SCAN` pages) and says whether
-/// its keys agree with `shards`.
+/// The key of shard `shard`'s pin.
+fn shard_pin(prefix: &str, shard: u32) -> String {
+    format!("{prefix}:{{{prefix}.{shard}}}:pin")
+}
+
+/// Writes each shard's pin (`SET NX`, so an existing one is kept): every start does,
+/// so the pins outlive the loss of any one key or slot.
+pub async fn write_shard_pins(
+    client: &Client,
+    prefix: &str,
+    shards: u32,
+) -> Result<(), fred::error::Error> {
+    let pipe = client.pipeline();
+    for n in 0..shards {
+        let _: () = pipe
+            .set(
+                shard_pin(prefix, n),
+                shards,
+                None,
+                Some(SetOptions::NX),
+                false,
+            )
+            .await?;
+    }
+    let _: Vec<Value> = pipe.all().await?;
+    Ok(())
+}
+
+/// What the shard pins say: `None` when there is none.
+async fn from_shard_pins(
+    client: &Client,
+    prefix: &str,
+    shards: u32,
+) -> Result<Option<LayoutProof>, fred::error::Error> {
+    let pipe = client.pipeline();
+    for n in 0..shards {
+        let _: () = pipe.get(shard_pin(prefix, n)).await?;
+    }
+    let pins: Vec<Option<String>> = pipe.all().await?;
+    let mut agreeing = 0u64;
+    for (n, pin) in (0..shards).zip(pins) {
+        match pin.as_deref().map(str::parse::<u32>) {
+            None => {}
+            Some(Ok(count)) if count == shards => agreeing += 1,
+            Some(other) => {
+                let says = other.map_or_else(
+                    |_| "something unreadable".to_string(),
+                    |c| format!("{c} shards"),
+                );
+                return Ok(Some(LayoutProof::Differs {
+                    key: shard_pin(prefix, n),
+                    why: format!("the pin of shard {n} says the store has {says}"),
+                }));
+            }
+        }
+    }
+    Ok((agreeing > 0).then_some(LayoutProof::Agrees {
+        samples: agreeing,
+        complete: false,
+    }))
+}
+
+/// Reads the shard pins, else walks the store under `prefix` (at most `max_pages`
+/// `SCAN` pages), and says whether it agrees with `shards`.
 pub async fn prove(
     client: &Client,
     prefix: &str,
     shards: u32,
     max_pages: u64,
 ) -> Result<LayoutProof, fred::error::Error> {
+    if let Some(proof) = from_shard_pins(client, prefix, shards).await? {
+        return Ok(proof);
+    }
     prove_with(client, prefix, shards, max_pages, |_| {}).await
 }
 
@@ -164,15 +239,25 @@ async fn prove_with(
             complete,
         });
     }
+    if keys == 0 {
+        // Nothing of the store within the pages read: taken as new (module doc).
+        tracing::warn!(
+            prefix,
+            pages = max_pages,
+            "claim store: no pin and no key of it within the pages a start reads; taken as a new store"
+        );
+        return Ok(LayoutProof::Empty);
+    }
     Ok(LayoutProof::Unproven {
         keys,
         samples: records,
     })
 }
 
-/// The operator's repair (`reward-ctl layout claims`): walks the whole store under
-/// `prefix` (no page budget; `progress` hears the `SCAN` pages read every 100)
-/// and, when its data agrees with `shards` or holds nothing, restores the pin. An
+/// The operator's repair (`reward-ctl layout claims`): reads the shard pins, else
+/// walks the whole store under `prefix` (no page budget; `progress` hears the `SCAN`
+/// pages read every 100), and, when the store agrees with `shards` or holds nothing,
+/// restores the pins. An
 /// existing pin is left alone and compared. Answers what the data said.
 pub async fn restore_pin(
     client: &Client,
@@ -202,14 +287,20 @@ pub async fn restore_pin(
             )])),
         };
     }
-    let proof = prove_with(client, prefix, shards, u64::MAX, |pages| {
-        if pages % 100 == 0 {
-            progress(pages);
+    let proof = match from_shard_pins(client, prefix, shards).await? {
+        Some(proof) => proof,
+        None => {
+            prove_with(client, prefix, shards, u64::MAX, |pages| {
+                if pages % 100 == 0 {
+                    progress(pages);
+                }
+            })
+            .await?
         }
-    })
-    .await?;
+    };
     if matches!(proof, LayoutProof::Empty | LayoutProof::Agrees { .. }) {
         let _: i64 = client.hsetnx(&meta, "shards", shards).await?;
+        write_shard_pins(client, prefix, shards).await?;
     }
     Ok(proof)
 }

@@ -10,6 +10,7 @@
 //!
 //! ```text
 //! {prefix}:meta                        hash  shards (fixed at first use)
+//! {prefix}:{prefix.3}:pin              string  shards, again, in each shard's slot
 //! {prefix}:{prefix.3}:b:{scene}        hash  cap, spent, hold, holder
 //! {prefix}:{prefix.3}:t:{trade_no}     hash  scene, activity, user, type, amount, state,
 //!                                            lease, owner, clean, result
@@ -275,6 +276,9 @@ pub enum Finish {
     LostLease,
 }
 
+/// The most shards a claim store may have (each keeps a pin every start writes).
+pub const MAX_SHARDS: u32 = 4096;
+
 /// Claim store failures.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClaimError {
@@ -452,6 +456,9 @@ impl Claims {
                 "shards, lease_ms, retention_secs and pool_size must be positive",
             ));
         }
+        if cfg.shards > MAX_SHARDS {
+            return Err(ClaimError::Invalid("shards must be at most 4096"));
+        }
         if cfg.key_prefix.is_empty() || cfg.key_prefix.contains(['{', '}']) {
             return Err(ClaimError::Invalid(
                 "key prefix must be set, without braces",
@@ -512,6 +519,7 @@ impl Claims {
                 )]));
             }
         }
+        layout::write_shard_pins(pool.next(), &cfg.key_prefix, cfg.shards).await?;
         Ok(Self {
             pool,
             cfg: Arc::new(cfg),

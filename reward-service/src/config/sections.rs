@@ -70,6 +70,14 @@ pub(super) fn claim_config(c: RawClaims) -> Result<ClaimConfig, ConfigError> {
             "claims.key_prefix must be set, without braces".into(),
         ));
     }
+    // Each shard keeps a pin that every start writes and reads (`claim::layout`).
+    if claims.shards > crate::claim::MAX_SHARDS {
+        return Err(ConfigError::Invalid(format!(
+            "claims.shards is {}; at most {}",
+            claims.shards,
+            crate::claim::MAX_SHARDS
+        )));
+    }
     if claims.retention_secs * 1000 <= claims.lease_ms {
         return Err(ConfigError::Invalid(
             "claims.retention_secs must outlast claims.lease_ms".into(),

@@ -113,7 +113,7 @@ async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), Stor
     if pinned.is_none() {
         // No pin: a fresh store, or one whose pin was lost. The index itself decides.
         let (prefix, shards) = (cfg.key_prefix.as_str(), cfg.due_shards);
-        match layout::prove(client, prefix, shards, layout::SCAN_PAGES).await? {
+        match layout::prove(client, prefix, shards).await? {
             LayoutProof::Empty => {}
             LayoutProof::Agrees { samples, complete } => {
                 tracing::warn!(
@@ -221,9 +221,10 @@ pub enum StoreError {
         /// How.
         why: String,
     },
-    /// The pin is gone and a bounded walk could not prove the configured count.
+    /// The pin is gone and the index's keys could not prove the configured count
+    /// (the index is read whole, so only a future proof that reads less answers this).
     #[error(
-        "the due index under prefix {prefix:?} lost its shard pin ({prefix}:due-shards), and a bounded walk ({keys} keys, {samples} entries) could not prove store.due_shards = {configured}. Run `reward-ctl layout due --prefix {prefix} --shards {configured}`: it walks the whole index and restores the pin only if the data agrees"
+        "the due index under prefix {prefix:?} lost its shard pin ({prefix}:due-shards), and its keys ({keys} keys, {samples} entries read) could not prove store.due_shards = {configured}. Run `reward-ctl layout due --prefix {prefix} --shards {configured}`: it reads the whole index and restores the pin only if the data agrees"
     )]
     DueLayoutUnproven {
         /// The token store's key prefix.
