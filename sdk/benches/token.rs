@@ -93,22 +93,7 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     // The event proof the SDK adds to every event, and the service's check of it.
-    let event = proto::v1::RewardEvent {
-        trade_no: t.trade_no.clone(),
-        user: Some(proto::v1::UserInfo {
-            user_id: t.user_id.clone(),
-            app_id: t.app_id.clone(),
-            ..Default::default()
-        }),
-        activity_id: t.activity_id.clone(),
-        scene_id: t.scene_id.clone(),
-        reward_type: t.reward_type.clone(),
-        amount: t.amount,
-        created_at_ms: t.grant_time_ms,
-        description: t.description.clone(),
-        expires_at_ms: t.expires_at_ms,
-        ..Default::default()
-    };
+    let event = sdk::token::event_of(&t);
     let proofs = codec.proofs();
     let mut signed = event.clone();
     proofs.sign(&mut signed);

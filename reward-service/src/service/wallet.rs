@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use proto::ids;
-use proto::v1::{GrantOutcome, GrantResult, RewardEvent, RewardToken, TokenValidity};
+use proto::v1::{GrantOutcome, GrantResult, RewardToken, TokenValidity};
 use reward_runtime::clock::now_ms;
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
 
 use super::{Service, ServiceError, result};
+pub use sdk::token::event_of;
 
 /// Reads a wallet page keeps in flight at once (per request): enough to hide the
 /// round trips of a user with hundreds of rewards, few enough that one page cannot
@@ -289,25 +290,5 @@ impl Service {
         out.credited.sort_by(by_trade);
         out.unknown.sort_by(by_trade);
         Ok(out)
-    }
-}
-
-/// The event a token stands for (what a withdrawal grants).
-pub fn event_of(t: &RewardToken) -> RewardEvent {
-    RewardEvent {
-        trade_no: t.trade_no.clone(),
-        user: Some(proto::v1::UserInfo {
-            user_id: t.user_id.clone(),
-            app_id: t.app_id.clone(),
-            ..Default::default()
-        }),
-        activity_id: t.activity_id.clone(),
-        scene_id: t.scene_id.clone(),
-        reward_type: t.reward_type.clone(),
-        amount: t.amount,
-        created_at_ms: t.grant_time_ms,
-        description: t.description.clone(),
-        expires_at_ms: t.expires_at_ms,
-        ..Default::default()
     }
 }
