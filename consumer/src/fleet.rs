@@ -52,7 +52,7 @@ use reward_runtime::script::Script;
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::limits::Limits;
+use crate::limits::{Ask, Grant, Limits, Plan};
 
 /// The lease script. KEYS: live set, global bucket, global demand, type buckets...
 /// ARGV: instance, live ttl ms, lease ms, type count, per type (rate, cap, give,
@@ -182,45 +182,6 @@ impl FleetConfig {
     fn key(&self, what: &str) -> String {
         format!("{{{}}}:{what}", self.key_prefix)
     }
-}
-
-/// One bucket's part of a lease: what to give back and what to ask for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ask {
-    /// The bucket's name (a reward type; unused for the global valve).
-    pub name: String,
-    /// Fleet rate, credits/s.
-    pub rate: f64,
-    /// The bucket's capacity.
-    pub cap: f64,
-    /// Permits returned.
-    pub give: i64,
-    /// Permits wanted.
-    pub want: i64,
-}
-
-/// What one lease call asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// Per reward type.
-    pub types: Vec<Ask>,
-    /// The global valve.
-    pub global: Ask,
-    /// Global permits spent since the last lease.
-    pub global_used: i64,
-    /// Priorities waiting for the global valve, highest first.
-    pub classes: Vec<u8>,
-}
-
-/// What a lease granted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Grant {
-    /// Instances live now (this one included).
-    pub live: u32,
-    /// Per type, in the plan's order.
-    pub types: Vec<i64>,
-    /// Global permits.
-    pub global: i64,
 }
 
 /// The lease script, loaded.

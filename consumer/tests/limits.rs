@@ -392,7 +392,8 @@ fn assert_fleet(what: &str, got: &Rate, rate: f64) {
 /// whoever asks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_script_serves_higher_priority_across_instances() {
-    use reward_consumer::fleet::{Ask, FleetConfig, Leaser, Plan};
+    use reward_consumer::fleet::{FleetConfig, Leaser};
+    use reward_consumer::limits::{Ask, Plan};
     let redis = redis().await;
     let cfg = FleetConfig {
         key_prefix: reward_testkit::unique("lease"),
