@@ -6,16 +6,19 @@
 //! calls in three paying for a new connection and a `CLUSTER SLOTS` made `GrantBatch`
 //! ten times slower on the cluster than on one node. These tests count the `MOVED`
 //! answers the primaries gave (`INFO errorstats`) around a piece of work on a stable
-//! cluster and want none.
+//! cluster and want none. And `claims.replica_acks`: claims wait for a replica where
+//! one exists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::collections::HashMap;
 
 use fred::prelude::{Client, ClientLike, KeysInterface, Value};
 use reward_runtime::keyspace;
 use reward_runtime::script::Script;
-use reward_service::claim::{ClaimConfig, Claims, Grant};
+use reward_service::claim::{Claim, ClaimConfig, ClaimError, Claims, Grant};
 use reward_service::downstream::{Downstream, Ledger};
 use reward_service::grant::{Granter, Outcome};
 
@@ -125,4 +128,49 @@ async fn a_batch_of_grants_sends_nothing_to_the_wrong_primary() {
         assert_eq!(ledger.balance(&format!("u{i}"), "cash").await.unwrap(), 3);
     }
     assert_eq!(after - before, 0, "MOVED answers to a batch of 200 grants");
+}
+
+/// `claims.replica_acks`: on a Redis whose primaries have fewer replicas than asked,
+/// the claim store refuses to start (a typed error naming the node), so a single
+/// Redis cannot be configured into refusing every grant; on the stack's Redis Cluster
+/// (one replica per primary, started here: `REWARD_REDIS_TOPOLOGY=cluster ops/stack
+/// up`) every claim waits for its replica and is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_wait_for_a_replica_only_where_one_exists() {
+    let cfg = |acks| ClaimConfig {
+        key_prefix: format!("replica-{:08x}", rand::random::<u32>()),
+        shards: 4,
+        retention_secs: 3600,
+        replica_acks: acks,
+        replica_wait_ms: 2000,
+        ..ClaimConfig::default()
+    };
+    let single = reward_testkit::StackEnv::from_env();
+    if !single.redis_url.starts_with("redis-cluster://") {
+        match Claims::connect(&single.redis_url, cfg(1)).await {
+            Err(ClaimError::Replicas { have, wanted, .. }) => assert_eq!((have, wanted), (0, 1)),
+            other => panic!("a Redis without replicas took replica_acks = 1: {other:?}"),
+        }
+    }
+    let url = reward_testkit::cluster_url();
+    assert!(
+        Claims::connect(&url, cfg(2)).await.is_err(),
+        "two replicas asked, one exists"
+    );
+    let claims = Claims::connect(&url, cfg(1)).await.unwrap();
+    claims.set_budget("rain", 1_000).await.unwrap();
+    for i in 0..20 {
+        let g = common::grant(&format!("rain:replica:{i}"), 10);
+        assert!(matches!(
+            claims.claim(&g).await.unwrap(),
+            Claim::Claimed { .. }
+        ));
+    }
+    let many: Vec<_> = (20..60)
+        .map(|i| common::grant(&format!("rain:replica:{i}"), 10))
+        .collect();
+    for r in claims.claim_many(&many).await {
+        assert!(matches!(r.unwrap(), Claim::Claimed { .. }));
+    }
+    assert_eq!(claims.spent("rain").await.unwrap(), 600);
 }

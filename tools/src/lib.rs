@@ -9,8 +9,12 @@
 //!   check, Redis fork watching, the librdkafka settings for the stack's tansu.
 //! - [`topics`]: creating Kafka and RocketMQ topics; a Kafka group's committed offsets.
 //!
-//! The binary `reward-ctl` (`ops/config`) is the command operators run.
+//! The binary `reward-ctl` (`ops/config`) is the command operators run. `control` and
+//! the binary need the services (feature `ctl`, on by default); the crates that take
+//! only the address book and topic helpers (the tests' kit, the load tester) leave it
+//! off.
 
+#[cfg(feature = "ctl")]
 pub mod control;
 pub mod stack;
 pub mod topics;

@@ -1,0 +1,156 @@
+//! The fleet-wide rate limit with consumers as separate processes (an e2e drill: three
+//! `reward-consumer` processes, one killed with SIGKILL, about a minute of measuring):
+//! coupon held to 50/s for the fleet, not per process, through the kill and a live
+//! change to 100/s.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fred::prelude::*;
+
+/// A consumer as its own process (so it can be killed with SIGKILL), with its output
+/// in the test's directory.
+struct Member {
+    child: std::process::Child,
+}
+
+impl Member {
+    fn start(dir: &std::path::Path, name: &str, text: &str) -> Member {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_reward-consumer"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--stats-file")
+            .arg(dir.join(format!("{name}.json")))
+            .arg("--stats-ms")
+            .arg("100")
+            .env("REWARD_SERVICE_TOKEN", CREDENTIAL)
+            .env("RUST_LOG", "warn")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Member { child }
+    }
+
+    /// Partitions assigned to the member (from its stats file; 0 before the first).
+    fn assigned(dir: &std::path::Path, name: &str) -> u64 {
+        std::fs::read(dir.join(format!("{name}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["assigned"].as_u64())
+            .unwrap_or(0)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The fleet test: three consumer processes in one group, coupon limited to
+/// 50/s, measured from the ledger's credit times. The rate is the fleet's, not each
+/// process's (three processes with per-process limiters credited 150/s); it holds when
+/// one member is killed with SIGKILL, and a live change to 100/s is in effect within
+/// 1 s. The bounds are the issue's ±5 %: 50-100 credits/s is light work, so a busy
+/// machine does not excuse a miss here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
+    let _alone = one_at_a_time().await;
+    let tag = tag("f");
+    let dir = dir(&tag);
+    // Six partitions, so each of the three members owns two.
+    reward_tools::topics::create_kafka_topics(&stack().kafka_brokers, &[&events_topic(&tag)], 6)
+        .await
+        .unwrap();
+    create_topics(&tag).await;
+    let svc = service(&tag, &dir).await;
+    let grpc = format!("http://{}", svc.grpc_addr);
+    // The members join first and the group settles (two partitions each) before any
+    // coupon is published: a rebalance while coupons are in flight re-delivers them to
+    // the new owner, and a permit spent on such a repeat credits nothing (the service
+    // answers it as already granted), which would read as a limiter short of its rate.
+    let limits = "[limits.types.coupon]\nrate = 50\nburst = 5\n";
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| {
+            Member::start(
+                &dir,
+                &format!("m{i}"),
+                &consumer_text(
+                    &tag,
+                    &dir,
+                    &grpc,
+                    "hold_ms = 5000\nconcurrency = 64",
+                    limits,
+                ),
+            )
+        })
+        .collect();
+    let settled = || (0..3).all(|i| Member::assigned(&dir, &format!("m{i}")) == 2);
+    wait_for(120, "three members with two partitions each", || async {
+        settled()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(settled(), "the group moved partitions again");
+    let redis = redis().await;
+    let live: i64 = redis.zcard(format!("{{fleet-{tag}}}:live")).await.unwrap();
+    assert_eq!(live, 3, "members leasing");
+
+    const COUPONS: i64 = 6000;
+    let events: Vec<_> = (0..COUPONS)
+        .map(|i| event(&format!("p{i}"), "cp", "coupon", 1))
+        .collect();
+    publish(&tag, &dir, "massive", &events, &[]).await;
+    let ledger = ledger(&tag).await;
+    wait_for(120, "coupons flowing", || async {
+        ledger.balance("cp", "coupon").await.unwrap() > 100
+    })
+    .await;
+    let three = rate(&ledger, "cp", 20.0).await;
+    assert_fleet("three members at 50/s", &three, 50.0);
+
+    members[0].kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let two = rate(&ledger, "cp", 10.0).await;
+    assert_fleet("two members after a kill -9", &two, 50.0);
+
+    let key = format!("cfg-{tag}");
+    let _: i64 = redis
+        .hset(key, ("limits.types.coupon.rate", "100"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let changed = rate(&ledger, "cp", 10.0).await;
+    assert_fleet("two members after the change to 100/s", &changed, 100.0);
+
+    drop(members);
+    // Each coupon credited at most once whatever the kill left behind.
+    assert_eq!(
+        credited(&redis, &tag, "cp").await,
+        ledger.balance("cp", "coupon").await.unwrap(),
+        "a coupon credited twice"
+    );
+    svc.shutdown().await;
+}
+
+fn assert_fleet(what: &str, got: &Rate, rate: f64) {
+    eprintln!("{what}: {:.2}/s, per second {:?}", got.per_sec, got.seconds);
+    assert!(
+        (rate * 0.95..=rate * 1.05).contains(&got.per_sec),
+        "{what}: {:.1}/s over the window (ledger credit times), want {rate}/s ±5 %; per second: {:?}",
+        got.per_sec,
+        got.seconds
+    );
+}
