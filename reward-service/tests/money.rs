@@ -724,4 +724,3 @@ async fn once_status_says_not_credited_a_permanent_refusal_fails_and_refunds() {
         ClaimState::Failed
     );
 }
-
