@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
 
-use super::engine::Engine;
+use super::shared::Shared;
 use super::{Envelope, OutMsg, Settled};
 use crate::config::QueueConfig;
 
 /// One queue's dispatcher: batches on size or linger, routes, sends.
-pub(super) async fn dispatch(engine: Arc<Engine>, queue: String, mut rx: mpsc::Receiver<Envelope>) {
+pub(super) async fn dispatch(engine: Arc<Shared>, queue: String, mut rx: mpsc::Receiver<Envelope>) {
     // Validated to 1..=MAX_IN_FLIGHT_BATCHES, so the u32 conversion holds.
     let window = engine.batch.in_flight_batches;
     let lanes = Arc::new(Semaphore::new(window));
@@ -52,7 +52,7 @@ pub(super) async fn dispatch(engine: Arc<Engine>, queue: String, mut rx: mpsc::R
         .await;
 }
 
-async fn send_routed(engine: &Arc<Engine>, queue: &str, batch: Vec<Envelope>) {
+async fn send_routed(engine: &Arc<Shared>, queue: &str, batch: Vec<Envelope>) {
     let Some(q) = engine.queue_config(queue) else {
         // No queue at all in the routing (cannot pass validation); keep the events.
         engine.spool(batch);
@@ -68,7 +68,7 @@ async fn send_routed(engine: &Arc<Engine>, queue: &str, batch: Vec<Envelope>) {
 }
 
 async fn failover(
-    engine: &Arc<Engine>,
+    engine: &Arc<Shared>,
     q: &QueueConfig,
     first: &str,
     second: &str,
@@ -91,35 +91,7 @@ async fn failover(
     engine.attempt(second, q, failed).await
 }
 
-impl Engine {
-    pub(super) fn mark(&self, producer: &str, ok: bool) {
-        let Some(h) = self.health.get(producer) else {
-            return;
-        };
-        if ok {
-            h.failing_since.store(-1, Ordering::Relaxed);
-        } else {
-            let _ = h.failing_since.compare_exchange(
-                -1,
-                self.elapsed_ms(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
-    }
-
-    /// How long a producer has been failing (zero when healthy).
-    fn failing_for(&self, producer: &str) -> Duration {
-        let since = self
-            .health
-            .get(producer)
-            .map_or(-1, |h| h.failing_since.load(Ordering::Relaxed));
-        if since < 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_millis(u64::try_from(self.elapsed_ms() - since).unwrap_or(0))
-    }
-
+impl Shared {
     /// Sends `envs` through one producer, packed `q.pack_events` to a broker record
     /// ([`super::producer::pack`]); returns those that failed (every event of a
     /// failed record).

@@ -1,74 +1,35 @@
-//! The engine every queue task shares: it starts the dispatchers, the spool thread and
-//! the replay loop, reserves buffer room, takes events in, counts the unsettled ones
-//! and closes.
+//! The queue's engine: it starts the dispatchers, the spool thread and the replay loop
+//! over the state they share ([`super::shared`]), reserves buffer room, takes events
+//! in and closes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use reward_runtime::counters::{Counted, Timing};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::dispatch::dispatch;
-use super::spool_worker::{SpoolCmd, replay_loop, spool_thread};
+use super::shared::{Health, Shared, SpoolCmd};
+use super::spool_worker::{replay_loop, spool_thread};
 use super::{CloseReport, EnqueueError, Envelope, Producer, QueueStats, Slot, StatsSnapshot};
-use crate::config::{BatchConfig, QueueConfig, RetryConfig, Routing, SpoolConfig};
+use crate::config::{BatchConfig, RetryConfig, Routing, SpoolConfig};
 use crate::spool::{Spool, SpoolError};
 
-/// One producer's state: its run of failures and its metric handles (registered on
-/// first use and kept: never looked up by name per batch).
-#[derive(Debug)]
-pub(super) struct Health {
-    /// Milliseconds since the SDK started at which the current run of failures
-    /// began; -1 while the producer is healthy.
-    pub(super) failing_since: AtomicI64,
-    /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
-    pub(super) sent: Counted,
-    /// Events that failed over from it to their second producer.
-    pub(super) failovers_from: Counted,
-    /// Its batch send times.
-    pub(super) send_seconds: Timing,
-}
-
-impl Health {
-    fn new(producer: &str) -> Self {
-        Self {
-            failing_since: AtomicI64::new(-1),
-            sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
-            failovers_from: Counted::with_label("reward_sdk_failovers_total", "from", producer),
-            send_seconds: Timing::with_label("reward_sdk_send_seconds", "producer", producer),
-        }
-    }
-}
-
-/// Everything the queue tasks share.
+/// The queue: takes events in and closes; its tasks share [`Shared`].
 pub(crate) struct Engine {
-    routing: Arc<ArcSwap<Routing>>,
-    pub(super) producers: BTreeMap<String, Arc<dyn Producer>>,
-    pub(super) health: BTreeMap<String, Health>,
-    pub(super) batch: BatchConfig,
-    pub(super) retry: RetryConfig,
-    pub(super) spool_cfg: SpoolConfig,
-    started: Instant,
-    unsettled: AtomicU64,
-    settled: Notify,
-    pub(super) retry_backlog: AtomicU64,
-    pub(super) closing: AtomicBool,
-    pub(super) stats: QueueStats,
-    pub(super) spool_tx: mpsc::UnboundedSender<SpoolCmd>,
-    spool_bytes: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     senders: Mutex<HashMap<String, mpsc::Sender<Envelope>>>,
     dispatchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    spool_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held, never joined: the spool thread ends when its channel closes.
+    _spool_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("producers", &self.producers.keys().collect::<Vec<_>>())
-            .field("unsettled", &self.unsettled.load(Ordering::Relaxed))
+            .field("shared", &self.shared)
             .finish_non_exhaustive()
     }
 }
@@ -90,7 +51,7 @@ impl Engine {
             .map(|k| (k.clone(), Health::new(k)))
             .collect();
         let queues: Vec<String> = routing.load().queues.keys().cloned().collect();
-        let engine = Arc::new(Self {
+        let shared = Arc::new(Shared {
             routing,
             producers,
             health,
@@ -105,46 +66,36 @@ impl Engine {
             stats: QueueStats::new(),
             spool_tx,
             spool_bytes: spool_bytes.clone(),
-            senders: Mutex::new(HashMap::new()),
-            dispatchers: Mutex::new(Vec::new()),
-            spool_thread: Mutex::new(None),
         });
-        let weak = Arc::downgrade(&engine);
-        let sync_every = Duration::from_millis(engine.spool_cfg.sync_ms.max(1));
+        let weak = Arc::downgrade(&shared);
+        let sync_every = Duration::from_millis(shared.spool_cfg.sync_ms.max(1));
         let handle = std::thread::Builder::new()
             .name("reward-sdk-spool".into())
             .spawn(move || spool_thread(spool, spool_rx, weak, spool_bytes, sync_every))
             .map_err(|e| SpoolError::Io {
-                path: engine.spool_cfg.dir.clone(),
+                path: shared.spool_cfg.dir.clone(),
                 source: e,
             })?;
-        if let Ok(mut t) = engine.spool_thread.lock() {
-            *t = Some(handle);
-        }
         let mut senders = HashMap::new();
         let mut tasks = Vec::new();
         for q in queues {
-            let (tx, rx) = mpsc::channel(engine.batch.buffer);
+            let (tx, rx) = mpsc::channel(shared.batch.buffer);
             senders.insert(q.clone(), tx);
-            tasks.push(tokio::spawn(dispatch(engine.clone(), q, rx)));
+            tasks.push(tokio::spawn(dispatch(shared.clone(), q, rx)));
         }
-        if let Ok(mut s) = engine.senders.lock() {
-            *s = senders;
-        }
-        if let Ok(mut d) = engine.dispatchers.lock() {
-            d.extend(tasks);
-        }
-        tokio::spawn(replay_loop(Arc::downgrade(&engine)));
-        Ok(engine)
-    }
-
-    pub(super) fn elapsed_ms(&self) -> i64 {
-        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+        tokio::spawn(replay_loop(Arc::downgrade(&shared)));
+        Ok(Arc::new(Self {
+            shared,
+            senders: Mutex::new(senders),
+            dispatchers: Mutex::new(tasks),
+            _spool_thread: Mutex::new(Some(handle)),
+        }))
     }
 
     /// Reserves buffer room in `queue`, waiting at most `enqueue_wait_ms`.
     pub(crate) async fn reserve(&self, queue: &str) -> Result<Slot, EnqueueError> {
-        if self.closing.load(Ordering::Acquire) {
+        let shared = &self.shared;
+        if shared.closing.load(Ordering::Acquire) {
             return Err(EnqueueError::Closed);
         }
         let tx = self
@@ -153,13 +104,13 @@ impl Engine {
             .ok()
             .and_then(|s| s.get(queue).cloned())
             .ok_or_else(|| {
-                if self.closing.load(Ordering::Acquire) {
+                if shared.closing.load(Ordering::Acquire) {
                     EnqueueError::Closed
                 } else {
                     EnqueueError::UnknownQueue(queue.to_string())
                 }
             })?;
-        let wait = Duration::from_millis(self.batch.enqueue_wait_ms);
+        let wait = Duration::from_millis(shared.batch.enqueue_wait_ms);
         match tokio::time::timeout(wait, tx.reserve_owned()).await {
             Ok(Ok(permit)) => Ok(Slot { permit }),
             Ok(Err(_)) => Err(EnqueueError::Closed),
@@ -168,7 +119,7 @@ impl Engine {
                     .increment(1);
                 Err(EnqueueError::Backpressure {
                     queue: queue.to_string(),
-                    capacity: self.batch.buffer,
+                    capacity: shared.batch.buffer,
                     waited: wait,
                 })
             }
@@ -177,50 +128,25 @@ impl Engine {
 
     /// Puts an event into a reserved slot: from here on it is the engine's to settle.
     pub(crate) fn commit(&self, slot: Slot, env: Envelope) {
-        self.unsettled.fetch_add(1, Ordering::AcqRel);
-        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        self.shared.unsettled.fetch_add(1, Ordering::AcqRel);
+        self.shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
         slot.permit.send(env);
     }
 
-    pub(super) fn settle(&self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        let before = self.unsettled.fetch_sub(n, Ordering::AcqRel);
-        if before <= n {
-            self.settled.notify_waiters();
-        }
-    }
-
     pub(crate) fn stats(&self) -> StatsSnapshot {
-        let per_producer = self
-            .health
-            .iter()
-            .filter(|(_, h)| h.sent.get() > 0)
-            .map(|(name, h)| (name.clone(), h.sent.get()))
-            .collect();
-        self.stats
-            .snapshot(self.unsettled.load(Ordering::Acquire), per_producer)
+        self.shared.stats()
     }
 
     pub(crate) fn spool_bytes(&self) -> u64 {
-        self.spool_bytes.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn queue_config(&self, queue: &str) -> Option<QueueConfig> {
-        let routing = self.routing.load();
-        routing
-            .queues
-            .get(queue)
-            .or_else(|| routing.queues.get(&routing.default_queue))
-            .cloned()
+        self.shared.spool_bytes()
     }
 
     /// Stops accepting, then waits until every accepted event is delivered or spooled,
     /// or `deadline` passes.
     pub(crate) async fn close(self: &Arc<Self>, deadline: Duration) -> CloseReport {
         let until = tokio::time::Instant::now() + deadline;
-        self.closing.store(true, Ordering::Release);
+        let shared = &self.shared;
+        shared.closing.store(true, Ordering::Release);
         // Closing the buffers lets the dispatchers drain and stop.
         if let Ok(mut s) = self.senders.lock() {
             s.clear();
@@ -234,8 +160,8 @@ impl Engine {
             let _ = tokio::time::timeout_at(until, t).await;
         }
         loop {
-            let notified = self.settled.notified();
-            if self.unsettled.load(Ordering::Acquire) == 0 {
+            let notified = shared.settled.notified();
+            if shared.unsettled.load(Ordering::Acquire) == 0 {
                 break;
             }
             if tokio::time::timeout_at(until, notified).await.is_err() {
@@ -243,10 +169,10 @@ impl Engine {
             }
         }
         let (tx, rx) = oneshot::channel();
-        if self.spool_tx.send(SpoolCmd::Sync(tx)).is_ok() {
+        if shared.spool_tx.send(SpoolCmd::Sync(tx)).is_ok() {
             let _ = tokio::time::timeout_at(until, rx).await;
         }
-        for p in self.producers.values() {
+        for p in shared.producers.values() {
             let _ = tokio::time::timeout_at(until, p.close()).await;
         }
         let stats = self.stats();

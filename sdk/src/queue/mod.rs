@@ -39,6 +39,7 @@ pub use producer::rocketmq_runtime;
 mod dispatch;
 mod engine;
 mod envelope;
+mod shared;
 mod spool_worker;
 
 use std::collections::BTreeMap;

@@ -7,53 +7,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use bytes::Bytes;
 use prost::Message as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::engine::Engine;
+use super::shared::{Shared, SpoolCmd};
 use super::{Envelope, OutMsg, Settled};
-use crate::spool::{Replay, Spool, SpoolError};
-
-pub(super) enum SpoolCmd {
-    Append(Envelope),
-    Take(oneshot::Sender<Result<Replay, SpoolError>>),
-    Ack(Replay, oneshot::Sender<Result<(), SpoolError>>),
-    Release(Replay),
-    Sync(oneshot::Sender<()>),
-}
-
-impl Engine {
-    pub(super) fn spool(&self, envs: Vec<Envelope>) {
-        for e in envs {
-            if let Err(mpsc::error::SendError(SpoolCmd::Append(e))) =
-                self.spool_tx.send(SpoolCmd::Append(e))
-            {
-                self.last_resort(&e, "spool thread gone");
-                self.settle(1);
-            }
-        }
-    }
-
-    fn last_resort(&self, e: &Envelope, why: &str) {
-        e.notify(Settled::Logged);
-        self.stats.logged.inc();
-        tracing::error!(
-            queue = %e.queue,
-            trade_no = %e.key,
-            event_b64 = %base64::engine::general_purpose::STANDARD.encode(&e.payload),
-            reason = why,
-            "event could be neither sent nor spooled; logged for manual replay"
-        );
-    }
-}
+use crate::spool::Spool;
 
 /// Owns the spool file: appends and syncs in batches, serves replays.
 pub(super) fn spool_thread(
     mut spool: Spool,
     mut rx: mpsc::UnboundedReceiver<SpoolCmd>,
-    engine: std::sync::Weak<Engine>,
+    engine: std::sync::Weak<Shared>,
     bytes: Arc<AtomicU64>,
     sync_every: Duration,
 ) {
@@ -102,7 +68,7 @@ fn apply(
     cmd: SpoolCmd,
     spool: &mut Spool,
     pending: &mut Vec<Envelope>,
-    engine: &std::sync::Weak<Engine>,
+    engine: &std::sync::Weak<Shared>,
 ) {
     match cmd {
         SpoolCmd::Append(e) => match spool.append_keyed(&e.queue, &e.key, &e.payload) {
@@ -132,7 +98,7 @@ fn apply(
 /// Syncs the spool and settles the envelopes appended since the last sync: spooled
 /// when the sync succeeded, logged when it failed.
 fn settle_pending(
-    engine: &std::sync::Weak<Engine>,
+    engine: &std::sync::Weak<Shared>,
     pending: &mut Vec<Envelope>,
     spool: &mut Spool,
 ) {
@@ -159,7 +125,7 @@ fn settle_pending(
 }
 
 /// Replays the spool whenever it holds data and the engine is not closing.
-pub(super) async fn replay_loop(engine: std::sync::Weak<Engine>) {
+pub(super) async fn replay_loop(engine: std::sync::Weak<Shared>) {
     loop {
         let every = match engine.upgrade() {
             Some(e) => Duration::from_millis(e.spool_cfg.replay_every_ms.max(10)),
@@ -185,7 +151,7 @@ pub(super) async fn replay_loop(engine: std::sync::Weak<Engine>) {
 /// segment fails. A delivered segment is deleted before the next is read, so a
 /// failure repeats only the segment it happened in (at least once), and memory holds
 /// one segment at most.
-async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
+async fn replay_once(engine: &Arc<Shared>) -> Result<(), String> {
     loop {
         if engine.closing.load(Ordering::Acquire) {
             return Ok(());
@@ -240,7 +206,7 @@ async fn replay_once(engine: &Arc<Engine>) -> Result<(), String> {
 
 /// Sends one segment's records in batches, each to its queue's primary then backup;
 /// `Ok(records)` when every batch was acknowledged, `Err(sent so far)` otherwise.
-async fn replay_segment(engine: &Arc<Engine>, replay: &crate::spool::Replay) -> Result<u64, u64> {
+async fn replay_segment(engine: &Arc<Shared>, replay: &crate::spool::Replay) -> Result<u64, u64> {
     let mut delivered = 0u64;
     for chunk in replay.records.chunks(engine.batch.max_events.max(1)) {
         let mut by_queue: BTreeMap<&str, Vec<OutMsg>> = BTreeMap::new();

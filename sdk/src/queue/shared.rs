@@ -1,0 +1,174 @@
+//! What the queue's tasks share: the producers and their health, the settings, the
+//! counts of events not yet settled, the spool thread's channel. The engine
+//! ([`super::engine`]) owns it and starts the workers; the workers (the dispatchers,
+//! the spool thread, the replay loop) each hold an `Arc` (or a `Weak`) of it and
+//! nothing of the engine, so the imports run engine -> workers -> shared.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use reward_runtime::counters::{Counted, Timing};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::{Envelope, Producer, QueueStats, Settled, StatsSnapshot};
+use crate::config::{BatchConfig, QueueConfig, RetryConfig, Routing, SpoolConfig};
+use crate::spool::{Replay, SpoolError};
+
+/// What the spool thread is asked to do.
+pub(super) enum SpoolCmd {
+    Append(Envelope),
+    Take(oneshot::Sender<Result<Replay, SpoolError>>),
+    Ack(Replay, oneshot::Sender<Result<(), SpoolError>>),
+    Release(Replay),
+    Sync(oneshot::Sender<()>),
+}
+
+/// One producer's state: its run of failures and its metric handles (registered on
+/// first use and kept: never looked up by name per batch).
+#[derive(Debug)]
+pub(super) struct Health {
+    /// Milliseconds since the SDK started at which the current run of failures
+    /// began; -1 while the producer is healthy.
+    pub(super) failing_since: AtomicI64,
+    /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
+    pub(super) sent: Counted,
+    /// Events that failed over from it to their second producer.
+    pub(super) failovers_from: Counted,
+    /// Its batch send times.
+    pub(super) send_seconds: Timing,
+}
+
+impl Health {
+    pub(super) fn new(producer: &str) -> Self {
+        Self {
+            failing_since: AtomicI64::new(-1),
+            sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
+            failovers_from: Counted::with_label("reward_sdk_failovers_total", "from", producer),
+            send_seconds: Timing::with_label("reward_sdk_send_seconds", "producer", producer),
+        }
+    }
+}
+
+/// The state every queue task shares.
+pub(super) struct Shared {
+    pub(super) routing: Arc<ArcSwap<Routing>>,
+    pub(super) producers: BTreeMap<String, Arc<dyn Producer>>,
+    pub(super) health: BTreeMap<String, Health>,
+    pub(super) batch: BatchConfig,
+    pub(super) retry: RetryConfig,
+    pub(super) spool_cfg: SpoolConfig,
+    pub(super) started: Instant,
+    pub(super) unsettled: AtomicU64,
+    pub(super) settled: Notify,
+    pub(super) retry_backlog: AtomicU64,
+    pub(super) closing: AtomicBool,
+    pub(super) stats: QueueStats,
+    pub(super) spool_tx: mpsc::UnboundedSender<SpoolCmd>,
+    pub(super) spool_bytes: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("producers", &self.producers.keys().collect::<Vec<_>>())
+            .field("unsettled", &self.unsettled.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(super) fn elapsed_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// `n` events left the engine's hands (delivered, spooled or logged).
+    pub(super) fn settle(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let before = self.unsettled.fetch_sub(n, Ordering::AcqRel);
+        if before <= n {
+            self.settled.notify_waiters();
+        }
+    }
+
+    pub(super) fn stats(&self) -> StatsSnapshot {
+        let per_producer = self
+            .health
+            .iter()
+            .filter(|(_, h)| h.sent.get() > 0)
+            .map(|(name, h)| (name.clone(), h.sent.get()))
+            .collect();
+        self.stats
+            .snapshot(self.unsettled.load(Ordering::Acquire), per_producer)
+    }
+
+    pub(super) fn spool_bytes(&self) -> u64 {
+        self.spool_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn queue_config(&self, queue: &str) -> Option<QueueConfig> {
+        let routing = self.routing.load();
+        routing
+            .queues
+            .get(queue)
+            .or_else(|| routing.queues.get(&routing.default_queue))
+            .cloned()
+    }
+
+    /// Records a producer's answer: healthy again, or failing since now.
+    pub(super) fn mark(&self, producer: &str, ok: bool) {
+        let Some(h) = self.health.get(producer) else {
+            return;
+        };
+        if ok {
+            h.failing_since.store(-1, Ordering::Relaxed);
+        } else {
+            let _ = h.failing_since.compare_exchange(
+                -1,
+                self.elapsed_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How long a producer has been failing (zero when healthy).
+    pub(super) fn failing_for(&self, producer: &str) -> Duration {
+        let since = self
+            .health
+            .get(producer)
+            .map_or(-1, |h| h.failing_since.load(Ordering::Relaxed));
+        if since < 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(u64::try_from(self.elapsed_ms() - since).unwrap_or(0))
+    }
+
+    pub(super) fn spool(&self, envs: Vec<Envelope>) {
+        for e in envs {
+            if let Err(mpsc::error::SendError(SpoolCmd::Append(e))) =
+                self.spool_tx.send(SpoolCmd::Append(e))
+            {
+                self.last_resort(&e, "spool thread gone");
+                self.settle(1);
+            }
+        }
+    }
+
+    pub(super) fn last_resort(&self, e: &Envelope, why: &str) {
+        e.notify(Settled::Logged);
+        self.stats.logged.inc();
+        tracing::error!(
+            queue = %e.queue,
+            trade_no = %e.key,
+            event_b64 = %base64::engine::general_purpose::STANDARD.encode(&e.payload),
+            reason = why,
+            "event could be neither sent nor spooled; logged for manual replay"
+        );
+    }
+}
