@@ -1,0 +1,48 @@
+//! The rewards of killed SDK hosts, as the run's `hosts.tsv` keeps them for
+//! reconciliation.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The file of rewards touched by a killed host (`trade_no \t accepted|in_doubt`),
+/// with one line `#bound \t N` per kill: at most N of its rewards can have died
+/// before their token write.
+pub(crate) const MARKS: &str = "hosts.tsv";
+
+pub(crate) const BOUND: &str = "#bound";
+
+/// The rewards of killed SDK hosts, as `hosts.tsv` has them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Trade number -> whether the call was answered (`accepted`) or in doubt.
+    pub rewards: HashMap<String, bool>,
+    /// At most this many of them can have died before their token write (summed
+    /// over the kills).
+    pub bound: u64,
+}
+
+/// Reads a run's `hosts.tsv` (absent: no host was killed).
+pub fn read_marks(dir: &Path) -> anyhow::Result<Marks> {
+    let path = dir.join(MARKS);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Marks::default()),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let mut marks = Marks::default();
+    for (i, line) in text.lines().enumerate() {
+        let bad = |what: &str| anyhow::anyhow!("{} line {}: {what}", path.display(), i + 1);
+        let (trade, kind) = line.split_once('\t').ok_or_else(|| bad("malformed"))?;
+        if trade == BOUND {
+            marks.bound += kind.parse::<u64>().map_err(|_| bad("bad bound"))?;
+            continue;
+        }
+        let answered = match kind {
+            "accepted" => true,
+            "in_doubt" => false,
+            _ => return Err(bad(&format!("unknown kind {kind:?}"))),
+        };
+        marks.rewards.insert(trade.to_string(), answered);
+    }
+    Ok(marks)
+}
