@@ -11,25 +11,21 @@
 //!   committed synchronously, then the consumer leaves the group.
 //! - `fetch.wait.max.ms=50` unless the config's `settings` say otherwise: librdkafka's
 //!   default (500 ms) lets the broker hold a fetch that long when little is waiting,
-//!   and at event traffic below saturation that wait was most of a reward's time from
-//!   send to credit. Measured by the load tester (rain, 135 rewards/s, 2 runs each):
-//!   end-to-end p50 407-447 ms -> 95-96 ms, p99 551-689 ms -> 132 ms. The price, at
-//!   saturation: more, smaller fetches cost tansu CPU, and `loadtest consumer-bench`
-//!   credits 5-10% fewer rewards/s (ratio 0.55-0.56 vs 0.59-0.62 with 500; two runs
-//!   each, BENCHMARKS.md). A consumer meant only to drain a backlog fast can set
-//!   `settings = { "fetch.wait.max.ms" = "500" }`.
+//!   and at event traffic below saturation that wait is most of a reward's time from
+//!   send to credit. The price, at saturation: more, smaller fetches cost tansu CPU,
+//!   and `loadtest consumer-bench` credits somewhat fewer rewards/s than with 500
+//!   (figures for both: docs/findings/benchmarks-history.md). A consumer meant only
+//!   to drain a backlog fast can set `settings = { "fetch.wait.max.ms" = "500" }`.
 //! - `fetch.max.bytes=1048576` (librdkafka's default is 50 MB) unless `settings`
 //!   say otherwise: librdkafka keeps one fetch in flight per broker, and tansu ignores
 //!   the per-partition cap (`max.partition.fetch.bytes`) and answers with everything
-//!   a partition holds: on a backlog of 50 000 events a partition, one answer took
-//!   tansu 2.4 s (5 s for two partitions), and the consumer, done with the previous
-//!   answer in half that, sat idle in between (seen with `debug=fetch`). tansu does
-//!   honour the total cap: with 1 MB answers (~22 000 events of the bench) arrive
-//!   every ~1.1 s and the consumer credits one while tansu reads the next.
-//!   `loadtest consumer-bench --messages 200000`, interleaved, both sides fetching
-//!   alike: consumer/bare 0.73-0.74 with 50 MB, 0.82-0.89 with 1 MB (BENCHMARKS.md).
-//!   Smaller answers (256 KB, 64 KB; `message.max.bytes` must come down with them)
-//!   slowed the bare consumer more than they helped ours: tansu pays per request.
+//!   a partition holds: on a deep backlog one answer takes tansu seconds to build,
+//!   and the consumer, done with the previous answer sooner, sits idle in between.
+//!   tansu does honour the total cap: with 1 MB, answers arrive steadily and the
+//!   consumer credits one while tansu reads the next, which brings it closer to a
+//!   bare consumer fetching alike (docs/findings/benchmarks-history.md). Smaller
+//!   answers (`message.max.bytes` must come down with them) slow the bare consumer
+//!   more than they help ours: tansu pays per request.
 //!   Against a Kafka that honours the partition cap 1 MB costs little: it is still
 //!   ~20 000 of these events a fetch.
 //! - Every `TopicPartitionList` this module builds is dropped before the consumer

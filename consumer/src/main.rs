@@ -11,8 +11,8 @@ use clap::Parser;
 use reward_consumer::Running;
 use reward_runtime::service::{self, Binary};
 
-/// mimalloc instead of the system allocator: under load glibc's malloc and free took
-/// about a third of this process's CPU (docs/allocator.md).
+/// mimalloc instead of the system allocator: under load glibc's malloc and free take
+/// a large share of this process's CPU (docs/allocator.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -12,9 +12,9 @@
 //! - [`Window::complete`] finds the slot and flags it. The map from offset to slot is
 //!   arithmetic: `offset - first offset in the window`, checked against the slot; that
 //!   is O(1) whenever the window holds no gap (the usual case), and a binary search
-//!   over the ordered ring, O(log window), when it does. A hash map did the same in
-//!   O(1) always but cost 63 ns a message against 5 ns for the bare ring
-//!   (BENCHMARKS.md), most of it hashing;
+//!   over the ordered ring, O(log window), when it does. A hash map would do the
+//!   same in O(1) always, but at many times the bare ring's cost a message, most of
+//!   it hashing (docs/findings/benchmarks-history.md);
 //! - [`Window::advance`] (on the commit timer, on revocation, on shutdown) pops the
 //!   finished prefix and answers the offset to commit: one past the last popped
 //!   offset, Kafka's convention for "next to read". An unfinished offset stops it, so

@@ -59,12 +59,12 @@ impl Drop for Member {
     }
 }
 
-/// The fleet test: three consumer processes in one group, coupon limited to
-/// 50/s, measured from the ledger's credit times. The rate is the fleet's, not each
-/// process's (three processes with per-process limiters credited 150/s); it holds when
-/// one member is killed with SIGKILL, and a live change to 100/s is in effect within
-/// 1 s. The bounds are the issue's ±5 %: 50-100 credits/s is light work, so a busy
-/// machine does not excuse a miss here.
+/// The fleet test of docs/design.md's fourth promise: three consumer processes in one
+/// group, coupon limited to 50/s, measured from the ledger's credit times. The rate is
+/// the fleet's, not each process's (per-process limiters would credit 150/s); it holds
+/// when one member is killed with SIGKILL, and a live change to 100/s is in effect
+/// within 1 s. The bounds are the fleet's promise, ±5 %: 50-100 credits/s is light
+/// work, so a busy machine does not excuse a miss here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
     let _alone = one_at_a_time().await;

@@ -14,7 +14,7 @@
 //!   accepted event delivered.
 //!
 //! The ratio sdk/raw is the headline figure (target ≥ 0.9; why this 2-core machine
-//! stays near 0.75: docs/findings/main-job-and-slos.md). Running both in
+//! stays below it: docs/findings/main-job-and-slos.md). Running both in
 //! one process, back to back, is what makes the ratio meaningful on a shared machine
 //! whose absolute speed drifts.
 //!
@@ -29,9 +29,9 @@
 //! Every call is spawned on its own, so a slow call never delays the next one; the only
 //! thing between "scheduled" and "started" is the pacer and the runtime. The pacer is a
 //! blocking thread using the OS's sleep (tens of µs late), not a tokio timer: tokio's
-//! timer wheel ticks in whole milliseconds, and a pacer on it dispatched its calls in
-//! bursts up to a millisecond behind schedule, which the first measurements charged to
-//! `send_reward` (BENCHMARKS.md).
+//! timer wheel ticks in whole milliseconds, and a pacer on it would dispatch its calls
+//! in bursts up to a millisecond behind schedule, which would be charged to
+//! `send_reward`.
 //!
 //! Both sides add [`reward_tools::stack::STACK_KAFKA_SETTINGS`] (no idempotence): the
 //! stack's tansu 0.6 panics under an idempotent producer at volume (docs/stack.md).

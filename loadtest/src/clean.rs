@@ -6,10 +6,10 @@
 //! again, and an operator looking into a FAIL needs the records, the ledger and the
 //! tokens as they were. But nothing removes them later: the ledger stands in for a
 //! wallet, which keeps balances for good (no TTL); claim records keep the service's
-//! retention (30 days in `ops/reward-service.toml`). After ten sessions of replays and
-//! benches the stack's Redis held 8.8 M keys in 2.7 GB, and that size hurt the very
-//! figures the runs exist for: an AOF rewrite forked a child that took a core for ~30 s
-//! in the middle of a benchmark (BENCHMARKS.md).
+//! retention (30 days in `ops/reward-service.toml`). Left alone, they pile up run
+//! after run, and that size hurts the very figures the runs exist for: an AOF rewrite
+//! of a large dataset forks a child that takes a core for a long while, in the middle
+//! of a benchmark if one is running (docs/findings/benchmarks-history.md).
 //!
 //! # What is removed
 //! Every key the load tester writes carries a family prefix and the run's tag (8 hex
@@ -49,9 +49,8 @@ pub const REPLAY_FAMILIES: [&str; 5] = ["ltt-", "ltc-", "ltl-", "ltd-", "ltcfg-"
 pub const BENCH_FAMILIES: [&str; 6] = ["gb-", "gbl-", "gbt-", "cbd-", "cbcfg-", "ceiling-"];
 
 /// Keys looked at per `SCAN` page. Redis runs each page to its end before anything
-/// else: 10 000 per page held it for ~14 ms a call on the stack (measured with `INFO
-/// commandstats` while the benches cleaned up), 1 000 for about a tenth of that,
-/// short enough to clean beside a running replay.
+/// else: a larger page keeps it busy too long per call, and 1 000 is short enough to
+/// clean beside a running replay (docs/findings/benchmarks-history.md).
 const SCAN_COUNT: u32 = 1_000;
 /// Keys per `UNLINK` call.
 const UNLINK_CHUNK: usize = 1_000;
@@ -160,7 +159,7 @@ pub async fn clean(
     // No set of keys seen: a family's keys match only its own pattern, and the one
     // duplicate SCAN allows (a key returned twice while Redis resizes its table) is
     // harmless to UNLINK and not counted by it; only a dry run's count may include it.
-    // Memory stays one page whatever the keyspace (9.3 M keys were cleaned at once).
+    // Memory stays one page whatever the keyspace.
     // On a Redis Cluster every primary is walked (a SCAN sees its own node only), and
     // keys are unlinked one per command in a pipeline: a multi-key UNLINK must stay in
     // one slot there.

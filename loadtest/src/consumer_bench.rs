@@ -26,9 +26,7 @@
 //! Both ratios are printed (target ≥ 0.8) with the time each side took to its first
 //! message. BENCHMARKS.md leads with "from start", which charges each side everything;
 //! "steady" drops the start-up, but on tansu it also drops raw's wait for its first
-//! (largest) fetch answer, so it tends to come out a little lower. (Until session 12
-//! only the first was measured, and raw's clock started after its consumer was created
-//! and subscribed while ours included the whole start-up: that asymmetry is gone.)
+//! (largest) fetch answer, so it tends to come out a little lower.
 //!
 //! # Checks
 //! The run fails instead of reporting a rate unless the raw consumer saw every

@@ -6,10 +6,11 @@
 //! amount is spent (every claim made; with an SDK host killed, when the ledger wait
 //! ends), before any process stops, and the report divides the differences by the
 //! rewards credited. The window leaves out the ledger wait after the budgets: it
-//! reads every user's account once a second, the load tester's own checking (5 of 26
-//! Redis commands per reward when it was in); what it leaves out of the pipeline is
-//! the finish and token move of the credits still in flight at that moment, at most
-//! the consumers' batches in flight (under 1 % of a 30 s replay's credits):
+//! reads every user's account once a second, the load tester's own checking (a large
+//! share of the Redis commands per reward when it is in); what it leaves out of the
+//! pipeline is the finish and token move of the credits still in flight at that
+//! moment, at most the consumers' batches in flight (a small share of a replay's
+//! credits; figures for both: docs/findings/benchmarks-history.md):
 //! - **CPU per process**: `utime + stime` of `/proc/PID/stat` for this process (the
 //!   activity side: the load tester and the SDK it drives), every child (reward
 //!   service instances, consumers) and the stack's servers named by the pid files of

@@ -12,8 +12,8 @@ use loadtest::cli::replay::{ReconcileArgs, ReplayArgs, reconcile_cmd, replay_cmd
 use loadtest::cli::smoke::{SmokeArgs, smoke_cmd};
 use loadtest::cli::wallet::{WalletArgs, wallet_cmd};
 
-/// mimalloc instead of the system allocator: under load glibc's malloc and free took
-/// about a third of this process's CPU (docs/allocator.md).
+/// mimalloc instead of the system allocator: under load glibc's malloc and free take
+/// a large share of this process's CPU (docs/allocator.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -95,7 +95,7 @@ pub struct Scene {
     pub curve: Vec<[f64; 2]>,
     /// The reward types handed out.
     pub types: Vec<TypeMix>,
-    /// Most wins one user may get in this scene (fireworks: the brief's 500); a
+    /// Most wins one user may get in this scene (fireworks: 500, docs/design.md); a
     /// draw of a user at the cap draws again.
     #[serde(default)]
     pub max_per_user: Option<u32>,

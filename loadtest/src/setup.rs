@@ -18,7 +18,7 @@ use reward_tools::stack::{QueueSpec, SdkSection, StackEnv};
 
 /// The reward types a replay's services know, with the consumer's rate (credits/s)
 /// and priority, and the ledger's capacity: the figures of `ops/consumer.toml` and
-/// `ops/reward-service.toml` (the brief's downstreams).
+/// `ops/reward-service.toml` (after the downstreams in docs/design.md).
 pub const TYPES: [(&str, f64, u32, Option<u32>); 3] = [
     ("cash", 300_000.0, 10, None),
     ("coin", 100_000.0, 5, None),

@@ -124,7 +124,7 @@ fn every_dashboard_metric_is_documented_and_emitted() {
             );
         }
     }
-    // The panels the issue asks for are there.
+    // The panels an operator watches during a campaign are there.
     let titles: Vec<&str> = dash["panels"]
         .as_array()
         .unwrap()

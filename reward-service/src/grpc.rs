@@ -19,10 +19,9 @@
 //! tonic drops a handler's future when its client disconnects or gives up. A grant
 //! dropped after the downstream credited but before its record said `GRANTED` would
 //! stay `IN_PROGRESS` until its lease ran out, and the redelivered event would then
-//! be credited a second time (the load tester's fault drill found exactly that: 790
-//! double credits after one consumer was killed mid-batch). So every handler runs the
-//! grant as its own task ([`detached`]) and only waits for it: the work finishes and
-//! marks its records whatever the caller does.
+//! be credited a second time, as when a consumer is killed mid-batch. So every handler
+//! runs the grant as its own task ([`detached`]) and only waits for it: the work
+//! finishes and marks its records whatever the caller does.
 
 use proto::v1::reward_service_server::{RewardService, RewardServiceServer};
 use proto::v1::{

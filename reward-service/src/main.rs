@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use reward_runtime::service::{self, Binary};
 
-/// mimalloc instead of the system allocator: under load glibc's malloc and free took
-/// about a third of this process's CPU (docs/allocator.md).
+/// mimalloc instead of the system allocator: under load glibc's malloc and free take
+/// a large share of this process's CPU (docs/allocator.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -289,8 +289,9 @@ fn spawn_grpc(
         tonic::transport::Server::builder()
             .add_service(grpc_svc)
             .serve_with_incoming_shutdown(
-                // Without TCP_NODELAY a small answer waits for the peer's delayed ACK:
-                // a 20-event batch took 44 ms instead of 2 (BENCHMARKS.md).
+                // Without TCP_NODELAY a small answer waits for the peer's delayed ACK,
+                // which stalls a small batch many times longer than its work takes
+                // (docs/findings/benchmarks-history.md).
                 tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
                 grpc_stop,
             )

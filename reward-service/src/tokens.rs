@@ -1,21 +1,18 @@
 //! The service's side of the SDK's token store: what happens to a user's token once
-//! its reward is credited, and reading a user's tokens for the wallet.
+//! its reward is credited, and reading a user's tokens for the wallet. The token's
+//! states, keys and scripts are stated once in [`sdk::store::life`]; this is the
+//! service's part of them.
 //!
-//! # Pending and credited hashes
-//! The SDK writes each token to the user's *pending* hash (`{prefix}:{user}:{activity}`,
-//! field = trade number). After a credit is marked `GRANTED`, the service moves the
-//! token, in one script, to a *credited* hash beside it
-//! (`{prefix}:{user}:{activity}:credited`, same hash tag, so same slot). The issue asks
-//! to delete the token once credited; moving it does delete it from the pending hash
-//! (so it is never force-credited or listed as pending again) and still lets the
-//! wallet page show what was credited without asking every downstream. The credited
-//! hash gets the store's TTL on each move, like the pending one.
-//!
-//! A credit can also run before its token's write lands (the SDK retries a write
-//! through a Redis pause or failover while the event, on another node or from a
-//! broker, is credited). The move then finds nothing and leaves an empty mark under
-//! the trade number in the credited hash; the SDK's write script sees the mark and puts
-//! the token there, never in the pending hash. [`Tokens::held`] does not list marks.
+//! # The move after a credit
+//! After a credit is marked `GRANTED`, the service moves the token, in one script
+//! ([`MOVE_MANY_LUA`]), from the user's pending hash to the credited hash beside it
+//! (same hash tag, so same slot). Deleting it from the pending hash is what keeps it
+//! from being force-credited or listed as pending again; keeping it in the credited
+//! hash lets the wallet page show what was credited without asking every downstream.
+//! The credited hash gets the store's TTL on each move, like the pending one. A credit
+//! that runs before its token's write lands leaves an empty mark instead, and the SDK's
+//! write script then puts the token in the credited hash, never in the pending one.
+//! [`Tokens::held`] does not list marks.
 //!
 //! A failed move never fails the grant: the claim record says `GRANTED`, which is
 //! what validation and withdrawal trust, so a token left in the pending hash is shown
@@ -33,10 +30,10 @@
 //! up to [`MOVE_CHUNK`] tokens whose keys share a Redis node's slot group, instead of
 //! one call per token. On a single Redis every key qualifies, so a batch of 200 is
 //! one call; in a cluster the tokens are grouped by hash slot (a user's keys share
-//! one), so a batch of many users' tokens still makes one call per slot. The
-//! per-call cost inside Redis (parsing, the script's set-up, the reply) is what this
-//! saves: the end-to-end replay measured ~16 µs of Redis's thread per `EVALSHA`,
-//! and the move was one of about three calls per reward.
+//! one), so a batch of many users' tokens still makes one call per slot. What this
+//! saves is each call's own cost inside Redis (parsing, the script's set-up, the
+//! reply), which is of the order of a whole move's work
+//! (`docs/findings/benchmarks-history.md`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,34 +43,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use reward_runtime::script::Script;
 use sdk::store::TokenStore;
-
-/// KEYS: pending and credited hash of each token, in pairs. ARGV: TTL seconds, then
-/// the trade number of each pair. Returns per pair 1 when the token moved, 0 when the
-/// pending hash did not hold it (an empty mark is left in the credited hash, see the
-/// module doc); each credited hash gets its TTL once per call.
-const MOVE_MANY_LUA: &str = r"
-local expired = {}
-local out = {}
-for i = 2, #ARGV do
-  local pending, credited = KEYS[2 * i - 3], KEYS[2 * i - 2]
-  local v = redis.call('HGET', pending, ARGV[i])
-  if v then
-    redis.call('HSET', credited, ARGV[i], v)
-    redis.call('HDEL', pending, ARGV[i])
-    out[#out + 1] = 1
-  else
-    -- Not stored yet (its write still retrying): an empty mark, so the late write
-    -- lands here instead of in the pending hash.
-    redis.call('HSETNX', credited, ARGV[i], '')
-    out[#out + 1] = 0
-  end
-  if not expired[credited] then
-    redis.call('EXPIRE', credited, ARGV[1])
-    expired[credited] = true
-  end
-end
-return out
-";
+use sdk::store::life::MOVE_MANY_LUA;
 
 /// Most tokens one [`MOVE_MANY_LUA`] call moves (Redis runs a script to its end
 /// before anything else, so a call stays well under a millisecond).

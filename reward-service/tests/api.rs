@@ -865,11 +865,11 @@ async fn shutdown_lets_a_grant_in_flight_finish_then_refuses_new_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmarked() {
-    // Found by the load tester's fault drill (a consumer killed with SIGKILL while its
-    // GrantBatch was in flight): tonic drops the handler when the client goes away. If
-    // the grant work went with it after the downstream had credited, the records stayed
-    // IN_PROGRESS, and when their lease ran out a redelivery credited them again (790
-    // double credits in one drill). The work must finish whatever the caller does.
+    // A consumer killed with SIGKILL while its GrantBatch is in flight: tonic drops
+    // the handler when the client goes away. If the grant work went with it after the
+    // downstream had credited, the records would stay IN_PROGRESS, and when their lease
+    // ran out a redelivery would credit them again. The work must finish whatever the
+    // caller does.
     let tag = format!("g{:08x}", rand::random::<u32>());
     create_topics(&tag).await;
     let url = slow_downstream(Duration::from_millis(600)).await;

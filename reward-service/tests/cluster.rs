@@ -3,11 +3,11 @@
 //!
 //! A call sent to a primary that does not own its key's slot is answered `MOVED`, and
 //! the client then refetches the whole slot map before it resends: correct, but two
-//! calls in three paying for a new connection and a `CLUSTER SLOTS` made `GrantBatch`
-//! ten times slower on the cluster than on one node. These tests count the `MOVED`
-//! answers the primaries gave (`INFO errorstats`) around a piece of work on a stable
-//! cluster and want none. And `claims.replica_acks`: claims wait for a replica where
-//! one exists.
+//! calls in three paying for a new connection and a `CLUSTER SLOTS` make `GrantBatch`
+//! many times slower on the cluster than on one node
+//! (docs/findings/benchmarks-history.md). These tests count the `MOVED` answers the
+//! primaries gave (`INFO errorstats`) around a piece of work on a stable cluster and
+//! want none. And `claims.replica_acks`: claims wait for a replica where one exists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -334,9 +334,10 @@ async fn sdk_host(prefix: &str, keys: &str, activity: &str) {
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
-/// The test: the process that called `send_reward` is killed with SIGKILL
-/// while every event is still in its memory. Its tokens are stored; once they are
-/// past the grace period the sweeper credits each exactly once.
+/// The test of docs/design.md's first promise for a lost host: the process that
+/// called `send_reward` is killed with SIGKILL while every event is still in its
+/// memory. Its tokens are stored; once they are past the grace period the sweeper
+/// credits each exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_sdk_host_loses_no_stored_reward() {
     if let Ok(args) = std::env::var(CHILD_ENV) {

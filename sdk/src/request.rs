@@ -460,8 +460,9 @@ impl CardCollection {
     }
 }
 
-/// Fireworks: during a show a user may win once per slot (the brief: every 30 s, up
-/// to 500 tokens per user); the slot number is the round.
+/// Fireworks: during a show a user may win once per slot (every 30 s in
+/// `loadtest/profiles/fireworks.toml`, up to 500 tokens per user as in
+/// docs/design.md); the slot number is the round.
 #[derive(Debug, Clone)]
 pub struct Fireworks {
     activity_id: String,
@@ -474,7 +475,8 @@ impl Fireworks {
     /// The scene id used in trade numbers.
     pub const SCENE: &'static str = "fireworks";
 
-    /// A show starting at `show_start_ms` whose slots last `slot_ms` (30 000 in the brief).
+    /// A show starting at `show_start_ms` whose slots last `slot_ms` (30 000 in the
+    /// shipped fireworks profile).
     pub fn new(
         activity_id: impl Into<String>,
         reward_type: impl Into<String>,

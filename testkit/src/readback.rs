@@ -244,8 +244,8 @@ async fn read_rocketmq_until_end(
 ) -> Result<ReadBack, String> {
     // (broker, queue) -> max offset, for the queues that hold anything.
     let mut behind = std::collections::BTreeMap::new();
-    // These admin requests can fail on a busy broker (a dropped connection was seen in
-    // the suite); each is retried for up to a minute before the read gives up.
+    // These admin requests can fail on a busy broker (a dropped connection, say); each
+    // is retried for up to a minute before the read gives up.
     let queues = retry_rocketmq(|| consumer.fetch_message_queues(topic))
         .await
         .map_err(|e| format!("queues of {topic}: {e}"))?;

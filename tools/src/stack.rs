@@ -159,11 +159,12 @@ pub fn total_forks(info: &str) -> Option<u64> {
 ///
 /// Redis forks for every AOF rewrite (started by itself when the AOF has doubled; the
 /// benches' writes and deletes do that) and every RDB save, and the fork and the
-/// child's copy of the whole dataset slow every client meanwhile: one rewrite of
-/// ~660 MB took ~8 s, and consumer-bench runs it overlapped measured 0.64-0.78
-/// instead of ~0.8. Only the side of a bench that uses Redis pays, so a bench that saw
-/// a fork says so next to its figures (`redis-cli config set auto-aof-rewrite-percentage 0` for the runs
-/// avoids it; BENCHMARKS.md).
+/// child's copy of the whole dataset slow every client meanwhile: a rewrite of a large
+/// dataset lasts seconds and pulls down the ratio of a bench it overlaps
+/// (docs/findings/benchmarks-history.md). Only the side of a bench that uses Redis
+/// pays, so a bench that saw a fork says so next to its figures
+/// (`redis-cli config set auto-aof-rewrite-percentage 0` for the runs avoids it;
+/// BENCHMARKS.md).
 #[derive(Debug, Clone)]
 pub struct ForkWatch {
     client: Option<fred::clients::Client>,

@@ -22,8 +22,8 @@
 //!    mover leaves a fused type's backlog alone). Neither counts as a failure, and a
 //!    held type never stops the dispatcher: other types pass it. The hold exists
 //!    because arrivals come in lumps (a fetch, a mover tick): with park-at-once
-//!    alone, a type whose messages arrive every 250 ms with a burst of 5 got 20/s of
-//!    its 200/s (measured);
+//!    alone, a type whose messages arrive in small, spaced bursts gets a small
+//!    fraction of its rate (docs/findings/benchmarks-history.md);
 //! 4. the global limit: the dispatcher waits for one credit. This is the only wait, and
 //!    because the next message is picked by priority after each credit, cash goes
 //!    first when the global rate binds;

@@ -438,9 +438,9 @@ pub struct Rate {
 
 /// The credits of `user` over the next `secs`, measured from the credit time the
 /// ledger stamps on each one, not from when this test process happened to read a
-/// balance: on a busy machine the test's own reads can be late by hundreds of ms,
-/// which skewed a 5 s sample by 10 % and more. The window closes 500 ms before the
-/// read, so every credit stamped in it has landed.
+/// balance: on a busy machine the test's own reads can be late, enough to skew a
+/// few seconds' sample past the bounds (docs/findings/benchmarks-history.md). The
+/// window closes 500 ms before the read, so every credit stamped in it has landed.
 pub async fn rate(ledger: &reward_service::downstream::Ledger, user: &str, secs: f64) -> Rate {
     let from = reward_runtime::clock::now_ms();
     tokio::time::sleep(Duration::from_secs_f64(secs + 0.5)).await;
@@ -478,9 +478,10 @@ pub async fn rate(ledger: &reward_service::downstream::Ledger, user: &str, secs:
 }
 
 /// The rate tests run one at a time: side by side on a busy 2-core machine (debug
-/// builds, a CPU hog beside the suite), one consumer crediting one user's coupons fell
-/// to 121/s against 200/s on the single node (108/s on a cluster), which measures the
-/// machine, not the limiter; alone it holds the limit.
+/// builds, a CPU hog beside the suite), one consumer crediting one user's coupons
+/// falls well short of its 200/s, on the single node and on a cluster, which measures
+/// the machine, not the limiter (docs/findings/benchmarks-history.md); alone it holds
+/// the limit.
 pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     static RATES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     RATES.lock().await

@@ -33,7 +33,7 @@ fn rain_sends_most_of_its_traffic_in_the_first_three_minutes() {
     let c = &plan.scenes[0].curve;
     let share = c.count_at(180.0) / c.total();
     assert!(share > 0.6, "first 3 min carry {share:.2}");
-    // The brief's expected peak, 1.8 M/s, at full scale.
+    // The expected peak of docs/design.md, 1.8 M/s, at full scale.
     assert!(
         (plan.peak_rate() - 1_800_000.0).abs() < 1.0,
         "{}",

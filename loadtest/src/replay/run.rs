@@ -305,11 +305,12 @@ impl<'a> Run<'a> {
     ///
     /// The cost window ([`Run::measure_cost`]) closes once every sent amount is
     /// spent (every claim made): the ledger wait after it reads every user's account
-    /// once a second, the load tester's own checking, which at the end of a 30 s
-    /// replay was 5 of the 26 Redis commands per reward and most of their CPU. The
-    /// credits still in flight at that moment (at most the consumers' batches in
-    /// flight) fall outside the window. With an SDK host lost the budgets are not
-    /// waited for, and the window closes after the ledger wait.
+    /// once a second, the load tester's own checking, which near the end of a short
+    /// replay is a large share of the Redis commands per reward and of their CPU
+    /// (docs/findings/benchmarks-history.md). The credits still in flight at that
+    /// moment (at most the consumers' batches in flight) fall outside the window. With
+    /// an SDK host lost the budgets are not waited for, and the window closes after the
+    /// ledger wait.
     pub(super) async fn drain(&mut self, collected: &Collected) -> anyhow::Result<()> {
         let limit = Duration::from_secs(self.opts.drain_secs);
         drain::sdk_settled(&self.sdk, limit).await;

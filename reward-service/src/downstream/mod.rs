@@ -36,9 +36,10 @@
 //!
 //! The credited trade numbers are a hash, trade number → credit time (Unix ms, the
 //! service's clock), so the load tester can measure send-to-credit latency of every
-//! reward after a replay without sampling. An optional capacity per reward type (credits per second)
-//! answers `RateLimited` above it, to stand in for the weakest downstream (the brief's
-//! 2 000 TPS). Its calls to Redis are bounded by [`LEDGER_TIMEOUT`].
+//! reward after a replay without sampling. An optional capacity per reward type
+//! (credits per second) answers `RateLimited` above it, to stand in for the weakest
+//! downstream (2 000 credits/s, docs/design.md). Its calls to Redis are bounded by
+//! [`LEDGER_TIMEOUT`].
 //!
 //! # A batch's credits travel together
 //! A `GrantBatch` hands each downstream all its credits at once
@@ -46,10 +47,11 @@
 //! answer, so one refused credit never fails another. What a downstream may share is
 //! the transport: the ledger sends a batch as one Redis pipeline of one script call
 //! per credit (one write and one read on its connection instead of one each per
-//! credit: 16 % less CPU in the consumer-bench's process, BENCHMARKS.md), and a
-//! downstream without a batch API (HTTP) gets its credits sent concurrently, one
-//! request each, as before. Batching the credits into one script would be cheaper
-//! still, but a wallet API takes one credit per call, and the ledger stands in for one.
+//! credit, which saves CPU in the consumer-bench's process;
+//! docs/findings/benchmarks-history.md), and a downstream without a batch API (HTTP)
+//! gets its credits sent concurrently, one request each. Batching the credits into
+//! one script would be cheaper still, but a wallet API takes one credit per call, and
+//! the ledger stands in for one.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -361,8 +361,8 @@ impl Granter {
     /// A grant settled without a credit. For a duplicate, the token is moved out of
     /// the pending hash again: a client that repeats a request after its reward was
     /// credited makes the SDK store the token once more, and without this move it
-    /// would sit in the pending hash for good (the replay's reconciliation found
-    /// exactly that). The move is idempotent and duplicates are rare.
+    /// would sit in the pending hash for good (a replay's reconciliation reports such
+    /// a token). The move is idempotent and duplicates are rare.
     async fn repeat_settled(&self, g: &Grant, outcome: Outcome) -> Outcome {
         if let Some(t) = &self.tokens
             && moves_token_again(&outcome)

@@ -21,9 +21,9 @@
 //! tokens are counted in `expired`, tokens over their type's ceiling (or another
 //! limit) in `refused`.
 //!
-//! `validity` is `legal`, `unknown`, `expired` or `illegal` (see [`crate::service`]). The issue's
-//! validate body has no `activity_id`, but a token's AEAD binding includes its
-//! activity, so it cannot be opened without one: the field is required.
+//! `validity` is `legal`, `unknown`, `expired` or `illegal` (see [`crate::service`]).
+//! The validate body requires `activity_id`: a token's AEAD binding includes its
+//! activity, so it cannot be opened without one.
 //!
 //! # Who may call
 //! The wallet routes take either the service-wide wallet credential (a backend: any

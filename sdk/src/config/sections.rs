@@ -17,7 +17,8 @@ pub struct StoreConfig {
     pub key_prefix: String,
     /// TTL of a user's token hash, re-armed by every write that adds a token.
     pub ttl_secs: u64,
-    /// Most tokens one user may hold in one activity (the brief: 500 in fireworks).
+    /// Most tokens one user may hold in one activity (500 in a fireworks show,
+    /// docs/design.md).
     pub max_tokens_per_user: u32,
     /// When true (direct and batched modes only), a failed first token write fails the
     /// reward; when false, the write is retried in the background and the reward goes
@@ -52,8 +53,8 @@ pub enum WriteMode {
     /// Each `send_reward` sends its script call itself, on a pooled connection, and
     /// waits for it; fred already pipelines concurrent commands on one connection.
     /// The per-user cap can refuse the reward (`TooManyTokens`), and `strict` can fail
-    /// it when Redis does. Half the median latency of `Batched` in the paced benchmark
-    /// (≈0.4 ms against ≈0.9 ms) at the same throughput.
+    /// it when Redis does. A lower median latency than `Batched` in the paced
+    /// benchmark at the same throughput (docs/findings/benchmarks-history.md).
     Direct,
     /// One writer task gathers every caller's write and sends explicit pipelines of up
     /// to `pipeline_max`, at most `pool_size` at once.
@@ -156,7 +157,8 @@ pub const MAX_PENDING_WRITES: usize = 1 << 20;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BatchConfig {
-    /// Events per broker request (the brief: 100 gives 100x fewer requests).
+    /// Events per broker request (100 as in docs/design.md: a hundred times fewer
+    /// requests than one event each).
     pub max_events: usize,
     /// Longest an event waits for its batch to fill.
     pub linger_ms: u64,
@@ -165,9 +167,9 @@ pub struct BatchConfig {
     /// acknowledged, so this window and the broker's acknowledgement latency bound a
     /// queue's rate; events in flight stay in memory for retry, at most
     /// `in_flight_batches * max_events` of them. It must cover the producer's linger
-    /// plus the broker's acknowledgement time: with librdkafka's 20 ms linger, 8
-    /// batches of 100 held `send_reward` to 0.49-0.50x a raw producer on the local
-    /// stack and 64 gave 0.70-0.76x (BENCHMARKS.md).
+    /// plus the broker's acknowledgement time: with librdkafka's 20 ms linger and
+    /// batches of 100, a window of 8 holds `send_reward` far below a raw producer on
+    /// the local stack and 64 does not (docs/findings/benchmarks-history.md).
     pub in_flight_batches: usize,
     /// Events buffered per virtual queue before `send_reward` pushes back.
     pub buffer: usize,

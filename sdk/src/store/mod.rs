@@ -84,6 +84,7 @@
 //! script or was just promoted) sends the call once more with the script's body.
 
 pub mod layout;
+pub mod life;
 mod writer;
 
 use std::collections::HashMap;
@@ -97,7 +98,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use reward_runtime::keyspace::LayoutProof;
 
-use self::writer::{Reply, Shared, Unsettled, WRITE_LUA, WRITE_MANY_LUA, Write, outcome, settle};
+use self::life::{WRITE_LUA, WRITE_MANY_LUA};
+use self::writer::{Reply, Shared, Unsettled, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
 
 /// The credited hash beside a pending hash.

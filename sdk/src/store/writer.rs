@@ -1,5 +1,6 @@
-//! The token store's background writer: the write script, the writer task that sends
-//! explicit pipelines, and what settles each answer (retries with backoff, give-ups).
+//! The token store's background writer: the writer task that sends explicit pipelines
+//! of write scripts ([`super::life`]), and what settles each answer (retries with
+//! backoff, give-ups).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,105 +13,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use super::{Held, StoreError, StoreStats, Submitted, credited_key};
 use crate::config::StoreConfig;
 
-/// The cap-checking write. KEYS[1] the pending hash, KEYS[2] its credited hash (same
-/// hash tag); ARGV: field, value, cap, ttl seconds. Returns 1 when stored (new or
-/// replaced), 0 when the cap refused it, 2 when the reward is already credited (its
-/// token was moved to the credited hash: a late or retried write must not put it back
-/// in the pending list, where the wallet would offer it again).
-///
-/// Three commands and the TTL in the usual case (`HGET`, `HLEN`, `HSET`, `EXPIRE`):
-/// the field check (`HEXISTS`) runs only when the hash is at its cap, and a write that
-/// only replaces a token already there (a retry) leaves the TTL alone. Every token a
-/// write adds re-arms the hash's TTL, so each lives `ttl_secs` after its write: the
-/// sweeper finds a reward's token in this hash, so a hash must never expire under a
-/// token that is still waiting for its credit.
-pub(super) const WRITE_LUA: &str = r"
-local credited = redis.call('HGET', KEYS[2], ARGV[1])
-if credited then
-  -- Credited before this write landed: the reward service left an empty mark; the
-  -- token takes its place in the credited hash, never the pending one.
-  if credited == '' then
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  end
-  return 2
-end
-local n = redis.call('HLEN', KEYS[1])
-if n >= tonumber(ARGV[3]) and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-end
-return 1
-";
-
-/// [`WRITE_LUA`] for many writes in one call (the writer task's pipelines): each
-/// write decided exactly as by the single script, in order, a later write to the same
-/// hash seeing the count the earlier ones left, and each hash's TTL re-armed once per
-/// call. KEYS: pending and credited hash of each write, in pairs (on a Redis Cluster,
-/// all in one slot: the writer groups a pipeline's writes by their user's slot). ARGV:
-/// cap, ttl seconds, then field and value of each write. Returns one reply per write:
-/// 1, 0 or 2 as the single script, or the error text of a command Redis refused for
-/// that write (`redis.pcall`: a key of another type fails its own write, no other).
-///
-/// One script call per batch instead of one per token saves a call's own overhead per
-/// token. The commands go through `redis.pcall` and are checked one by one; a Lua
-/// `pcall` around a closure per write cost more Redis CPU than the calls it saved
-/// (measured: `docs/findings/benchmarks-history.md`).
-pub(super) const WRITE_MANY_LUA: &str = r"
-local cap, ttl = tonumber(ARGV[1]), ARGV[2]
-local lens = {}
-local armed = {}
-local out = {}
-local function failed(r)
-  return type(r) == 'table' and r.err
-end
-for i = 1, #KEYS / 2 do
-  local p, c = KEYS[2 * i - 1], KEYS[2 * i]
-  local f, v = ARGV[2 * i + 1], ARGV[2 * i + 2]
-  local credited = redis.pcall('HGET', c, f)
-  if failed(credited) then
-    out[i] = credited.err
-  elseif credited then
-    local r = 2
-    if credited == '' then
-      local w = redis.pcall('HSET', c, f, v)
-      if failed(w) then r = w.err end
-    end
-    out[i] = r
-  else
-    local n = lens[p]
-    if n == nil then n = redis.pcall('HLEN', p) end
-    if failed(n) then
-      out[i] = n.err
-    else
-      local held = 0
-      if n >= cap then held = redis.pcall('HEXISTS', p, f) end
-      if failed(held) then
-        out[i] = held.err
-      elseif n >= cap and held == 0 then
-        lens[p] = n
-        out[i] = 0
-      else
-        local added = redis.pcall('HSET', p, f, v)
-        if failed(added) then
-          out[i] = added.err
-        else
-          if added == 1 and not armed[p] then
-            redis.pcall('EXPIRE', p, ttl)
-            armed[p] = true
-          end
-          lens[p] = n + added
-          out[i] = 1
-        end
-      end
-    end
-  end
-end
-return out
-";
-
-/// Most writes in one [`WRITE_MANY_LUA`] call (Redis runs a script to its end before
+/// Most writes in one [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) call (Redis runs a script to its end before
 /// anything else, so a call stays well under a millisecond).
 const WRITES_PER_CALL: usize = 128;
 
@@ -439,7 +342,7 @@ async fn index_pipeline(client: &Client, batch: &[Write]) -> Vec<Result<(), fred
 }
 
 /// The token scripts of the writes whose index entry landed (the others answer their
-/// index error and are retried whole): [`WRITE_MANY_LUA`] calls of up to
+/// index error and are retried whole): [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) calls of up to
 /// [`WRITES_PER_CALL`] writes, grouped by their hash's slot on a Redis Cluster (a
 /// script's keys must share one slot there), all in one pipeline.
 async fn run_pipeline(
@@ -521,7 +424,7 @@ async fn run_pipeline(
     out
 }
 
-/// One write's reply in a [`WRITE_MANY_LUA`] answer: its code, or the text of the
+/// One write's reply in a [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) answer: its code, or the text of the
 /// command Redis refused for it. A key of another type (`WRONGTYPE`) fails the same way
 /// every time it is sent, so it is not retried (the kind a refused single script call
 /// gets); anything else Redis can refuse mid-script (out of memory, a replica that

@@ -222,10 +222,11 @@ pub(super) fn encoded_bound(t: &RewardToken) -> usize {
 /// Writes `t`'s protobuf encoding: the same bytes as prost's `encode_to_vec` (fields
 /// in number order, default values left out; a property test holds the two equal).
 /// It exists for speed: prost's `encode` walks every field twice (once for
-/// `encoded_len`) and goes through the generic `BufMut` per piece; this is a third of
-/// the mint's encoding cost (BENCHMARKS.md). A field added to `RewardToken` must be
-/// added here too: the property test builds the token with every field named, so it
-/// stops compiling until it is updated, and then fails until this is.
+/// `encoded_len`) and goes through the generic `BufMut` per piece, a real share of the
+/// mint's encoding cost (docs/findings/benchmarks-history.md). A field added to
+/// `RewardToken` must be added here too: the property test builds the token with every
+/// field named, so it stops compiling until it is updated, and then fails until this
+/// is.
 pub(super) fn encode_token(t: &RewardToken, w: &mut SliceWriter<'_>) {
     // Field numbers 1..=15 fit the key in one byte: (number << 3) | wire type.
     let string = |w: &mut SliceWriter<'_>, field: u8, s: &str| {
@@ -259,7 +260,7 @@ pub(super) fn encode_token(t: &RewardToken, w: &mut SliceWriter<'_>) {
 const SEAL_STACK: usize = 256;
 
 /// AADs up to this size are built on the stack (the usual ids are far shorter; a
-/// larger array cost more to zero on every call).
+/// larger array costs more to zero on every call).
 pub(super) const AAD_STACK: usize = 64;
 
 /// Calls `f` with a token's AAD, built on the stack when it fits (one heap allocation
@@ -380,8 +381,8 @@ impl TokenCodec {
 
         let bound = HEADER_LEN + encoded_bound(token) + TAG_LEN;
         if bound <= SEAL_STACK {
-            // The usual case: no heap buffer besides the returned text (measured
-            // against a `Vec` here: BENCHMARKS.md, token mint).
+            // The usual case: no heap buffer besides the returned text (cheaper than
+            // a `Vec` here; BENCHMARKS.md, token mint).
             let mut stack = [0u8; SEAL_STACK];
             seal_into(sub, version, key_id, period, token, &mut stack)
         } else {
@@ -470,9 +471,9 @@ fn seal_into(
     })
     .map_err(|_| SealError::Cipher)?;
     tag_room.copy_from_slice(tag.as_slice());
-    // SIMD base64 for the hot path (measured: the scalar `base64` engine was a fifth
-    // of a mint; BENCHMARKS.md). Both produce the same unpadded base64url text, and
-    // `open` keeps the scalar engine, whose strict decoding rejects non-canonical
-    // trailing bits.
+    // SIMD base64 for the hot path (the scalar `base64` engine is a large share of a
+    // mint; docs/findings/benchmarks-history.md). Both produce the same unpadded
+    // base64url text, and `open` keeps the scalar engine, whose strict decoding
+    // rejects non-canonical trailing bits.
     Ok(base64_simd::URL_SAFE_NO_PAD.encode_to_string(&*sealed))
 }

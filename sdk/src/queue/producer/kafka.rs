@@ -40,9 +40,10 @@ pub fn kafka_client_config(
         .set("acks", "all")
         // 20 ms, not librdkafka's 5: `send_reward` never waits for the broker, so a
         // longer linger costs the user nothing, and it makes produce requests larger
-        // and fewer. Against the stack's tansu, which commits SQLite per request,
-        // 2 ms held `send_reward` to 0.54-0.59x a raw producer and 20 ms gave
-        // 0.70-0.76x (both sides on these settings; BENCHMARKS.md).
+        // and fewer. Against the stack's tansu, which commits SQLite per request, a
+        // 2 ms linger holds `send_reward` well below a raw producer on the same
+        // settings and 20 ms brings it much closer (see
+        // docs/findings/benchmarks-history.md).
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")

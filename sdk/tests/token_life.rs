@@ -1,0 +1,213 @@
+//! A token's life (`sdk::store::life`) as a model test against the stack's Redis: random
+//! interleavings of writes (first, retried, late), credits by the event path, and sweeps
+//! over a few trade numbers, run through the real scripts (the SDK's write, the
+//! service's move). After every step: a credited reward is never listed pending, a
+//! stored reward that is not credited is, and nothing is credited twice by the sweeper,
+//! which credits what it finds pending (the claim store is what stops the event path
+//! from crediting twice; a late write that listed a credited reward again would make the
+//! sweeper credit it once more, and this would see it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use fred::prelude::*;
+use proptest::prelude::*;
+use reward_runtime::script::Script;
+use sdk::config::{StoreConfig, WriteMode};
+use sdk::store::TokenStore;
+use sdk::store::life::MOVE_MANY_LUA;
+
+const ACTIVITY: &str = "act";
+const USERS: [&str; 2] = ["ua", "ub"];
+const TRADES: usize = 3;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// The SDK writes trade `t` (a first write, a retry, or one landing late).
+    Write(usize),
+    /// The event path credits `t` (once: the claim store answers a repeat DUPLICATE),
+    /// then moves its token.
+    Credit(usize),
+    /// A sweep: every due entry whose token is pending is credited and moved; an entry
+    /// whose reward is credited (token or mark) ends.
+    Sweep,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..TRADES).prop_map(Op::Write),
+        (0..TRADES).prop_map(Op::Credit),
+        Just(Op::Sweep),
+    ]
+}
+
+/// The trade number `t` belongs to user `t % 2`.
+fn user(t: usize) -> &'static str {
+    USERS[t % USERS.len()]
+}
+
+fn trade(t: usize) -> String {
+    format!("t{t}")
+}
+
+struct World {
+    store: TokenStore,
+    client: Client,
+    mover: Script,
+    /// What the model says: credited trade numbers, credits per trade number, and
+    /// the ones written at least once.
+    credited: BTreeMap<usize, bool>,
+    credits: BTreeMap<usize, u32>,
+    written: BTreeMap<usize, bool>,
+}
+
+impl World {
+    async fn new() -> World {
+        let cfg = StoreConfig {
+            redis_url: common::stack().redis_url,
+            key_prefix: common::unique("life"),
+            write_mode: WriteMode::Direct,
+            due_shards: 4,
+            timeout_ms: 10_000,
+            ..StoreConfig::default()
+        };
+        let store = TokenStore::connect(cfg).await.unwrap();
+        let client = store.pool().next().clone();
+        let mover = Script::load(&client, MOVE_MANY_LUA).await.unwrap();
+        World {
+            store,
+            client,
+            mover,
+            credited: BTreeMap::new(),
+            credits: BTreeMap::new(),
+            written: BTreeMap::new(),
+        }
+    }
+
+    /// The service's move of one credited token (and its due entry's removal).
+    async fn move_token(&self, t: usize) {
+        let (u, tr) = (user(t), trade(t));
+        let pending = self.store.key(u, ACTIVITY);
+        let credited = self.store.credited_key(u, ACTIVITY);
+        let _: Vec<i64> = self
+            .mover
+            .eval(&self.client, || {
+                (
+                    vec![pending.clone(), credited.clone()],
+                    vec![Value::from(3600), Value::from(tr.as_str())],
+                )
+            })
+            .await
+            .unwrap();
+        let _: i64 = self
+            .client
+            .zrem(
+                self.store.due_key(self.store.due_shard(u)),
+                self.store.due_member(u, ACTIVITY, &tr),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn credit(&mut self, t: usize) {
+        *self.credits.entry(t).or_default() += 1;
+        self.credited.insert(t, true);
+    }
+
+    async fn apply(&mut self, op: Op) {
+        match op {
+            Op::Write(t) => {
+                let (u, tr) = (user(t), trade(t));
+                self.store
+                    .put(u, ACTIVITY, &tr, &format!("sealed-{tr}"))
+                    .await
+                    .unwrap();
+                self.written.insert(t, true);
+            }
+            Op::Credit(t) => {
+                if !self.credited.get(&t).copied().unwrap_or(false) {
+                    self.credit(t);
+                }
+                self.move_token(t).await;
+            }
+            Op::Sweep => {
+                for shard in 0..self.store.due_shards() {
+                    let key = self.store.due_key(shard);
+                    let members: Vec<String> = self
+                        .client
+                        .zrange(&key, 0, -1, None, false, None, false)
+                        .await
+                        .unwrap();
+                    for m in members {
+                        let (u, _, tr) = sdk::store::parse_due_member(&m).unwrap();
+                        let t: usize = tr[1..].parse().unwrap();
+                        let pending: Option<String> = self
+                            .client
+                            .hget(self.store.key(u, ACTIVITY), tr)
+                            .await
+                            .unwrap();
+                        let credited: Option<String> = self
+                            .client
+                            .hget(self.store.credited_key(u, ACTIVITY), tr)
+                            .await
+                            .unwrap();
+                        if pending.is_some() {
+                            // The sweeper grants what it finds pending.
+                            self.credit(t);
+                            self.move_token(t).await;
+                        } else if credited.is_some() {
+                            let _: i64 = self.client.zrem(&key, m.as_str()).await.unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The promises, after every step.
+    async fn check(&self, step: usize, ops: &[Op]) {
+        for t in 0..TRADES {
+            let (u, tr) = (user(t), trade(t));
+            let pending: bool = self
+                .client
+                .hexists(self.store.key(u, ACTIVITY), &tr)
+                .await
+                .unwrap();
+            let credited = self.credited.get(&t).copied().unwrap_or(false);
+            let written = self.written.get(&t).copied().unwrap_or(false);
+            assert!(
+                !(credited && pending),
+                "step {step}: credited {tr} listed pending after {ops:?}"
+            );
+            assert!(
+                credited || !written || pending,
+                "step {step}: stored, uncredited {tr} not listed pending after {ops:?}"
+            );
+            assert!(
+                self.credits.get(&t).copied().unwrap_or(0) <= 1,
+                "step {step}: {tr} credited twice after {ops:?}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_credited_reward_is_never_listed_pending_nor_credited_twice(
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut w = World::new().await;
+            for (i, op) in ops.iter().enumerate() {
+                w.apply(*op).await;
+                w.check(i, &ops[..=i]).await;
+            }
+        });
+    }
+}
