@@ -18,12 +18,35 @@ use tokio::net::TcpStream;
 /// The command that starts every server of the local stack.
 pub const START_HINT: &str = "ops/stack up";
 
+/// The stack's address book (`ops/stack.ports`), the same file `ops/stack` reads.
+const PORTS: &str = include_str!("../../ops/stack.ports");
+
+/// A default port of the address book by its name (`REDIS_PORT`, ...). The file is
+/// part of this build and checked by a test, so a missing name is a bug: 0, which no
+/// server listens on, and every check fails loudly on it.
+pub fn default_port(name: &str) -> u16 {
+    PORTS
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Loopback default of `REDIS_URL` (a non-default port, never a system Redis).
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:16379";
+pub fn default_redis_url() -> String {
+    format!("redis://127.0.0.1:{}", default_port("REDIS_PORT"))
+}
+
 /// Loopback default of `KAFKA_BROKERS` (tansu).
-pub const DEFAULT_KAFKA_BROKERS: &str = "127.0.0.1:19092";
+pub fn default_kafka_brokers() -> String {
+    format!("127.0.0.1:{}", default_port("KAFKA_PORT"))
+}
+
 /// Loopback default of `ROCKETMQ_NAMESRV`.
-pub const DEFAULT_ROCKETMQ_NAMESRV: &str = "127.0.0.1:9876";
+pub fn default_rocketmq_namesrv() -> String {
+    format!("127.0.0.1:{}", default_port("NAMESRV_PORT"))
+}
 
 /// A server of the local stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,16 +114,16 @@ pub struct StackEnv {
 impl StackEnv {
     /// Reads `REDIS_URL`, `KAFKA_BROKERS` and `ROCKETMQ_NAMESRV`, with loopback defaults.
     pub fn from_env() -> Self {
-        let var = |name: &str, default: &str| {
+        let var = |name: &str, default: fn() -> String| {
             std::env::var(name)
                 .ok()
                 .filter(|v| !v.trim().is_empty())
-                .unwrap_or_else(|| default.to_string())
+                .unwrap_or_else(default)
         };
         Self {
-            redis_url: var("REDIS_URL", DEFAULT_REDIS_URL),
-            kafka_brokers: var("KAFKA_BROKERS", DEFAULT_KAFKA_BROKERS),
-            rocketmq_namesrv: var("ROCKETMQ_NAMESRV", DEFAULT_ROCKETMQ_NAMESRV),
+            redis_url: var("REDIS_URL", default_redis_url),
+            kafka_brokers: var("KAFKA_BROKERS", default_kafka_brokers),
+            rocketmq_namesrv: var("ROCKETMQ_NAMESRV", default_rocketmq_namesrv),
         }
     }
 
@@ -349,14 +372,29 @@ mod tests {
     fn env(url: &str) -> StackEnv {
         StackEnv {
             redis_url: url.into(),
-            kafka_brokers: DEFAULT_KAFKA_BROKERS.into(),
-            rocketmq_namesrv: DEFAULT_ROCKETMQ_NAMESRV.into(),
+            kafka_brokers: default_kafka_brokers(),
+            rocketmq_namesrv: default_rocketmq_namesrv(),
         }
     }
 
     #[test]
+    fn the_address_book_names_every_port() {
+        for name in [
+            "REDIS_PORT",
+            "KAFKA_PORT",
+            "NAMESRV_PORT",
+            "BROKER_PORT",
+            "CLUSTER_PORT",
+        ] {
+            assert_ne!(default_port(name), 0, "{name}");
+        }
+        assert_eq!(default_redis_url(), "redis://127.0.0.1:16379");
+        assert_eq!(default_port("NO_SUCH_PORT"), 0);
+    }
+
+    #[test]
     fn the_sdk_section_is_a_valid_sdk_config() {
-        let e = env(DEFAULT_REDIS_URL);
+        let e = env(&default_redis_url());
         let queues = [
             QueueSpec {
                 name: "massive",
