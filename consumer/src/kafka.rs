@@ -13,7 +13,7 @@
 //!   default (500 ms) lets the broker hold a fetch that long when little is waiting,
 //!   and at event traffic below saturation that wait is most of a reward's time from
 //!   send to credit. The price, at saturation: more, smaller fetches cost tansu CPU,
-//!   and `loadtest consumer-bench` credits somewhat fewer rewards/s than with 500
+//!   and `reward-bench consumer` credits somewhat fewer rewards/s than with 500
 //!   (figures for both: docs/findings/benchmarks-history.md). A consumer meant only
 //!   to drain a backlog fast can set `settings = { "fetch.wait.max.ms" = "500" }`.
 //! - `fetch.max.bytes=1048576` (librdkafka's default is 50 MB) unless `settings`

@@ -6,24 +6,20 @@
 //!   reports ([`report`]), judged on money, service levels and validity ([`slo`]),
 //!   with what each credited reward cost in CPU, Redis work and broker records
 //!   ([`cost`]);
-//! - benchmarks against same-run baselines: [`bench`] (SDK vs raw rdkafka),
-//!   [`grant_bench`] (GrantBatch vs the claim script), [`consumer_bench`] (consumer vs
-//!   a bare rdkafka consumer);
 //! - the command line's handlers, one per subcommand ([`cli`]; the binary only
-//!   parses and dispatches); the smoke probes ([`smoke`]); old runs' cleanup
-//!   ([`clean`]). The stack's address book and topic admin are in `reward_tools`.
+//!   parses and dispatches); which replay runs a clean takes ([`clean`]).
+//!
+//! Elsewhere: the benchmarks and smoke probes are `reward_bench`; the stack's address
+//! book, topic admin and the Redis side of cleaning are `reward_tools`.
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.
 #![recursion_limit = "256"]
 
-pub mod bench;
 pub mod clean;
 pub mod cli;
-pub mod consumer_bench;
 pub mod cost;
 pub mod faults;
-pub mod grant_bench;
 pub mod profile;
 pub mod reconcile;
 pub mod replay;
@@ -31,5 +27,4 @@ pub mod report;
 pub mod services;
 pub mod setup;
 pub mod slo;
-pub mod smoke;
 pub mod wallet;

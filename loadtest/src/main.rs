@@ -4,12 +4,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use loadtest::cli::bench::{
-    BenchArgs, ConsumerBenchArgs, GrantBenchArgs, bench_cmd, consumer_bench_cmd, grant_bench_cmd,
-};
 use loadtest::cli::clean::{CleanArgs, clean_cmd};
 use loadtest::cli::replay::{ReconcileArgs, ReplayArgs, reconcile_cmd, replay_cmd};
-use loadtest::cli::smoke::{SmokeArgs, smoke_cmd};
 use loadtest::cli::wallet::{WalletArgs, wallet_cmd};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free take
@@ -53,7 +49,7 @@ enum Command {
     /// equal to credits, tokens credited or pending. Prints a PASS/FAIL table; exits
     /// non-zero on FAIL.
     Reconcile(ReconcileArgs),
-    /// Remove what replays and benches left in Redis (see loadtest::clean). Replays
+    /// Remove what replays and benches left in Redis (see reward_tools::clean). Replays
     /// keep their keys so that `reconcile DIR` can run again; the ledger's keys never
     /// expire, so old runs pile up and slow the stack (AOF rewrites, memory).
     ///
@@ -68,28 +64,6 @@ enum Command {
     /// the most) and prints the page's URL; serves until Ctrl-C. `ops/main --wallet`
     /// runs it after the replay.
     Wallet(WalletArgs),
-    /// Prove every server works: write N items through each real client library,
-    /// read every one back, check exact counts, print rates. Exits non-zero on any
-    /// failure, naming the server and the command that starts it.
-    Smoke(SmokeArgs),
-    /// Measure `send_reward` against a raw rdkafka producer sending the same payloads
-    /// with the same settings, in this process, back to back; then `send_reward`'s
-    /// latency when paced at half the rate it reached. Needs Redis and the Kafka
-    /// broker. Prints rates, the sdk/raw ratio and latency percentiles; exits non-zero
-    /// if any run lost, refused or failed to deliver an event.
-    Bench(BenchArgs),
-    /// Measure the reward service's `GrantBatch` (served in this process over gRPC on
-    /// loopback, config ops/reward-service.toml with fresh keys) against
-    /// `redis-benchmark` running the bare claim script by EVALSHA on the same Redis,
-    /// back to back. Prints grants/s, batch latency, the script's rate and the ratio;
-    /// exits non-zero if any grant was not granted or the budget or ledger disagree.
-    GrantBench(GrantBenchArgs),
-    /// Measure the consumer (in this process, ops/consumer.toml with the cash limit
-    /// out of the way, crediting through a reward service also in this process)
-    /// against a bare rdkafka consumer that only reads and stores offsets, on the same
-    /// freshly filled topic, back to back. Prints both rates and the ratio; exits
-    /// non-zero unless every event was credited exactly once.
-    ConsumerBench(ConsumerBenchArgs),
     /// Run an SDK as a replay's activity side (started by `replay --sdk-hosts`): one
     /// JSON request per line on stdin, one answer per line on stdout, the SDK's
     /// counters every second; at the end of stdin, close the SDK and report.
@@ -132,10 +106,6 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Clean(args) => clean_cmd(args).await,
         Command::Wallet(args) => wallet_cmd(args).await,
         Command::Reconcile(args) => reconcile_cmd(args).await,
-        Command::ConsumerBench(args) => consumer_bench_cmd(args).await,
-        Command::GrantBench(args) => grant_bench_cmd(args).await,
-        Command::Bench(args) => bench_cmd(args).await,
-        Command::Smoke(args) => smoke_cmd(args).await,
         Command::SdkHost { config } => match loadtest::replay::hosts::serve(&config).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

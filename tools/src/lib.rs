@@ -5,6 +5,8 @@
 //!   ([`control::schema::KNOBS`]), a change checked the way the running instances
 //!   will check it, written to the shared dynamic document, audited; budgets and
 //!   in-doubt grants.
+//! - [`clean`]: removing what load-test runs left in Redis, by key family and run
+//!   tag (SCAN and UNLINK, cluster-wide).
 //! - [`stack`]: where the stack's servers are (`ops/stack env`), a fast reachability
 //!   check, Redis fork watching, the librdkafka settings for the stack's tansu.
 //! - [`topics`]: creating Kafka and RocketMQ topics; a Kafka group's committed offsets.
@@ -14,6 +16,7 @@
 //! only the address book and topic helpers (the tests' kit, the load tester) leave it
 //! off.
 
+pub mod clean;
 #[cfg(feature = "ctl")]
 pub mod control;
 pub mod stack;

@@ -112,6 +112,16 @@ pub struct StackEnv {
 }
 
 impl StackEnv {
+    /// The first Kafka bootstrap address (`host:port`), the one a reachability check
+    /// dials; empty when none is set.
+    pub fn first_kafka_broker(&self) -> &str {
+        self.kafka_brokers
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim()
+    }
+
     /// Reads `REDIS_URL`, `KAFKA_BROKERS` and `ROCKETMQ_NAMESRV`, with loopback defaults.
     pub fn from_env() -> Self {
         let var = |name: &str, default: fn() -> String| {

@@ -29,7 +29,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     );
     let tag = format!("ctl{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("control-{tag}"));
-    let (service, credential) = loadtest::grant_bench::start_service(&env, &tag, &dir, 0)
+    let (service, credential) = reward_bench::grant::start_service(&env, &tag, &dir, 0)
         .await
         .unwrap();
     service
@@ -46,10 +46,10 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     // A backlog the consumer drains at its cash rate: traffic flows all through.
     let users = 20u64;
     let proofs = service.service().sdk().codec().proofs();
-    loadtest::consumer_bench::produce_events(&env, &topic, 4_000, users, proofs)
+    reward_bench::consumer::produce_events(&env, &topic, 4_000, users, proofs)
         .await
         .unwrap();
-    let consumer = loadtest::consumer_bench::start_consumer(
+    let consumer = reward_bench::consumer::start_consumer(
         &env,
         &tag,
         &dir,

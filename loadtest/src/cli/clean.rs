@@ -62,7 +62,7 @@ async fn clean(
     dry_run: bool,
     redis_url: Option<String>,
 ) -> anyhow::Result<()> {
-    use crate::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
+    use reward_tools::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
     let (url, sel) = if leftovers.is_some() {
         let url = match redis_url {
             Some(u) => u,
@@ -79,7 +79,7 @@ async fn clean(
         crate::clean::replay_runs(&dirs)?
     };
     let bar = indicatif::ProgressBar::new_spinner();
-    let done = crate::clean::clean(&url, &sel, dry_run, |scanned, matched| {
+    let done = reward_tools::clean::clean(&url, &sel, dry_run, |scanned, matched| {
         bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
         bar.tick();
     })

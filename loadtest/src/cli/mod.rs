@@ -3,12 +3,8 @@
 //!
 //! - [`replay`]: `loadtest replay` and `loadtest reconcile`;
 //! - [`clean`]: `loadtest clean`;
-//! - [`smoke`]: `loadtest smoke`;
-//! - [`wallet`]: `loadtest wallet`;
-//! - [`bench`]: `loadtest bench`, `loadtest grant-bench` and `loadtest consumer-bench`.
+//! - [`wallet`]: `loadtest wallet`.
 
-pub mod bench;
 pub mod clean;
 pub mod replay;
-pub mod smoke;
 pub mod wallet;

@@ -131,7 +131,7 @@ impl<'a> Run<'a> {
     async fn prepare(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<Setup> {
         let probe = Duration::from_secs(2);
         check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
-        check_reachable(Server::Kafka, crate::smoke::kafka::first_broker(env), probe).await?;
+        check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
         check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
         let setup =
             setup::prepare(env, &opts.plan, &opts.out, &opts.limits, opts.partitions).await?;
@@ -378,8 +378,8 @@ impl<'a> Run<'a> {
     async fn measure_ceilings(&self, reconciliation: &Reconciliation) -> anyhow::Result<Ceilings> {
         let n = reconciliation.sent.clamp(20_000, 200_000);
         eprintln!("replay: measuring the parts' ceilings ({n} events each)");
-        let raw = crate::bench::raw_ceiling(self.env, n, self.opts.partitions).await?;
-        let (script, command) = crate::grant_bench::script_ceiling(self.env, n).await?;
+        let raw = reward_bench::send::raw_ceiling(self.env, n, self.opts.partitions).await?;
+        let (script, command) = reward_bench::grant::script_ceiling(self.env, n).await?;
         Ok(Ceilings {
             raw_producer_per_sec: raw,
             claim_script_per_sec: script,

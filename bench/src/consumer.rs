@@ -1,4 +1,4 @@
-//! `loadtest consumer-bench`: the consumer (reward service in the loop, limits open)
+//! `reward-bench consumer`: the consumer (reward service in the loop, limits open)
 //! against a bare rdkafka consumer reading and storing offsets, on the same topic, in
 //! the same run.
 //!
@@ -44,7 +44,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message};
 use reward_service::downstream::Ledger;
 
-use crate::smoke::kafka::first_broker;
 use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// What to run.
@@ -217,11 +216,11 @@ pub async fn run(
 ) -> anyhow::Result<ConsumerBenchReport> {
     let probe = Duration::from_secs(2);
     check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
-    check_reachable(Server::Kafka, first_broker(env), probe).await?;
+    check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
-    let (service, credential) = crate::grant_bench::start_service(env, &tag, &dir, 0).await?;
+    let (service, credential) = crate::grant::start_service(env, &tag, &dir, 0).await?;
     let claims = service.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", "rain");
     claims
@@ -271,7 +270,7 @@ pub async fn run(
     {
         anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
     }
-    crate::clean::bench_run(&env.redis_url, &tag).await;
+    reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     Ok(ConsumerBenchReport {
         raw: raw_timing,
         consumer: consumer_timing,

@@ -53,7 +53,7 @@ pub struct ProbeOptions {
 }
 
 impl ProbeOptions {
-    /// The settings the smoke test and `loadtest smoke` use for `messages` messages.
+    /// The settings the smoke test and `reward-bench smoke` use for `messages` messages.
     pub fn new(messages: u64) -> Self {
         Self {
             messages,

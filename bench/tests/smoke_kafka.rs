@@ -1,8 +1,8 @@
 //! The Kafka-protocol broker of the local stack works for real (needs `ops/stack up`;
 //! fails, never skips).
 
-use loadtest::smoke::SmokeError;
-use loadtest::smoke::kafka::{self, COMMIT_EVERY};
+use reward_bench::smoke::SmokeError;
+use reward_bench::smoke::kafka::{self, COMMIT_EVERY};
 use reward_tools::stack::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 //! Each probe writes N items through the real client library and reads every one
 //! back, then checks exact counts: nothing lost, nothing invented, and (for Kafka) a
 //! consumer-group restart that resumes from the committed offset. They back both the
-//! per-server tests (`loadtest/tests/smoke_*.rs`) and `loadtest smoke`, the README's
+//! per-server tests (`bench/tests/smoke_*.rs`) and `reward-bench smoke`, the README's
 //! main job at this stage of the project.
 
 pub mod kafka;

@@ -1,4 +1,4 @@
-//! `loadtest grant-bench`: the reward service's `GrantBatch` against `redis-benchmark`
+//! `reward-bench grant`: the reward service's `GrantBatch` against `redis-benchmark`
 //! running the bare claim script on the same Redis, in one sitting.
 //!
 //! # What is compared
@@ -30,8 +30,7 @@ use proto::v1::{GrantBatchRequest, GrantOutcome, RewardEvent, UserInfo};
 use reward_service::config::ServiceConfig;
 use reward_service::downstream::Ledger;
 
-use crate::bench::Percentiles;
-use crate::smoke::kafka::first_broker;
+use crate::send::Percentiles;
 use reward_tools::stack::{Server, StackEnv, check_reachable};
 
 /// What to run.
@@ -155,7 +154,7 @@ fn event(i: u64, users: u64, scene: &str) -> RewardEvent {
 pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<GrantBenchReport> {
     let probe = Duration::from_secs(2);
     check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
-    check_reachable(Server::Kafka, first_broker(env), probe).await?;
+    check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("grant-bench-{tag}"));
@@ -212,7 +211,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
             redis_benchmark(env, &claims, &tag, opts).await?
         };
     let redis_forks = forks.since_start().await;
-    crate::clean::bench_run(&env.redis_url, &tag).await;
+    reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     Ok(GrantBenchReport {
         service_rate,
         batch_latency: Percentiles::of(&mut latencies),
@@ -312,7 +311,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         replica_acks: 0,
     };
     let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
-    crate::clean::bench_run(&env.redis_url, &tag).await;
+    reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     Ok((rps, command))
 }
 

@@ -1,16 +1,16 @@
-//! The benchmarks against same-run baselines: `loadtest bench` (SDK vs raw rdkafka),
-//! `loadtest grant-bench` (GrantBatch vs the claim script) and `loadtest
-//! consumer-bench` (consumer vs a bare rdkafka consumer), with their result tables.
+//! The benchmarks against same-run baselines: `reward-bench send` (SDK vs raw rdkafka),
+//! `reward-bench grant` (GrantBatch vs the claim script) and `reward-bench
+//! consumer` (consumer vs a bare rdkafka consumer), with their result tables.
 
 use std::process::ExitCode;
 
 use reward_tools::stack::StackEnv;
 
-use crate::bench::{self, BenchOptions, BenchReport, Percentiles};
-use crate::consumer_bench::{self, ConsumerBenchOptions};
-use crate::grant_bench::{self, GrantBenchOptions};
+use crate::consumer::{self, ConsumerBenchOptions};
+use crate::grant::{self, GrantBenchOptions};
+use crate::send::{self, BenchOptions, BenchReport, Percentiles};
 
-/// The arguments of `loadtest bench`.
+/// The arguments of `reward-bench send`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Rewards per throughput run.
@@ -39,7 +39,7 @@ pub struct BenchArgs {
     write_mode: String,
 }
 
-/// The arguments of `loadtest grant-bench`.
+/// The arguments of `reward-bench grant`.
 #[derive(Debug, clap::Args)]
 pub struct GrantBenchArgs {
     /// Grants through the service.
@@ -66,7 +66,7 @@ pub struct GrantBenchArgs {
     replica_acks: u32,
 }
 
-/// The arguments of `loadtest consumer-bench`.
+/// The arguments of `reward-bench consumer`.
 #[derive(Debug, clap::Args)]
 pub struct ConsumerBenchArgs {
     /// Events on the topic.
@@ -93,7 +93,7 @@ pub struct ConsumerBenchArgs {
     consumer_settings: Vec<(String, String)>,
 }
 
-/// Runs `loadtest consumer-bench`: prints both consumers' rates and the ratio;
+/// Runs `reward-bench consumer`: prints both consumers' rates and the ratio;
 /// answers failure if the run failed.
 pub async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
     let ConsumerBenchArgs {
@@ -113,7 +113,7 @@ pub async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
         consumer_settings,
     };
     println!("consumer-bench: {messages} events, {partitions} partitions");
-    match consumer_bench::run(&StackEnv::from_env(), &opts).await {
+    match consumer::run(&StackEnv::from_env(), &opts).await {
         Ok(r) => {
             println!("                           from start     steady   to first message");
             for (name, t) in [
@@ -145,7 +145,7 @@ pub async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
     }
 }
 
-/// Runs `loadtest grant-bench`: prints the service's and the bare script's rates and
+/// Runs `reward-bench grant`: prints the service's and the bare script's rates and
 /// the ratio; answers failure if the run failed.
 pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
     let GrantBenchArgs {
@@ -169,7 +169,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
     println!(
         "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}"
     );
-    match grant_bench::run(&StackEnv::from_env(), &opts).await {
+    match grant::run(&StackEnv::from_env(), &opts).await {
         Ok(r) => {
             println!("service GrantBatch   {:>10.0} grants/s", r.service_rate);
             println!(
@@ -202,7 +202,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
     }
 }
 
-/// Runs `loadtest bench`: prints each round's rates, the sdk/raw ratio and the paced
+/// Runs `reward-bench send`: prints each round's rates, the sdk/raw ratio and the paced
 /// latencies; answers failure if the run failed.
 pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
     let BenchArgs {
@@ -223,7 +223,7 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
         kafka_settings: kafka_settings.into_iter().collect(),
         write_mode,
     };
-    match bench::run(&StackEnv::from_env(), &opts).await {
+    match send::run(&StackEnv::from_env(), &opts).await {
         Ok(report) => {
             print_bench(&report);
             ExitCode::SUCCESS
@@ -235,7 +235,7 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
     }
 }
 
-/// Prints a `loadtest bench` report: the rounds' table, the paced run's latencies and
+/// Prints a `reward-bench send` report: the rounds' table, the paced run's latencies and
 /// Redis's fork warning if any.
 fn print_bench(r: &BenchReport) {
     let pct = |p: &Percentiles| format!("{} / {} / {} / {}", p.p50, p.p99, p.p999, p.max);

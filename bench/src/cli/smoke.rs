@@ -1,4 +1,4 @@
-//! `loadtest smoke`: probes each server of the local stack through its real client
+//! `reward-bench smoke`: probes each server of the local stack through its real client
 //! library and prints one line per server.
 
 use std::process::ExitCode;
@@ -9,7 +9,7 @@ use reward_tools::stack::StackEnv;
 use crate::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use crate::smoke::{self, ProbeReport};
 
-/// The arguments of `loadtest smoke`.
+/// The arguments of `reward-bench smoke`.
 #[derive(Debug, clap::Args)]
 pub struct SmokeArgs {
     /// Items per server (Redis hash fields, Kafka messages, RocketMQ messages).
@@ -51,7 +51,7 @@ enum Target {
     Rocketmq,
 }
 
-/// Runs `loadtest smoke`: probes the chosen servers, prints a line for each and
+/// Runs `reward-bench smoke`: probes the chosen servers, prints a line for each and
 /// answers failure if any probe failed.
 pub async fn smoke_cmd(args: SmokeArgs) -> ExitCode {
     let SmokeArgs {

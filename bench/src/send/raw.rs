@@ -1,4 +1,4 @@
-//! The raw side of `loadtest bench`: the SDK's wire bytes through a bare rdkafka
+//! The raw side of `reward-bench send`: the SDK's wire bytes through a bare rdkafka
 //! producer, every delivery report awaited, timed to the last acknowledgement.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! `loadtest bench`: the SDK's `send_reward` against a raw rdkafka producer, on the
+//! `reward-bench send`: the SDK's `send_reward` against a raw rdkafka producer, on the
 //! real stack, in one process.
 //!
 //! # What is compared
@@ -45,7 +45,6 @@ use std::time::Duration;
 use reward_tools::topics::create_kafka_topics;
 use sdk::request::{RedEnvelopeRain, RewardRequest, User};
 
-use crate::smoke::kafka::first_broker;
 use crate::smoke::unique_name;
 use reward_tools::stack::{Server, StackEnv, check_reachable};
 
@@ -224,7 +223,7 @@ fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
 pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let probe = Duration::from_secs(2);
     check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
-    check_reachable(Server::Kafka, first_broker(env), probe).await?;
+    check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();

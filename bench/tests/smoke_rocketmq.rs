@@ -1,7 +1,7 @@
 //! RocketMQ of the local stack works for real (needs `ops/stack up`; fails, never skips).
 
-use loadtest::smoke::SmokeError;
-use loadtest::smoke::rocketmq::{self, ProbeOptions};
+use reward_bench::smoke::SmokeError;
+use reward_bench::smoke::rocketmq::{self, ProbeOptions};
 use reward_tools::stack::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! Redis of the local stack works for real (needs `ops/stack up`; fails, never skips).
 
-use loadtest::smoke::{SmokeError, redis};
+use reward_bench::smoke::{SmokeError, redis};
 use reward_tools::stack::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,14 +98,6 @@ pub async fn create_topic(env: &StackEnv, topic: &str, partitions: i32) -> Resul
     Ok(())
 }
 
-pub(crate) fn first_broker(env: &StackEnv) -> &str {
-    env.kafka_brokers
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .trim()
-}
-
 /// How long closing a consumer may take before the probe gives up on it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -128,7 +120,12 @@ pub async fn probe_with(
 ) -> Result<ProbeReport, SmokeError> {
     let messages = opts.messages;
     let debug = opts.debug.as_deref();
-    check_reachable(Server::Kafka, first_broker(env), Duration::from_secs(2)).await?;
+    check_reachable(
+        Server::Kafka,
+        env.first_kafka_broker(),
+        Duration::from_secs(2),
+    )
+    .await?;
     let topic = match &opts.topic {
         Some(existing) => existing.clone(),
         None => {

@@ -1,4 +1,4 @@
-//! The SDK side of `loadtest bench`: the SDK under test started on its own topic, the
+//! The SDK side of `reward-bench send`: the SDK under test started on its own topic, the
 //! full-speed throughput run, the paced latency run, and the checks that every
 //! accepted event was delivered and every token written.
 

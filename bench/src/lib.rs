@@ -1,0 +1,28 @@
+//! The benchmarks and the smoke probes: each measures one part of the pipeline against
+//! a baseline run in the same process, back to back, on the local stack, so that the
+//! figure is a ratio that the shared machine's drift does not move.
+//!
+//! - [`send`]: the SDK's `send_reward` against a raw rdkafka producer sending the same
+//!   bytes (`reward-bench send`), then its latency when paced;
+//! - [`grant`]: the reward service's `GrantBatch` against `redis-benchmark` running
+//!   the bare claim script (`reward-bench grant`);
+//! - [`consumer`]: the consumer crediting through the service against a bare rdkafka
+//!   consumer (`reward-bench consumer`);
+//! - [`smoke`]: every server of the stack written and read back through its real
+//!   client library (`reward-bench smoke`, and the stack tier's smoke tests);
+//! - [`cli`]: the subcommands' arguments and handlers (the binary only parses and
+//!   dispatches).
+//!
+//! A replay measures its machine's ceilings with [`send::raw_ceiling`] and
+//! [`grant::script_ceiling`] (`loadtest replay --ceilings`). The benches remove their
+//! Redis keys once their checks passed (`reward_tools::clean::bench_run`).
+
+// rocketmq-client-rust's push consumer futures nest deeper than the default limit
+// when proving `Send`.
+#![recursion_limit = "256"]
+
+pub mod cli;
+pub mod consumer;
+pub mod grant;
+pub mod send;
+pub mod smoke;

@@ -1,0 +1,87 @@
+//! `reward-bench`: the benchmarks against same-run baselines and the stack's smoke
+//! probes (see the crate's docs).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use reward_bench::cli::benches::{
+    BenchArgs, ConsumerBenchArgs, GrantBenchArgs, bench_cmd, consumer_bench_cmd, grant_bench_cmd,
+};
+use reward_bench::cli::smoke::{SmokeArgs, smoke_cmd};
+
+/// mimalloc, as in the binaries it measures (docs/allocator.md): a benchmark of the
+/// SDK or the services runs them in this process.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Measures the pipeline's parts against baselines run in the same process, back to
+/// back, on the local stack (`ops/stack up`), and probes the stack's servers.
+///
+/// Server addresses come from REDIS_URL, KAFKA_BROKERS and ROCKETMQ_NAMESRV
+/// (`eval "$(ops/stack env)"`), with the stack's loopback defaults (ops/stack.ports).
+/// Figures and their history: BENCHMARKS.md, docs/findings/.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure `send_reward` against a raw rdkafka producer sending the same payloads
+    /// with the same settings, in this process, back to back; then `send_reward`'s
+    /// latency when paced at half the rate it reached. Needs Redis and the Kafka
+    /// broker. Prints rates, the sdk/raw ratio and latency percentiles; exits non-zero
+    /// if any run lost, refused or failed to deliver an event.
+    Send(BenchArgs),
+    /// Measure the reward service's `GrantBatch` (served in this process over gRPC on
+    /// loopback, config ops/reward-service.toml with fresh keys) against
+    /// `redis-benchmark` running the bare claim script by EVALSHA on the same Redis,
+    /// back to back. Prints grants/s, batch latency, the script's rate and the ratio;
+    /// exits non-zero if any grant was not granted or the budget or ledger disagree.
+    Grant(GrantBenchArgs),
+    /// Measure the consumer (in this process, ops/consumer.toml with the cash limit
+    /// out of the way, crediting through a reward service also in this process)
+    /// against a bare rdkafka consumer that only reads and stores offsets, on the same
+    /// freshly filled topic, back to back. Prints both rates and the ratio; exits
+    /// non-zero unless every event was credited exactly once.
+    Consumer(ConsumerBenchArgs),
+    /// Prove every server works: write N items through each real client library,
+    /// read every one back, check exact counts, print rates. Exits non-zero on any
+    /// failure, naming the server and the command that starts it.
+    Smoke(SmokeArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Send(args) => bench_cmd(args).await,
+            Command::Grant(args) => grant_bench_cmd(args).await,
+            Command::Consumer(args) => consumer_bench_cmd(args).await,
+            Command::Smoke(args) => smoke_cmd(args).await,
+        }
+    });
+    // A client library thread stuck in its own shutdown (see the Kafka probe's close
+    // deadline) must not keep the process from exiting with its verdict.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    code
+}
