@@ -27,7 +27,7 @@
 //!
 //! [[faults]]
 //! at_secs = 50
-//! action = "downstream-timeout-after-credit"   # the wallet credits, then answers
+//! action = "downstream-timeout-after-credit"   # the double credits, then answers
 //! share = 0.5                  # after the service's timeout, for this share of credits
 //! for_secs = 5
 //!
@@ -69,9 +69,9 @@
 //! for_secs = 2                 # commands wait (at most 60 s), nothing is lost
 //! ```
 //!
-//! A plan with a downstream fault makes the replay credit through a stand-in wallet
-//! over HTTP ([`crate::wallet`]) instead of the service's built-in ledger directly
-//! (the wallet credits the same ledger), so those faults can be switched on and off.
+//! A plan with a downstream fault makes the replay credit through a downstream double
+//! over HTTP ([`reward_standins::downstream`]) instead of the service's built-in ledger directly
+//! (the double credits the same ledger), so those faults can be switched on and off.
 //!
 //! Servers are stopped and started through `ops/stack` (the same script that started
 //! them), so a drill exercises the real processes: the Kafka broker really goes away,
@@ -146,8 +146,8 @@ pub struct Fault {
 }
 
 /// Whether any fault of the plan breaks the downstream (the replay then credits
-/// through the stand-in wallet).
-pub fn needs_wallet(faults: &[Fault]) -> bool {
+/// through the downstream double).
+pub fn needs_downstream_double(faults: &[Fault]) -> bool {
     faults.iter().any(|f| {
         matches!(
             f.action,
@@ -303,10 +303,10 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                 ),
             },
             Action::DownstreamSlow => match f.delay_ms {
-                Some(d) if d <= crate::wallet::MAX_DELAY_MS => {}
+                Some(d) if d <= reward_standins::downstream::MAX_DELAY_MS => {}
                 other => anyhow::bail!(
                     "faults[{i}]: downstream-slow needs delay_ms in 0..={} (below the service's timeout, so a credit is never ambiguous), got {other:?}",
-                    crate::wallet::MAX_DELAY_MS
+                    reward_standins::downstream::MAX_DELAY_MS
                 ),
             },
         }
@@ -354,7 +354,7 @@ mod tests {
         ] {
             assert!(actions.contains(&&a), "{a:?} missing from the drill");
         }
-        assert!(needs_wallet(&plan));
+        assert!(needs_downstream_double(&plan));
     }
 
     #[test]
@@ -371,7 +371,7 @@ mod tests {
         assert!(has(Action::StopBrokers, None));
         assert!(has(Action::DownstreamTimeoutAfterCredit, None));
         assert_eq!(sdk_hosts(&plan, None).unwrap(), 2);
-        assert!(needs_wallet(&plan));
+        assert!(needs_downstream_double(&plan));
     }
 
     #[test]

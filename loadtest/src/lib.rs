@@ -2,7 +2,8 @@
 //!
 //! - [`replay`]: a peak profile ([`profile`]) played through the real SDK with
 //!   open-model arrivals, the services as child processes ([`services`], configs by
-//!   [`setup`]), faults injected ([`faults`], [`wallet`]), then [`reconcile`] and the
+//!   [`setup`]), faults injected ([`faults`], with `reward_standins` playing the downstream and
+//!   the SDK hosts), then [`reconcile`] and the
 //!   reports ([`report`]), judged on money, service levels and validity ([`slo`]),
 //!   with what each credited reward cost in CPU, Redis work and broker records
 //!   ([`cost`]);
@@ -27,4 +28,3 @@ pub mod report;
 pub mod services;
 pub mod setup;
 pub mod slo;
-pub mod wallet;

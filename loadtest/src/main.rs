@@ -64,15 +64,6 @@ enum Command {
     /// the most) and prints the page's URL; serves until Ctrl-C. `ops/main --wallet`
     /// runs it after the replay.
     Wallet(WalletArgs),
-    /// Run an SDK as a replay's activity side (started by `replay --sdk-hosts`): one
-    /// JSON request per line on stdin, one answer per line on stdout, the SDK's
-    /// counters every second; at the end of stdin, close the SDK and report.
-    #[command(hide = true)]
-    SdkHost {
-        /// The SDK's config (TOML, as the replay writes it in the run directory).
-        #[arg(long)]
-        config: std::path::PathBuf,
-    },
 }
 
 fn main() -> ExitCode {
@@ -106,12 +97,5 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Clean(args) => clean_cmd(args).await,
         Command::Wallet(args) => wallet_cmd(args).await,
         Command::Reconcile(args) => reconcile_cmd(args).await,
-        Command::SdkHost { config } => match loadtest::replay::hosts::serve(&config).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("sdk-host FAILED: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
     }
 }

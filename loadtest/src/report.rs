@@ -2,7 +2,7 @@
 //! [`ReplayReport`]) and `report.html`, one self-contained page (inline SVG, no
 //! scripts or fonts fetched from anywhere). The page opens with the verdicts (money,
 //! SLOs, validity: [`crate::slo`]) and the SLO table, then the summary, the SDK's,
-//! consumers' and wallet's counters as named tables, the reconciliation table and
+//! consumers' and downstream double's counters as named tables, the reconciliation table and
 //! five charts: throughput (with tokens missing), send latency (with start lag and
 //! the send target), end-to-end latency (with its target), failovers and requeues,
 //! and the credited rate of each reward type against its limit. Faults are drawn on
@@ -185,15 +185,15 @@ fn summary_section(r: &ReplayReport) -> String {
 }
 
 /// The counters section's tables: the SDK's, the consumers' and (when there is one)
-/// the stand-in wallet's.
+/// the downstream double's.
 fn counters_section(r: &ReplayReport) -> String {
     let mut counters = counters_table("SDK (this process, at close)", &r.sdk);
     counters.push_str(&counters_table(
         "Consumers (summed over members and restarts)",
         &r.consumers,
     ));
-    if !r.wallet.is_empty() {
-        counters.push_str(&counters_table("Stand-in wallet", &r.wallet));
+    if !r.downstream_double.is_empty() {
+        counters.push_str(&counters_table("Downstream double", &r.downstream_double));
     }
     counters
 }

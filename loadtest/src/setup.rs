@@ -153,7 +153,7 @@ pub fn host_sdk_toml(env: &StackEnv, setup: &Setup, i: u32) -> String {
 pub const HOST_KILL_GRACE_MS: u64 = 15_000;
 
 /// The reward service's config; with `wallet` (credit URL, status URL), every type
-/// credits through that HTTP downstream (the fault drills' stand-in wallet, which
+/// credits through that HTTP downstream (the fault drills' downstream double, which
 /// honours the idempotency key and answers status) instead of the ledger directly.
 /// The ledger is strict (it does not honour the key), so a second effective credit
 /// always shows as a double-credit incident.
@@ -162,7 +162,7 @@ pub const HOST_KILL_GRACE_MS: u64 = 15_000;
 pub fn service_toml(
     env: &StackEnv,
     setup: &Setup,
-    wallet: Option<(&str, &str)>,
+    double: Option<(&str, &str)>,
     sweeper_grace_ms: u64,
 ) -> String {
     let m = &setup.manifest;
@@ -172,11 +172,11 @@ pub fn service_toml(
     }
     let mut downstreams = String::new();
     for (t, _, _, cap) in TYPES {
-        match wallet {
+        match double {
             Some((url, status)) => downstreams.push_str(&format!(
                 "[downstreams.{t}]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = {}\n\
                  honours_idempotency_key = true\nstatus_url = \"{status}\"\n",
-                crate::wallet::TIMEOUT_MS
+                reward_standins::downstream::TIMEOUT_MS
             )),
             None => {
                 downstreams.push_str(&format!("[downstreams.{t}]\nkind = \"ledger\"\n"));

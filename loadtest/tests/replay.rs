@@ -591,8 +591,8 @@ fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
 
 #[test]
 fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() {
-    // The wallet credits, then answers after the service's timeout: the in-doubt case
-    // every real wallet call has. The service must resolve each (status or the same
+    // The downstream double credits, then answers after the service's timeout: the in-doubt case
+    // every real downstream call has. The service must resolve each (status or the same
     // key), never treat the timeout as "not credited".
     let env = stack_env();
     let (_dir, r, text) = small_replay(
@@ -609,8 +609,8 @@ fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() 
         .unwrap();
     assert_eq!(doubles["detail"], "0 double-credit incidents in the ledger");
     // The fault really struck: credits were answered late, after crediting.
-    let late = r["wallet"]["late"].as_u64().unwrap();
-    assert!(late > 0, "no late answer: {}", r["wallet"]);
+    let late = r["downstream_double"]["late"].as_u64().unwrap();
+    assert!(late > 0, "no late answer: {}", r["downstream_double"]);
     assert!(r["credited"].as_u64().unwrap() > 0, "{text}");
 }
 

@@ -1,5 +1,5 @@
 //! The report of a finished run: the per-second timeline, latencies, SLO verdict and
-//! the SDK's and wallet's counters, assembled from what the run collected and
+//! the SDK's and downstream double's counters, assembled from what the run collected and
 //! reconciliation found.
 
 use std::collections::BTreeMap;
@@ -13,9 +13,11 @@ use crate::setup::Setup;
 use super::collect::{Collected, CounterRow, hist};
 use super::{Latency, ReplayReport, Second};
 
-/// The stand-in wallet's counters: calls, failed on purpose, answered late after
+/// The downstream double's counters: calls, failed on purpose, answered late after
 /// crediting, repeats answered with the first receipt.
-pub(super) fn wallet_counters(w: &crate::wallet::Wallet) -> BTreeMap<String, u64> {
+pub(super) fn double_counters(
+    w: &reward_standins::downstream::DownstreamDouble,
+) -> BTreeMap<String, u64> {
     let (calls, failed) = w.counts();
     let (late, repeats) = w.late_and_repeats();
     BTreeMap::from([
@@ -253,7 +255,7 @@ pub(super) fn build_report(
         reconciliation,
         ceilings: None,
         cost: None,
-        wallet: BTreeMap::new(),
+        downstream_double: BTreeMap::new(),
     }
 }
 

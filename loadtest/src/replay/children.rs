@@ -222,9 +222,9 @@ pub(super) async fn start(
     env: &StackEnv,
     setup: &Setup,
     opts: &ReplayOptions,
-    wallet: Option<&crate::wallet::Wallet>,
+    double: Option<&reward_standins::downstream::DownstreamDouble>,
 ) -> anyhow::Result<(Services, String)> {
-    let (services, grpc) = start_services(env, setup, opts, wallet).await?;
+    let (services, grpc) = start_services(env, setup, opts, double).await?;
     wait_assigned(&setup.dir, opts.kafka_consumers).await?;
     Ok((services, grpc))
 }
@@ -233,10 +233,10 @@ async fn start_services(
     env: &StackEnv,
     setup: &Setup,
     opts: &ReplayOptions,
-    wallet: Option<&crate::wallet::Wallet>,
+    double: Option<&reward_standins::downstream::DownstreamDouble>,
 ) -> anyhow::Result<(Services, String)> {
     let config = setup.dir.join("service.toml");
-    let urls = wallet.map(|w| (w.url(), w.status_url()));
+    let urls = double.map(|w| (w.url(), w.status_url()));
     std::fs::write(
         &config,
         setup::service_toml(

@@ -1,5 +1,5 @@
 //! Fault injection during a run: each fault waits for its moment, then acts on the
-//! stand-in wallet, Redis, a stack server or a consumer, and is logged with its time.
+//! downstream double, Redis, a stack server or a consumer, and is logged with its time.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ pub(super) struct Targets {
     pub(super) setup: Setup,
     pub(super) env: StackEnv,
     pub(super) grpc: String,
-    pub(super) wallet: Option<crate::wallet::Wallet>,
+    pub(super) double: Option<reward_standins::downstream::DownstreamDouble>,
     pub(super) side: Arc<super::hosts::Side>,
     /// Held while a reshard moves slots and while a primary is being killed: a
     /// primary killed mid-reshard (the reshard's source or target) leaves slots
@@ -76,11 +76,11 @@ async fn play_one(f: Fault, t: Targets, log: FaultLog, start: Instant) {
 /// (a failover behind a running reshard) moves it to when it really strikes.
 async fn inject(f: &Fault, t: &Targets, struck: &std::sync::Mutex<Instant>) -> anyhow::Result<()> {
     let (services, script, setup, env) = (&t.services, t.script.as_path(), &t.setup, &t.env);
-    let (grpc, wallet) = (t.grpc.as_str(), t.wallet.as_ref());
+    let (grpc, double) = (t.grpc.as_str(), t.double.as_ref());
     let down = Duration::from_secs_f64(f.for_secs);
     match f.action {
         Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit => {
-            downstream(f, wallet, down).await
+            downstream(f, double, down).await
         }
         Action::RedisPause => redis_pause(env, down).await,
         Action::StopServer => {
@@ -154,14 +154,14 @@ async fn kill_service(
     Ok(())
 }
 
-/// The stand-in wallet fails, slows or answers late for `down`, then recovers.
+/// The downstream double fails, slows or answers late for `down`, then recovers.
 async fn downstream(
     f: &Fault,
-    wallet: Option<&crate::wallet::Wallet>,
+    double: Option<&reward_standins::downstream::DownstreamDouble>,
     down: Duration,
 ) -> anyhow::Result<()> {
-    let Some(w) = wallet else {
-        anyhow::bail!("no stand-in wallet running");
+    let Some(w) = double else {
+        anyhow::bail!("no downstream double running");
     };
     match f.action {
         Action::DownstreamFail => w.set_fail_share(f.share.unwrap_or(0.0)),

@@ -270,10 +270,10 @@ pub struct ReplayReport {
     /// What the run cost per credited reward ([`crate::cost`]), from the start of
     /// sending to the end of the drain.
     pub cost: Option<crate::cost::Cost>,
-    /// The stand-in wallet's counters (runs with a downstream fault): calls, failed
+    /// The downstream double's counters (runs with a downstream fault): calls, failed
     /// on purpose, answered late after crediting, repeats answered with the first
     /// receipt.
-    pub wallet: BTreeMap<String, u64>,
+    pub downstream_double: BTreeMap<String, u64>,
 }
 
 /// Runs one replay; returns its run directory and report (reconciliation included).

@@ -15,7 +15,7 @@ use crate::setup::{self, Setup};
 use reward_runtime::clock::now_ms as unix_ms;
 use reward_tools::stack::{Server, StackEnv, check_reachable};
 
-use super::assemble::{build_report, wallet_counters};
+use super::assemble::{build_report, double_counters};
 use super::children::{self, Services};
 use super::collect::{self, Collected, CounterRow};
 use super::hosts::{HostPool, Side};
@@ -24,7 +24,7 @@ use super::schedule::{Counters, Sample, SceneGen, progress_bar, schedule};
 use super::{Ceilings, ReplayOptions, ReplayReport, drain};
 
 /// What the phases of one replay share. Fields drop in declaration order: the SDK
-/// before the children, before the wallet, before the setup.
+/// before the children, before the double, before the setup.
 pub(super) struct Run<'a> {
     /// When sending began (the schedule's time zero).
     start: Instant,
@@ -36,8 +36,8 @@ pub(super) struct Run<'a> {
     services: Arc<tokio::sync::Mutex<Services>>,
     /// The service's gRPC URL.
     grpc: String,
-    /// The stand-in wallet (runs with a downstream fault).
-    wallet: Option<crate::wallet::Wallet>,
+    /// The downstream double (runs with a downstream fault).
+    double: Option<reward_standins::downstream::DownstreamDouble>,
     /// The run directory.
     pub(super) dir: PathBuf,
     /// The cost counters at the start of sending.
@@ -93,13 +93,13 @@ impl Watchers {
 
 impl<'a> Run<'a> {
     /// Prepares the run (stack reachable, run directory, topics and configs), starts
-    /// the stand-in wallet, the services and the SDK, then starts the clock.
+    /// the downstream double, the services and the SDK, then starts the clock.
     pub(super) async fn start(env: &'a StackEnv, opts: &'a ReplayOptions) -> anyhow::Result<Self> {
         let mut setup = Self::prepare(env, opts).await?;
         let dir = setup.dir.clone();
         eprintln!("replay: run directory {}", dir.display());
-        let wallet = Self::start_wallet(env, opts, &setup).await?;
-        let (services, grpc) = children::start(env, &setup, opts, wallet.as_ref()).await?;
+        let double = Self::start_double(env, opts, &setup).await?;
+        let (services, grpc) = children::start(env, &setup, opts, double.as_ref()).await?;
         let services = Arc::new(tokio::sync::Mutex::new(services));
         let sdk = Arc::new(Self::start_sdk(env, opts, &setup).await?);
         let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
@@ -116,7 +116,7 @@ impl<'a> Run<'a> {
             sdk,
             services,
             grpc,
-            wallet,
+            double,
             dir,
             probe,
             cost: None,
@@ -161,13 +161,13 @@ impl<'a> Run<'a> {
         )))
     }
 
-    /// The stand-in wallet, when a fault breaks the downstream.
-    async fn start_wallet(
+    /// The downstream double, when a fault breaks the downstream.
+    async fn start_double(
         env: &StackEnv,
         opts: &ReplayOptions,
         setup: &Setup,
-    ) -> anyhow::Result<Option<crate::wallet::Wallet>> {
-        let wallet = if crate::faults::needs_wallet(&opts.faults) {
+    ) -> anyhow::Result<Option<reward_standins::downstream::DownstreamDouble>> {
+        let double = if crate::faults::needs_downstream_double(&opts.faults) {
             let ledger = reward_service::downstream::Ledger::connect(
                 &env.redis_url,
                 &setup.manifest.ledger_prefix,
@@ -175,11 +175,11 @@ impl<'a> Run<'a> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
-            Some(crate::wallet::Wallet::start(ledger).await?)
+            Some(reward_standins::downstream::DownstreamDouble::start(ledger).await?)
         } else {
             None
         };
-        Ok(wallet)
+        Ok(double)
     }
 
     /// Starts the collector: samples → histograms, per-second buckets and sent.tsv.
@@ -209,7 +209,7 @@ impl<'a> Run<'a> {
             setup: self.setup.clone(),
             env: self.env.clone(),
             grpc: self.grpc.clone(),
-            wallet: self.wallet.clone(),
+            double: self.double.clone(),
             side: self.sdk.clone(),
             topology: Arc::default(),
         };
@@ -441,8 +441,8 @@ impl<'a> Run<'a> {
             cost.divide(report.credited, records);
             cost
         });
-        if let Some(w) = &self.wallet {
-            report.wallet = wallet_counters(w);
+        if let Some(w) = &self.double {
+            report.downstream_double = double_counters(w);
         }
         report
     }

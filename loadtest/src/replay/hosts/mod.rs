@@ -4,7 +4,7 @@
 //! A real activity service holds the events it accepted in memory until a broker
 //! takes them; when its process dies, those events die with it. To show what that
 //! costs, a plan with a `kill-sdk-host` fault runs the SDK in `--sdk-hosts` child
-//! processes (`loadtest sdk-host`, at least two, so the others take the traffic while
+//! processes (`sdk-host`, from `reward_standins::sdk_host`, at least two, so the others take the traffic while
 //! one is down, as a load balancer in front of a fleet would). The schedule stays
 //! here: each request goes to the next live host over the child's stdin as one JSON
 //! line and its answer comes back on the child's stdout; each host has its own spool
@@ -29,23 +29,19 @@
 //! its rewards are not excused.
 //!
 //! # Where each part lives
-//! `outcome` (what a send came to, a host's counters), `wire` (the JSON lines between
-//! the parent and a host), `serve` (the host's own loop: `loadtest sdk-host`), `pool`
-//! (the parent's pool of hosts: launch, pick, kill, bury, close), `side` (the activity
-//! side a replay talks to: the SDK in process, or the pool), `marks` (the rewards of
-//! killed hosts, which reconciliation reads).
+//! Here, the parent's side: `pool` (the pool of hosts: launch, pick, kill, bury,
+//! close), `side` (the activity side a replay talks to: the SDK in process, or the
+//! pool), `marks` (the rewards of killed hosts, which reconciliation reads). The host
+//! itself, the JSON lines between the two and what a send came to are the stand-in's
+//! (`reward_standins::sdk_host`).
 
 mod marks;
-mod outcome;
 mod pool;
-mod serve;
 mod side;
 #[cfg(test)]
 mod tests;
-mod wire;
 
 pub use self::marks::{Marks, read_marks};
-pub(crate) use self::outcome::Sent;
 pub(crate) use self::pool::HostPool;
-pub use self::serve::serve;
 pub(crate) use self::side::Side;
+pub(crate) use reward_standins::sdk_host::Sent;

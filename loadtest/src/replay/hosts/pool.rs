@@ -13,8 +13,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
 
 use super::marks::{BOUND, MARKS};
-use super::outcome::{HostStats, KINDS, Sent};
-use super::wire::{FromHost, WireRequest};
+use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 
 /// What a host's reader saw.
 #[derive(Default)]
@@ -65,8 +64,10 @@ impl HostPool {
     /// Starts `configs.len()` hosts, host `i` with the SDK config file `configs[i]`;
     /// their stderr goes to `dir/sdk-host<i>.log`.
     pub(crate) async fn start(dir: &Path, configs: Vec<PathBuf>) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe()
-            .map_err(|e| anyhow::anyhow!("cannot find the loadtest binary: {e}"))?;
+        let exe = crate::services::bin_dir().join(reward_standins::sdk_host::BINARY);
+        if !exe.is_file() {
+            return Err(crate::services::ServiceError::Missing(exe).into());
+        }
         let marks_path = dir.join(MARKS);
         let marks = std::fs::File::create(&marks_path)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", marks_path.display()))?;
@@ -98,7 +99,6 @@ impl HostPool {
             .open(&log_path)
             .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", log_path.display()))?;
         let mut child = tokio::process::Command::new(&self.exe)
-            .arg("sdk-host")
             .arg("--config")
             .arg(&self.configs[i])
             .stdin(std::process::Stdio::piped())

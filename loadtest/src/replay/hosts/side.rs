@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use sdk::request::RewardRequest;
 
-use super::outcome::{HostStats, Sent, refusal};
 use super::pool::HostPool;
+use reward_standins::sdk_host::{HostStats, Sent, refusal};
 
 /// The activity side: the SDK in this process, or SDK hosts.
 pub(crate) enum Side {

@@ -1,10 +1,11 @@
-//! A stand-in wallet for downstream fault drills: an HTTP downstream the replay runs
-//! in its own process and puts between the reward service and the Redis ledger when
+//! The downstream double, for downstream fault drills: an HTTP downstream (what a
+//! real company's wallet or coupon service is to the reward service) that the replay
+//! runs in its own process and puts between the reward service and the Redis ledger when
 //! a fault plan breaks the downstream (`downstream-fail`, `downstream-slow`,
 //! `downstream-timeout-after-credit`).
 //!
 //! It keeps the reward service's HTTP downstream contract
-//! (`reward_service::downstream::Http`) as a real wallet does:
+//! (`reward_service::downstream::Http`) as a real downstream does:
 //! - `POST /credit` with JSON `{trade_no, user_id, reward_type, amount}` and the
 //!   trade number as `Idempotency-Key`: 2xx with `{"ref": ...}` when credited. A key
 //!   it has credited before answers the first receipt again and credits nothing; a key
@@ -15,12 +16,12 @@
 //!   touched.
 //!
 //! Behind it the real ledger credits (same key prefix, so the reconciliation reads the
-//! same data as without the wallet), and that ledger stays strict: if the wallet or the
+//! same data as without the double), and that ledger stays strict: if the double or the
 //! service ever sent a second effective credit, its double-credit count would show
 //! it. The key table lives in this process's memory for the run: it stands in for a
-//! wallet's own idempotency store.
+//! downstream's own idempotency store.
 //!
-//! `downstream-timeout-after-credit` is the in-doubt case every real wallet has: the
+//! `downstream-timeout-after-credit` is the in-doubt case every real downstream has: the
 //! credit happens, then the answer comes [`LATE_MS`] later, after the service has
 //! given up waiting.
 
@@ -37,9 +38,9 @@ use axum::routing::{get, post};
 use reward_service::downstream::{Credit, CreditStatus, Downstream as _, Ledger};
 
 /// The longest delay a plan may ask for, ms (the service's HTTP timeout for the
-/// wallet is [`TIMEOUT_MS`]).
+/// downstream is [`TIMEOUT_MS`]).
 pub const MAX_DELAY_MS: u64 = 1_000;
-/// The reward service's timeout for calls to the wallet, ms.
+/// The reward service's timeout for calls to the downstream, ms.
 pub const TIMEOUT_MS: u64 = 3_000;
 /// How late a late answer comes, ms: well past [`TIMEOUT_MS`].
 pub const LATE_MS: u64 = TIMEOUT_MS + 1_500;
@@ -73,9 +74,9 @@ struct Inner {
     keys: Mutex<HashMap<String, Key>>,
 }
 
-/// A running wallet.
+/// A running downstream double.
 #[derive(Debug, Clone)]
-pub struct Wallet {
+pub struct DownstreamDouble {
     /// Where it listens.
     pub addr: SocketAddr,
     inner: Arc<Inner>,
@@ -112,8 +113,8 @@ fn ppm(share: f64) -> u64 {
     (share.clamp(0.0, 1.0) * 1e6).round() as u64
 }
 
-impl Wallet {
-    /// Starts the wallet on a loopback port, crediting into `ledger`.
+impl DownstreamDouble {
+    /// Starts the double on a loopback port, crediting into `ledger`.
     pub async fn start(ledger: Ledger) -> anyhow::Result<Self> {
         let inner = Arc::new(Inner {
             ledger,
@@ -128,7 +129,7 @@ impl Wallet {
         let addr = listener.local_addr()?;
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "the stand-in wallet stopped");
+                tracing::error!(error = %e, "the downstream double stopped");
             }
         });
         Ok(Self { addr, inner })
@@ -226,7 +227,7 @@ async fn credit(State(w): State<Arc<Inner>>, Json(body): Json<CreditBody>) -> An
     if let Err(a) = w.take_key(&body.trade_no) {
         return a;
     }
-    // A wallet finishes a credit it started whether or not its caller waits: run it
+    // A downstream finishes a credit it started whether or not its caller waits: run it
     // apart from the request, so a caller that times out and hangs up cannot leave
     // the key in flight for ever (status would then answer KEY_IN_USE to every
     // resolution, and the grant would stay in doubt).

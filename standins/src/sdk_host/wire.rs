@@ -9,22 +9,22 @@ use super::outcome::HostStats;
 
 /// One request, parent to host.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct WireRequest {
-    pub(super) id: u64,
-    pub(super) trade_no: String,
-    pub(super) user_id: String,
-    pub(super) device_id: String,
-    pub(super) app_id: String,
-    pub(super) activity_id: String,
-    pub(super) scene_id: String,
-    pub(super) reward_type: String,
-    pub(super) amount: i64,
-    pub(super) description: String,
-    pub(super) extension: BTreeMap<String, String>,
+pub struct WireRequest {
+    pub id: u64,
+    pub trade_no: String,
+    pub user_id: String,
+    pub device_id: String,
+    pub app_id: String,
+    pub activity_id: String,
+    pub scene_id: String,
+    pub reward_type: String,
+    pub amount: i64,
+    pub description: String,
+    pub extension: BTreeMap<String, String>,
 }
 
 impl WireRequest {
-    pub(super) fn new(id: u64, r: RewardRequest) -> Self {
+    pub fn new(id: u64, r: RewardRequest) -> Self {
         Self {
             id,
             trade_no: r.trade_no,
@@ -40,7 +40,7 @@ impl WireRequest {
         }
     }
 
-    pub(super) fn into_request(self) -> (u64, RewardRequest) {
+    pub fn into_request(self) -> (u64, RewardRequest) {
         let r = RewardRequest {
             trade_no: self.trade_no,
             user: User {
@@ -61,7 +61,7 @@ impl WireRequest {
 
 /// One line, host to parent.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) enum FromHost {
+pub enum FromHost {
     /// A call's answer: no refusal means accepted.
     Answer { id: u64, refusal: Option<String> },
     /// The counters, every second.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a send came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sent {
+pub enum Sent {
     /// The SDK accepted the reward (a token was returned).
     Accepted,
     /// The SDK refused it (the kind of refusal).
@@ -17,7 +17,7 @@ pub(crate) enum Sent {
 }
 
 /// The refusal kinds a host can answer, as the report names them.
-pub(super) const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 6] = [
     "invalid",
     "backpressure",
     "closed",
@@ -27,7 +27,7 @@ pub(super) const KINDS: [&str; 6] = [
 ];
 
 /// A refusal's kind as the report names it.
-pub(crate) fn refusal(e: &sdk::SendError) -> &'static str {
+pub fn refusal(e: &sdk::SendError) -> &'static str {
     match e {
         sdk::SendError::Invalid(_) => KINDS[0],
         sdk::SendError::Backpressure(_) => KINDS[1],
@@ -40,32 +40,32 @@ pub(crate) fn refusal(e: &sdk::SendError) -> &'static str {
 
 /// The SDK's counters as a host reports them (every second, and when it closes).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub(crate) struct HostStats {
-    pub(crate) accepted: u64,
-    pub(crate) delivered: u64,
+pub struct HostStats {
+    pub accepted: u64,
+    pub delivered: u64,
     /// Broker records delivered (a compound record holds many events).
     #[serde(default)]
-    pub(crate) records: u64,
-    pub(crate) failovers: u64,
-    pub(crate) retries: u64,
-    pub(crate) spooled: u64,
-    pub(crate) replayed: u64,
-    pub(crate) logged: u64,
-    pub(crate) unsettled: u64,
-    pub(crate) tokens_written: u64,
-    pub(crate) token_attempts_failed: u64,
-    pub(crate) token_retries: u64,
-    pub(crate) tokens_given_up: u64,
-    pub(crate) tokens_left: u64,
+    pub records: u64,
+    pub failovers: u64,
+    pub retries: u64,
+    pub spooled: u64,
+    pub replayed: u64,
+    pub logged: u64,
+    pub unsettled: u64,
+    pub tokens_written: u64,
+    pub token_attempts_failed: u64,
+    pub token_retries: u64,
+    pub tokens_given_up: u64,
+    pub tokens_left: u64,
     /// Events a killed host still held (its last count before the kill, at most
     /// a second old): they died with it.
     #[serde(default)]
-    pub(crate) died_in_memory: u64,
+    pub died_in_memory: u64,
 }
 
 impl HostStats {
     /// An SDK's counters now (`queue` from `stats()` or a close report).
-    pub(crate) fn of(sdk: &sdk::Sdk, queue: &sdk::queue::StatsSnapshot, tokens_left: u64) -> Self {
+    pub fn of(sdk: &sdk::Sdk, queue: &sdk::queue::StatsSnapshot, tokens_left: u64) -> Self {
         let st = sdk.store().stats();
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Self {
@@ -87,7 +87,7 @@ impl HostStats {
         }
     }
 
-    pub(super) fn add(&mut self, o: &Self) {
+    pub fn add(&mut self, o: &Self) {
         self.accepted += o.accepted;
         self.delivered += o.delivered;
         self.records += o.records;
@@ -106,7 +106,7 @@ impl HostStats {
     }
 
     /// The queue's part, as the per-second sampler keeps it.
-    pub(crate) fn snapshot(&self) -> sdk::queue::StatsSnapshot {
+    pub fn snapshot(&self) -> sdk::queue::StatsSnapshot {
         sdk::queue::StatsSnapshot {
             accepted: self.accepted,
             delivered: self.delivered,
@@ -122,7 +122,7 @@ impl HostStats {
     }
 
     /// Named as the report's SDK table shows them.
-    pub(crate) fn counters(&self) -> BTreeMap<String, u64> {
+    pub fn counters(&self) -> BTreeMap<String, u64> {
         [
             ("events accepted", self.accepted),
             ("events delivered", self.delivered),

@@ -1,4 +1,4 @@
-//! The host's own loop (`loadtest sdk-host`): an SDK serving the parent's requests.
+//! The host's own loop (`sdk-host`): an SDK serving the parent's requests.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::outcome::{HostStats, refusal};
 use super::wire::{FromHost, WireRequest};
 
-/// `loadtest sdk-host`: runs an SDK from `config` and serves requests from stdin until
+/// `sdk-host`: runs an SDK from `config` and serves requests from stdin until
 /// stdin ends, then closes the SDK (30 s at most) and reports its counters.
 pub async fn serve(config: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(config)
