@@ -5,6 +5,8 @@
 //!   ([`control::schema::KNOBS`]), a change checked the way the running instances
 //!   will check it, written to the shared dynamic document, audited; budgets and
 //!   in-doubt grants.
+//! - [`books`]: proof from Redis that every reward sent was credited exactly once,
+//!   within budget, with its token stored (`reward-ctl books`, `loadtest reconcile`).
 //! - [`clean`]: removing what load-test runs left in Redis, by key family and run
 //!   tag (SCAN and UNLINK, cluster-wide).
 //! - [`stack`]: where the stack's servers are (`ops/stack env`), a fast reachability
@@ -16,6 +18,8 @@
 //! only the address book and topic helpers (the tests' kit, the load tester) leave it
 //! off.
 
+#[cfg(feature = "ctl")]
+pub mod books;
 pub mod clean;
 #[cfg(feature = "ctl")]
 pub mod control;

@@ -20,6 +20,8 @@ use reward_tools::control::{Control, ControlError, Known, schema};
 /// the downstream, then record it credited or let the next delivery credit it.
 /// Lost shard pins (`reward-ctl layout claims|due --prefix P --shards N`): what a
 /// service or SDK that refused to start names; needs no config.
+/// The books (`reward-ctl books --sent FILE ...`): every reward sent credited once,
+/// within budget, its token stored; a PASS/FAIL table, exit 1 on FAIL; needs no config.
 ///
 /// Reward types, queues, producers and scenes must exist in the configs the instances
 /// run with (--consumer-config, --service-config).
@@ -120,6 +122,56 @@ enum Cmd {
         #[arg(long)]
         shards: u32,
     },
+    /// Check the books of what was sent against Redis: a PASS/FAIL table.
+    ///
+    /// Reads the ledger (the built-in downstream), the claim store's budgets and the
+    /// token hashes directly, never a service's counters (the checks:
+    /// `reward_tools::books`). Exit 0 when every check passes, 1 when one fails, 2 on
+    /// bad input (a malformed sent list names its line). Needs no config.
+    Books {
+        /// The sent list: one line per reward the SDK accepted, tab-separated: trade
+        /// number, user, activity, scene, type, amount, send time (Unix ms), token
+        /// stored (0/1), repeat (0/1). A replay's `sent.tsv` is one.
+        #[arg(long)]
+        sent: PathBuf,
+        /// The token store's key prefix (`[sdk.store] key_prefix`).
+        #[arg(long)]
+        token_prefix: String,
+        /// The claim store's key prefix (`[claims] key_prefix`).
+        #[arg(long)]
+        claims_prefix: String,
+        /// The claim store's shards per scene (`[claims] shards`).
+        #[arg(long)]
+        claims_shards: u32,
+        /// The ledger's key prefix.
+        #[arg(long)]
+        ledger_prefix: String,
+        /// A scene's budget, `activity/scene=TOTAL` (repeatable): spent must equal the
+        /// scene's credits and stay within it.
+        #[arg(long = "budget", value_parser = budget_arg)]
+        budgets: Vec<(String, i64)>,
+        /// Token writes the SDK counted as failed: so many sent rewards may lack a
+        /// stored token.
+        #[arg(long, default_value_t = 0)]
+        token_write_failures: u64,
+    },
+}
+
+/// `activity/scene=TOTAL`.
+fn budget_arg(s: &str) -> Result<(String, i64), String> {
+    let (scope, total) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected activity/scene=TOTAL"))?;
+    if !scope.contains('/') {
+        return Err(format!("{scope:?}: expected activity/scene"));
+    }
+    let total: i64 = total
+        .parse()
+        .map_err(|e| format!("{total:?}: not a whole number ({e})"))?;
+    if total < 0 {
+        return Err(format!("{total}: a budget is not negative"));
+    }
+    Ok((scope.to_string(), total))
 }
 
 fn who(given: Option<String>) -> String {
@@ -141,6 +193,25 @@ async fn main() -> ExitCode {
     } = &args.command
     {
         return layout(&args.redis, store, prefix, *shards).await;
+    }
+    if let Cmd::Books {
+        sent,
+        token_prefix,
+        claims_prefix,
+        claims_shards,
+        ledger_prefix,
+        budgets,
+        token_write_failures,
+    } = &args.command
+    {
+        let at = reward_tools::books::Stores {
+            redis_url: args.redis.clone(),
+            token_prefix: token_prefix.clone(),
+            claims_prefix: claims_prefix.clone(),
+            claims_shards: *claims_shards,
+            ledger_prefix: ledger_prefix.clone(),
+        };
+        return books(at, sent, budgets, *token_write_failures).await;
     }
     let known = match Known::load(&args.consumer_config, &args.service_config) {
         Ok(k) => k,
@@ -241,6 +312,46 @@ async fn layout(redis: &str, store: &str, prefix: &str, shards: u32) -> ExitCode
     }
 }
 
+/// `reward-ctl books`: the table, exit 1 on FAIL.
+async fn books(
+    at: reward_tools::books::Stores,
+    sent: &std::path::Path,
+    budgets: &[(String, i64)],
+    token_write_failures: u64,
+) -> ExitCode {
+    let (sent, repeats, conflicts) = match reward_tools::books::read_sent(sent) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("reward-ctl: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let expected = reward_tools::books::Expected {
+        sent,
+        repeats,
+        conflicts,
+        budgets: budgets.iter().cloned().collect(),
+        token_write_failures,
+        excused: None,
+    };
+    match reward_tools::books::check(&at, &expected).await {
+        Ok(r) => {
+            print!("{}", r.table());
+            if r.passed() {
+                println!("books: PASS");
+                ExitCode::SUCCESS
+            } else {
+                println!("books: FAIL");
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("reward-ctl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn shown(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| "(file value)".into())
 }
@@ -279,8 +390,8 @@ async fn run(ctl: &Control, command: &Cmd) -> Result<(), ControlError> {
             credited,
             not_credited: _,
         } => settle(ctl, trade_no, credited.as_deref()).await?,
-        // Handled before the configs are read (it needs none).
-        Cmd::Layout { .. } => {}
+        // Handled before the configs are read (they need none).
+        Cmd::Layout { .. } | Cmd::Books { .. } => {}
         Cmd::Audit { last } => {
             for e in ctl.audit_log(*last).await? {
                 println!(
