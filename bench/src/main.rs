@@ -2,7 +2,6 @@
 //! probes (see the crate's docs).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use reward_bench::cli::benches::{
@@ -55,33 +54,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = runtime.block_on(async {
+    reward_runtime::service::run_tool(async {
         match cli.command {
             Command::Send(args) => bench_cmd(args).await,
             Command::Grant(args) => grant_bench_cmd(args).await,
             Command::Consumer(args) => consumer_bench_cmd(args).await,
             Command::Smoke(args) => smoke_cmd(args).await,
         }
-    });
-    // A client library thread stuck in its own shutdown (see the Kafka probe's close
-    // deadline) must not keep the process from exiting with its verdict.
-    runtime.shutdown_timeout(Duration::from_secs(5));
-    code
+    })
 }

@@ -1,7 +1,6 @@
 //! `loadtest`: drive the local stack and report what it did.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use loadtest::cli::clean::{CleanArgs, clean_cmd};
@@ -67,28 +66,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = runtime.block_on(run(cli));
-    // A client library thread stuck in its own shutdown (see the Kafka probe's close
-    // deadline) must not keep the process from exiting with its verdict.
-    runtime.shutdown_timeout(Duration::from_secs(5));
-    code
+    reward_runtime::service::run_tool(run(cli))
 }
 
 async fn run(cli: Cli) -> ExitCode {

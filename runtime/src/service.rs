@@ -8,7 +8,9 @@
 //! | 2 | the configuration was refused (the message names the key) |
 
 use std::fmt::Display;
+use std::future::Future;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Sets up `tracing` for the process: level from `RUST_LOG` (default `info`), human
 /// readable text or, with `json`, one JSON object per line.
@@ -21,6 +23,38 @@ pub fn init_tracing(json: bool) {
     } else {
         fmt.init();
     }
+}
+
+/// Runs a command-line tool (the load tester, the benches, the SDK host): `tracing` to
+/// stderr at `RUST_LOG` (default `warn`, so stdout carries only the tool's own
+/// output), a multi-thread runtime for `body`, and `body`'s exit status. A runtime
+/// that cannot start is one line and status 1. Once `body` has answered, tasks get 5 s
+/// to end: a client library's thread stuck in its own shutdown must not keep the
+/// process from exiting with its verdict.
+pub fn run_tool<F>(body: F) -> ExitCode
+where
+    F: Future<Output = ExitCode>,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(body);
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    code
 }
 
 /// Resolves on SIGTERM (what `kill`, systemd and Kubernetes send) or Ctrl-C.

@@ -23,30 +23,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+    reward_runtime::service::run_tool(async move {
+        match reward_standins::sdk_host::serve(&cli.config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sdk-host FAILED: {e:#}");
+                ExitCode::FAILURE
+            }
         }
-    };
-    let code = match runtime.block_on(reward_standins::sdk_host::serve(&cli.config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sdk-host FAILED: {e:#}");
-            ExitCode::FAILURE
-        }
-    };
-    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    code
+    })
 }
