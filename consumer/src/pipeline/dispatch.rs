@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use prost::Message as _;
-use proto::v1::{GrantBatchRequest, RewardEvent};
+use proto::v1::RewardEvent;
 use tokio::sync::mpsc;
 
 use reward_runtime::clock::now_ms;
 
 use crate::limits::Verdict;
 
-use super::settle::{GRANT_ATTEMPTS, grant_backoff};
 use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready, SIDE_TASKS};
 
 /// Side tasks (running or waiting for a permit) past which no new record is admitted.
@@ -416,47 +415,20 @@ impl Pipeline {
         });
     }
 
-    /// One GrantBatch call and the settling of its results.
+    /// One GrantBatch call (retried, [`super::grant::grant_answers`]) and the settling
+    /// of its results.
     async fn grant(&self, batch: Vec<Ready>) {
-        let mut answer = None;
-        for attempt in 0..GRANT_ATTEMPTS {
-            // The events are copied into each attempt's request (once, normally).
-            // Read off a topic: the service credits only events that prove they were
-            // issued by a holder of the token keys.
-            let mut req = tonic::Request::new(GrantBatchRequest {
-                events: batch.iter().map(|r| r.event.clone()).collect(),
-                require_proof: true,
-            });
-            req.metadata_mut()
-                .insert("authorization", self.inner.auth.clone());
-            req.set_timeout(self.inner.timeout);
-            let mut client = self.inner.client.clone();
-            match client.grant_batch(req).await {
-                Ok(resp) => {
-                    answer = Some(resp.into_inner().results);
-                    break;
-                }
-                Err(status) => {
-                    self.inner.stats.service_error();
-                    tracing::warn!(code = ?status.code(), message = status.message(), attempt,
-                        "GrantBatch failed");
-                    if matches!(
-                        status.code(),
-                        tonic::Code::InvalidArgument | tonic::Code::Unauthenticated
-                    ) {
-                        break;
-                    }
-                    if attempt + 1 < GRANT_ATTEMPTS {
-                        tokio::time::sleep(grant_backoff(attempt)).await;
-                    }
-                }
-            }
-        }
-        let mut results = answer.unwrap_or_default().into_iter();
-        for ready in batch {
-            let r = results
-                .next()
-                .filter(|r| r.trade_no == ready.event.trade_no);
+        let events: Vec<&RewardEvent> = batch.iter().map(|r| &r.event).collect();
+        let inner = &self.inner;
+        let answers = super::grant::grant_answers(
+            inner.client.as_ref(),
+            &events,
+            &inner.auth,
+            inner.timeout,
+            &inner.stats,
+        )
+        .await;
+        for (ready, r) in batch.into_iter().zip(answers) {
             self.settle(ready, r).await;
         }
     }

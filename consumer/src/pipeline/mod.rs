@@ -55,6 +55,7 @@
 //! message's every attempt.
 
 mod dispatch;
+mod grant;
 mod mover;
 mod offsets;
 mod settle;
@@ -71,7 +72,6 @@ use proto::v1::RewardEvent;
 use proto::v1::reward_service_client::RewardServiceClient;
 use sdk::Sdk;
 use tokio::sync::{Notify, Semaphore};
-use tonic::transport::Channel;
 
 use reward_runtime::credential::Credential;
 
@@ -79,6 +79,7 @@ use crate::config::PipelineConfig;
 use crate::delay::DelayQueue;
 use crate::limits::Limits;
 
+pub use self::grant::{GrantClient, TonicGrant};
 pub use self::mover::mover;
 pub use self::offsets::{Ack, Offsets, PartKey};
 pub use self::settle::{queue_anywhere, requeue_key};
@@ -119,7 +120,7 @@ struct Inner {
     limits: Limits,
     delay: Arc<DelayQueue>,
     sdk: Sdk,
-    client: RewardServiceClient<Channel>,
+    client: Arc<dyn GrantClient>,
     auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
     timeout: Duration,
     offsets: Arc<Offsets>,
@@ -179,9 +180,11 @@ impl Pipeline {
             // call, and the claims' leases keep its grants single (docs/cluster.md).
             many => tonic::transport::Channel::balance_list(many.iter().cloned()),
         };
-        let client = RewardServiceClient::new(channel)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20);
+        let client: Arc<dyn GrantClient> = Arc::new(TonicGrant(
+            RewardServiceClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+        ));
         let auth = credential
             .header()
             .parse()

@@ -19,85 +19,128 @@ use super::stats::{LastResort, Requeue};
 use super::{Item, Park, Pipeline, Ready};
 use proto::reasons::DeadLetterReason;
 
+/// Where one event ends once the service answered (or did not): the decision of
+/// [`Pipeline::settle`], apart from its carrying out, so the unit tests can check it
+/// for every outcome without Redis or a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Settled for good: its offset may be marked.
+    Done(Done),
+    /// Parked for another attempt: `retry_count` is the event's new count, `delay`
+    /// the wait (the backoff, or the service's `retry_after_ms` if longer).
+    Retry {
+        /// The event's retry count from now on.
+        retry_count: u32,
+        /// How long it stays parked (before the `MAX_PARK` cap).
+        delay: Duration,
+    },
+    /// Written to the dead-letter or failure topic (by the reason), then done.
+    Letter {
+        /// Why.
+        reason: DeadLetterReason,
+        /// The service's error code (or the outcome's name).
+        code: String,
+    },
+}
+
+/// How a [`Fate::Done`] event was settled (each has its own count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Done {
+    Granted,
+    Duplicate,
+    InDoubt,
+    FailedPermanent,
+}
+
+/// The fate of `event` given its result (`None`: no answer for it).
+pub(super) fn fate(cfg: &PipelineConfig, event: &RewardEvent, result: Option<GrantResult>) -> Fate {
+    let Some(r) = result else {
+        return retry_fate(cfg, event, "SERVICE_UNAVAILABLE", Duration::ZERO);
+    };
+    let outcome = GrantOutcome::try_from(r.outcome).unwrap_or(GrantOutcome::Unspecified);
+    match outcome {
+        GrantOutcome::Granted | GrantOutcome::Accepted => Fate::Done(Done::Granted),
+        GrantOutcome::Duplicate => Fate::Done(Done::Duplicate),
+        // Held for an operator by the service (its record lists it): retrying
+        // would only be answered the same.
+        GrantOutcome::InDoubt => Fate::Done(Done::InDoubt),
+        // The service already wrote it to the failure topic (once, by the claim's owner).
+        GrantOutcome::FailedPermanent => Fate::Done(Done::FailedPermanent),
+        GrantOutcome::Conflict | GrantOutcome::Invalid | GrantOutcome::BudgetExhausted => {
+            // Classified by the error code, never by the message.
+            let reason = match (outcome, r.error_code.as_str()) {
+                (GrantOutcome::Conflict, _) => DeadLetterReason::Conflict,
+                (GrantOutcome::Invalid, "EXPIRED") => DeadLetterReason::Expired,
+                (GrantOutcome::Invalid, code) if code.starts_with("PROOF_") => {
+                    DeadLetterReason::Unproven
+                }
+                (GrantOutcome::Invalid, _) => DeadLetterReason::Invalid,
+                _ => DeadLetterReason::BudgetExhausted,
+            };
+            Fate::Letter {
+                reason,
+                code: r.error_code,
+            }
+        }
+        GrantOutcome::FailedRetryable | GrantOutcome::RetryLater | GrantOutcome::Unspecified => {
+            let after = Duration::from_millis(u64::try_from(r.retry_after_ms).unwrap_or(0));
+            let code = if r.error_code.is_empty() {
+                outcome.as_str_name().to_string()
+            } else {
+                r.error_code
+            };
+            retry_fate(cfg, event, &code, after)
+        }
+    }
+}
+
+/// A failure a retry can fix: parked with `retry_count + 1`, or a dead letter past
+/// the maximum.
+fn retry_fate(cfg: &PipelineConfig, event: &RewardEvent, code: &str, after: Duration) -> Fate {
+    let next = event.retry_count.saturating_add(1);
+    if next > cfg.max_retries {
+        return Fate::Letter {
+            reason: DeadLetterReason::MaxRetries,
+            code: code.to_string(),
+        };
+    }
+    Fate::Retry {
+        retry_count: next,
+        delay: cfg.backoff(next).max(after),
+    }
+}
+
 impl Pipeline {
+    /// Carries out the [`fate`] of one event: counts it and marks it done, parks it,
+    /// or writes its letter.
     pub(super) async fn settle(&self, ready: Ready, result: Option<GrantResult>) {
         let stats = &self.inner.stats;
-        let Some(r) = result else {
-            return self
-                .retry(ready, "SERVICE_UNAVAILABLE", Duration::ZERO)
-                .await;
-        };
-        let outcome = GrantOutcome::try_from(r.outcome).unwrap_or(GrantOutcome::Unspecified);
-        match outcome {
-            GrantOutcome::Granted | GrantOutcome::Accepted => {
-                stats.granted(&ready.event.reward_type);
-                self.done(&ready.item.ack);
-            }
-            GrantOutcome::Duplicate => {
-                stats.duplicate();
-                self.done(&ready.item.ack);
-            }
-            // Held for an operator by the service (its record lists it): retrying
-            // would only be answered the same.
-            GrantOutcome::InDoubt => {
-                stats.in_doubt();
-                tracing::warn!(trade_no = %ready.event.trade_no, "grant held in doubt for an operator");
-                self.done(&ready.item.ack);
-            }
-            GrantOutcome::FailedPermanent => {
-                stats.failed_permanent();
-                self.done(&ready.item.ack);
-            }
-            GrantOutcome::Conflict | GrantOutcome::Invalid | GrantOutcome::BudgetExhausted => {
-                // Classified by the error code, never by the message.
-                let reason = match (outcome, r.error_code.as_str()) {
-                    (GrantOutcome::Conflict, _) => DeadLetterReason::Conflict,
-                    (GrantOutcome::Invalid, "EXPIRED") => DeadLetterReason::Expired,
-                    (GrantOutcome::Invalid, code) if code.starts_with("PROOF_") => {
-                        DeadLetterReason::Unproven
+        match fate(&self.inner.cfg, &ready.event, result) {
+            Fate::Done(how) => {
+                match how {
+                    Done::Granted => stats.granted(&ready.event.reward_type),
+                    Done::Duplicate => stats.duplicate(),
+                    Done::InDoubt => {
+                        stats.in_doubt();
+                        tracing::warn!(trade_no = %ready.event.trade_no, "grant held in doubt for an operator");
                     }
-                    (GrantOutcome::Invalid, _) => DeadLetterReason::Invalid,
-                    _ => DeadLetterReason::BudgetExhausted,
-                };
+                    Done::FailedPermanent => stats.failed_permanent(),
+                }
+                self.done(&ready.item.ack);
+            }
+            Fate::Letter { reason, code } => {
                 let me = self.clone();
                 let Ready { item, event } = ready;
                 self.side(async move {
-                    me.dead_letter(Some(event), item, reason, &r.error_code)
-                        .await;
+                    me.dead_letter(Some(event), item, reason, &code).await;
                 });
             }
-            GrantOutcome::FailedRetryable
-            | GrantOutcome::RetryLater
-            | GrantOutcome::Unspecified => {
-                let after = Duration::from_millis(u64::try_from(r.retry_after_ms).unwrap_or(0));
-                let code = if r.error_code.is_empty() {
-                    outcome.as_str_name().to_string()
-                } else {
-                    r.error_code
-                };
-                self.retry(ready, &code, after).await;
+            Fate::Retry { retry_count, delay } => {
+                let mut ready = ready;
+                ready.event.retry_count = retry_count;
+                self.park_later(ready, Park::Failed, Some(delay)).await;
             }
         }
-    }
-
-    /// A failure a retry can fix: park with `retry_count + 1`, or dead-letter past the
-    /// maximum.
-    async fn retry(&self, ready: Ready, code: &str, after: Duration) {
-        let next = ready.event.retry_count.saturating_add(1);
-        if next > self.inner.cfg.max_retries {
-            let me = self.clone();
-            let code = code.to_string();
-            let Ready { item, event } = ready;
-            self.side(async move {
-                me.dead_letter(Some(event), item, DeadLetterReason::MaxRetries, &code)
-                    .await;
-            });
-            return;
-        }
-        let mut ready = ready;
-        ready.event.retry_count = next;
-        let delay = self.inner.cfg.backoff(next).max(after);
-        self.park_later(ready, Park::Failed, Some(delay)).await;
     }
 
     pub(super) async fn park_later(&self, ready: Ready, why: Park, after: Option<Duration>) {

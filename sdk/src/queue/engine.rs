@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -58,7 +58,7 @@ impl Engine {
             batch,
             retry,
             spool_cfg,
-            started: Instant::now(),
+            started: tokio::time::Instant::now(),
             unsettled: AtomicU64::new(0),
             settled: Notify::new(),
             retry_backlog: AtomicU64::new(0),

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use base64::Engine as _;
@@ -61,7 +61,10 @@ pub(super) struct Shared {
     pub(super) batch: BatchConfig,
     pub(super) retry: RetryConfig,
     pub(super) spool_cfg: SpoolConfig,
-    pub(super) started: Instant,
+    /// The origin of [`Health::failing_since`]. Tokio's clock, like the backoffs and
+    /// the replay period it is compared with: the same instant as `std`'s in a running
+    /// service, and it moves with them when a test pauses time.
+    pub(super) started: tokio::time::Instant,
     pub(super) unsettled: AtomicU64,
     pub(super) settled: Notify,
     pub(super) retry_backlog: AtomicU64,

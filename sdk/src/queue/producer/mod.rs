@@ -7,6 +7,7 @@
 //!
 //! Each broker's producer is behind its cargo feature (`kafka`, `rocketmq`, both on by
 //! default), so a service that uses one broker builds one client library.
+//! `fake` (tests, or the `test-fakes` feature) is an in-memory stand-in for either.
 //!
 //! - [`KafkaProducer`] (rdkafka, [`kafka`]): an idempotent producer (no duplicates from its own
 //!   retries), each record keyed by its (first) event's key;
@@ -21,6 +22,8 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 
+#[cfg(any(test, feature = "test-fakes"))]
+pub mod fake;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "rocketmq")]
