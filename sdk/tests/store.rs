@@ -236,6 +236,50 @@ impl Drop for PrivateRedis {
     }
 }
 
+/// A Redis that answers nothing for the store's first attempt (hung, then resumed
+/// 1.2 s later) does not fail the store's start: it is asked again and the store
+/// starts and writes. One that stays hung fails the start after its attempts, with a
+/// Redis error (never a hang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_slow_at_start_is_asked_again_and_one_that_stays_hung_fails_the_start() {
+    let redis = PrivateRedis::start();
+    redis.signal("-STOP");
+    let pid = redis.child.id().to_string();
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_200));
+        std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+    });
+    let st = TokenStore::connect(StoreConfig {
+        timeout_ms: 500,
+        ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+    })
+    .await
+    .expect("a store whose Redis answered on the second attempt must start");
+    assert!(resume.join().unwrap().success());
+    let r = submit(&st, "u1", "t1", "s").await;
+    assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
+
+    redis.signal("-STOP");
+    let started = std::time::Instant::now();
+    let e = TokenStore::connect(StoreConfig {
+        timeout_ms: 300,
+        ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(e, StoreError::Redis(_)), "{e:?}");
+    // Three attempts of 0.3 s and pauses of 0.5 s and 1 s: it ends, never hangs.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    redis.signal("-CONT");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
     for mode in [WriteMode::Deferred, WriteMode::Direct] {

@@ -107,9 +107,33 @@ fn credited_key(pending: &str) -> String {
     format!("{pending}:credited")
 }
 
+/// How often the store's start asks Redis before it gives up: a store that starts
+/// beside a busy Redis (a loaded machine, an AOF rewrite's fork) waits a little rather
+/// than failing its service's start on one slow answer. A layout that refuses is an
+/// answer and is never asked again.
+const START_ATTEMPTS: u32 = 3;
+/// The pause before the second attempt (twice that before the third).
+const START_PAUSE: Duration = Duration::from_millis(500);
+
+/// Whether Redis did not answer (timed out, the connection failed or dropped), as
+/// opposed to answering with an error.
+fn unanswered(e: &fred::error::Error) -> bool {
+    matches!(
+        e.kind(),
+        fred::error::ErrorKind::Timeout
+            | fred::error::ErrorKind::IO
+            | fred::error::ErrorKind::Canceled
+    )
+}
+
 /// Records the due index's shard count at the store's first use and refuses another
 /// one later: entries under a different count would sit in shards no sweeper reads.
-async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), StoreError> {
+/// The outer error is Redis not answering (asked again at start, [`START_ATTEMPTS`]);
+/// the inner one is the store's answer (a layout that refuses), never asked again.
+async fn check_due_shards(
+    client: &Client,
+    cfg: &StoreConfig,
+) -> Result<Result<(), StoreError>, fred::error::Error> {
     let key = format!("{}:due-shards", cfg.key_prefix);
     let pinned: Option<String> = client.get(&key).await?;
     if pinned.is_none() {
@@ -127,20 +151,20 @@ async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), Stor
                 );
             }
             LayoutProof::Differs { key, why } => {
-                return Err(StoreError::DueLayoutDiffers {
+                return Ok(Err(StoreError::DueLayoutDiffers {
                     prefix: prefix.to_string(),
                     configured: shards,
                     key,
                     why,
-                });
+                }));
             }
             LayoutProof::Unproven { keys, samples } => {
-                return Err(StoreError::DueLayoutUnproven {
+                return Ok(Err(StoreError::DueLayoutUnproven {
                     prefix: prefix.to_string(),
                     configured: shards,
                     keys,
                     samples,
-                });
+                }));
             }
         }
     }
@@ -154,7 +178,7 @@ async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), Stor
         )
         .await?;
     let stored: Option<String> = client.get(&key).await?;
-    match stored.as_deref().map(str::parse::<u32>) {
+    Ok(match stored.as_deref().map(str::parse::<u32>) {
         Some(Ok(n)) if n == cfg.due_shards => Ok(()),
         Some(Ok(n)) => Err(StoreError::DueShards {
             configured: cfg.due_shards,
@@ -163,7 +187,7 @@ async fn check_due_shards(client: &Client, cfg: &StoreConfig) -> Result<(), Stor
         _ => Err(StoreError::Redis(format!(
             "{key} holds no shard count; it is not this store's"
         ))),
-    }
+    })
 }
 
 /// A due index member's user, activity and trade number (`None` when it is not one).
@@ -318,12 +342,22 @@ impl TokenStore {
     /// Connects to Redis, loads the script and starts the writer task.
     pub async fn connect(cfg: StoreConfig) -> Result<Self, StoreError> {
         let timeout = Duration::from_millis(cfg.timeout_ms);
-        let pool =
-            reward_runtime::redis::builder(&cfg.redis_url, timeout)?.build_pool(cfg.pool_size)?;
-        pool.init().await?;
-        let script = Script::load(pool.next(), WRITE_LUA).await?;
-        let many = Script::load(pool.next(), WRITE_MANY_LUA).await?;
-        check_due_shards(pool.next(), &cfg).await?;
+        let mut attempt = 1;
+        let (pool, script, many) = loop {
+            let pool = reward_runtime::redis::builder(&cfg.redis_url, timeout)?
+                .build_pool(cfg.pool_size)?;
+            match Self::prepare(&pool, &cfg).await {
+                Ok(Ok((script, many))) => break (pool, script, many),
+                Ok(Err(refused)) => return Err(refused),
+                Err(e) if attempt < START_ATTEMPTS && unanswered(&e) => {
+                    tracing::warn!(error = %e, attempt, "token store: Redis did not answer at start; asking again");
+                    let _ = pool.quit().await;
+                    tokio::time::sleep(START_PAUSE * attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let cfg = Arc::new(cfg);
         // Unbounded: the places (`max_pending`) bound what it can hold.
         let (tx, rx) = mpsc::unbounded_channel();
@@ -345,6 +379,20 @@ impl TokenStore {
             tx,
             shared,
         })
+    }
+
+    /// The start's round trips: connect, load the scripts, check the due index's
+    /// layout. Outer error: Redis did not answer; inner: the layout refused.
+    async fn prepare(
+        pool: &Pool,
+        cfg: &StoreConfig,
+    ) -> Result<Result<(Script, Script), StoreError>, fred::error::Error> {
+        pool.init().await?;
+        let script = Script::load(pool.next(), WRITE_LUA).await?;
+        let many = Script::load(pool.next(), WRITE_MANY_LUA).await?;
+        Ok(check_due_shards(pool.next(), cfg)
+            .await?
+            .map(|()| (script, many)))
     }
 
     /// The hash key of a user's tokens in an activity.
