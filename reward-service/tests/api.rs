@@ -352,7 +352,15 @@ fn outcome_of(r: &proto::v1::GrantResult) -> GrantOutcome {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_grants_sync_async_and_batch() {
     let tag = format!("g{:08x}", rand::random::<u32>());
-    let (r, dir) = running(&tag, 10_000).await;
+    create_topics(&tag).await;
+    let dir = unique_dir(&tag);
+    // Gems credit through a downstream that refuses every account for good.
+    let closed = closed_downstream().await;
+    let extra =
+        format!("[downstreams.gem]\nkind = \"http\"\nurl = \"{closed}\"\ntimeout_ms = 5000\n");
+    let r = start(&service_config(&tag, &dir, 10_000, &extra))
+        .await
+        .unwrap();
     let mut c = client(&r).await;
 
     // No credential, a wrong one.
@@ -404,14 +412,30 @@ async fn grpc_grants_sync_async_and_batch() {
         (GrantOutcome::BudgetExhausted, "NO_BUDGET")
     );
 
-    // A type with no downstream fails for good: archived and sent to the failure topic.
-    let gem = res(c.grant(grant(event("g:5", "7", "gem", 5))).await.unwrap());
+    // A type with no downstream is refused before any claim: nothing recorded, nothing
+    // archived, so the corrected request with the same trade number is credited.
+    let ruby = res(c.grant(grant(event("g:5", "7", "ruby", 5))).await.unwrap());
+    assert_eq!(outcome_of(&ruby), GrantOutcome::Invalid, "{ruby:?}");
+    assert_eq!(ruby.error_code, "UNKNOWN_REWARD_TYPE");
+    assert!(ruby.message.contains("\"ruby\""), "{ruby:?}");
+    let fixed = res(c.grant(grant(event("g:5", "7", "cash", 5))).await.unwrap());
+    assert_eq!(outcome_of(&fixed), GrantOutcome::Granted, "{fixed:?}");
+    let again = res(c.grant(grant(event("g:5", "7", "ruby", 5))).await.unwrap());
+    assert_eq!(
+        outcome_of(&again),
+        GrantOutcome::Conflict,
+        "the trade number is now taken by the credited request: {again:?}"
+    );
+
+    // A downstream's permanent refusal fails for good: refunded, archived once and
+    // sent to the failure topic.
+    let gem = res(c.grant(grant(event("g:7", "7", "gem", 5))).await.unwrap());
     assert_eq!(outcome_of(&gem), GrantOutcome::FailedPermanent, "{gem:?}");
-    assert_eq!(gem.error_code, "INVALID");
+    assert_eq!(gem.error_code, "ACCOUNT_CLOSED");
     let archive = std::fs::read_to_string(dir.join("failures.jsonl")).unwrap();
     assert_eq!(archive.lines().count(), 1);
-    assert!(archive.contains("\"g:5\""), "{archive}");
-    let again = res(c.grant(grant(event("g:5", "7", "gem", 5))).await.unwrap());
+    assert!(archive.contains("\"g:7\""), "{archive}");
+    let again = res(c.grant(grant(event("g:7", "7", "gem", 5))).await.unwrap());
     assert_eq!(outcome_of(&again), GrantOutcome::FailedPermanent);
     assert_eq!(
         std::fs::read_to_string(dir.join("failures.jsonl"))
@@ -433,7 +457,7 @@ async fn grpc_grants_sync_async_and_batch() {
         .result
         .unwrap();
     assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
-    assert_eq!(spent(&r).await, 50);
+    assert_eq!(spent(&r).await, 55);
 
     let mut batch: Vec<RewardEvent> = (0..60)
         .map(|i| event(&format!("b:{i}"), &format!("{}", 100 + i % 7), "coin", 1))
@@ -469,8 +493,8 @@ async fn grpc_grants_sync_async_and_batch() {
         .filter(|r| outcome_of(r) == GrantOutcome::Granted)
         .count();
     assert_eq!(granted, 61);
-    // 10 + 40 + 60 coins; the refused and failed ones cost nothing.
-    assert_eq!(spent(&r).await, 110);
+    // 10 + 5 + 40 + 60 coins; the refused and failed ones cost nothing.
+    assert_eq!(spent(&r).await, 115);
 
     let too_many = GrantBatchRequest {
         events: (0..101)
@@ -482,7 +506,11 @@ async fn grpc_grants_sync_async_and_batch() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 
     let ledger = ledger(&tag).await;
-    assert_eq!(ledger.balance("7", "cash").await.unwrap(), 10);
+    assert_eq!(
+        ledger.balance("7", "cash").await.unwrap(),
+        15,
+        "g:1 and the corrected g:5"
+    );
     assert_eq!(ledger.balance("8", "cash").await.unwrap(), 40);
 
     let report = r.shutdown().await;
@@ -808,6 +836,23 @@ async fn an_accept_window_credits_unproven_events_until_it_ends_then_refuses_the
     assert_eq!(spent(&r).await, 5);
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A downstream that refuses every credit for good (`ACCOUNT_CLOSED`).
+async fn closed_downstream() -> String {
+    let app = axum::Router::new().route(
+        "/credit",
+        axum::routing::post(|| async {
+            (
+                axum::http::StatusCode::FORBIDDEN,
+                axum::Json(json!({"code": "ACCOUNT_CLOSED"})),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/credit")
 }
 
 async fn slow_downstream(delay: Duration) -> String {

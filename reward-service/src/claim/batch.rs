@@ -49,6 +49,15 @@ impl Claims {
         for (i, e) in invalid {
             out[i] = Err(e);
         }
+        // A shard that ran out borrows for each of its refused grants in turn, as a
+        // single claim would (rare: only at a scene's end).
+        for (i, r) in out.iter_mut().enumerate() {
+            if matches!(r, Ok(Claim::BudgetExhausted))
+                && let Some(g) = grants.get(i)
+            {
+                *r = self.claim(g).await;
+            }
+        }
         out
     }
 

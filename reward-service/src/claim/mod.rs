@@ -48,10 +48,17 @@
 //! - **No shard spends past its cap**, whatever the concurrency, retries or crashes:
 //!   check and deduct are one script. The scene's total cap is the sum of its shards'
 //!   caps, so the scene never overspends either.
+//! - **The whole budget is spendable**: a claim whose shard lacks room borrows the
+//!   other shards' unspent budget first (lowering the lender's cap before raising its
+//!   own, so the sum of caps never rises; the `budget` module has the moves and why a
+//!   crash between the two can only strand units, never create them). A grant is
+//!   refused `BudgetExhausted` only when the scene as a whole lacks room.
 //! - **A changed budget never lets a scene spend past the new total**:
 //!   [`Claims::set_budget`] first holds every shard of the scene (claims of new trade
-//!   numbers answer `RETRY` for at most [`BUDGET_HOLD_MS`]), reads what each has spent,
-//!   and gives each shard its spending plus an even share of what is left. A total
+//!   numbers answer `HELD`, `BUDGET_HELD` to callers with the hold's time left, for at
+//!   most [`BUDGET_HOLD_MS`]), reads what each has spent, and gives each shard its
+//!   spending plus an even share of what is left; a move begun before the change is
+//!   refused after it (the budget's epoch). A total
 //!   below what was spent is refused ([`ClaimError::BelowSpent`]). A start-up never
 //!   overwrites a live budget ([`Claims::init_budget`] sets only shards with none).
 //! - **Exact amounts**: amounts and budgets are at most [`MAX_AMOUNT`] (2^53 - 1), so
@@ -88,7 +95,8 @@ mod single;
 pub use self::scripts::CLAIM_LUA;
 
 use self::scripts::{
-    CLAIM_MANY_LUA, FINISH_MANY_LUA, HOLD_LUA, RELEASE_LUA, SWEEP_LUA, Scripts, UNHOLD_LUA,
+    BORROW_LUA, CLAIM_MANY_LUA, FINISH_MANY_LUA, HOLD_LUA, LEND_LUA, RELEASE_LUA, SWEEP_LUA,
+    Scripts, UNHOLD_LUA,
 };
 
 /// The largest amount or budget: every integer up to it is exact in the scripts'
@@ -98,6 +106,10 @@ pub const MAX_AMOUNT: i64 = (1 << 53) - 1;
 /// How long a budget change may hold a scene's shards (a crashed operator's hold
 /// ends by itself after this).
 pub const BUDGET_HOLD_MS: u64 = 5_000;
+
+/// How often a claim whose shard ran out borrows from the other shards and asks again
+/// before it answers `BudgetExhausted`: concurrent claims can take what it borrowed.
+pub const BORROW_TRIES: u32 = 3;
 
 /// Deadline of one claim-store command: a claim that cannot answer within it is
 /// retried by the caller (the script may have run: the record says so next time).
@@ -232,11 +244,17 @@ pub enum Claim {
         /// What the failure stored.
         result: String,
     },
-    /// Another worker holds a live lease, or the budget is being changed: try again
-    /// later (never drop the request).
+    /// Another worker holds a live lease on the trade number: try again later (never
+    /// drop the request).
     RetryLater {
-        /// Milliseconds left on that lease or hold.
+        /// Milliseconds left on that lease.
         lease_left_ms: u64,
+    },
+    /// The scene's budget shard is held by a budget change (`set_budget`): nothing was
+    /// claimed; try again once the hold ends.
+    BudgetHeld {
+        /// Milliseconds left on the hold at most.
+        hold_left_ms: u64,
     },
     /// The trade number is known with another scene, user, type or amount: never
     /// credited.
@@ -481,6 +499,7 @@ impl Claims {
             load(UNHOLD_LUA),
             load(SWEEP_LUA),
         )?;
+        let (lend, borrow) = tokio::try_join!(load(LEND_LUA), load(BORROW_LUA))?;
         let scripts = Arc::new(Scripts {
             claim,
             release,
@@ -488,6 +507,8 @@ impl Claims {
             finish_many,
             hold,
             unhold,
+            lend,
+            borrow,
             sweep,
         });
         let meta = format!("{}:meta", cfg.key_prefix);

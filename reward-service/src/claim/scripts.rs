@@ -1,5 +1,6 @@
 //! The Lua scripts the claim store runs in Redis: claim, batch claim, finish,
-//! release, doubt-index sweep and budget hold, and the store's loaded handles to them.
+//! release, doubt-index sweep, budget hold and budget moves between shards, and the
+//! store's loaded handles to them.
 
 use reward_runtime::script::Script;
 
@@ -24,7 +25,7 @@ if rec[4] then
 end
 local b = redis.call('HMGET', KEYS[2], 'cap', 'spent', 'hold')
 local hold = tonumber(b[3] or '0')
-if hold > now then return {'RETRY', tostring(hold - now)} end
+if hold > now then return {'HELD', tostring(hold - now)} end
 local cap = tonumber(b[1])
 if not cap then return {'NOBUDGET', ''} end
 local spent = tonumber(b[2] or '0')
@@ -85,7 +86,7 @@ for i = 2, #KEYS do
         if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
       end
     end
-  elseif hold > now then code = 'RETRY'; detail = tostring(hold - now)
+  elseif hold > now then code = 'HELD'; detail = tostring(hold - now)
   elseif not cap then code = 'NOBUDGET'
   elseif spent + add + n > cap then code = 'EXHAUSTED'
   else
@@ -199,8 +200,45 @@ if ARGV[2] ~= '' and tonumber(b[2] or '0') <= now then
   redis.call('HDEL', KEYS[1], 'hold', 'holder')
   return 0
 end
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'cap', ARGV[2]) end
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[1], 'cap', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+end
 redis.call('HDEL', KEYS[1], 'hold', 'holder')
+return 1
+";
+
+/// Lends a shard's unspent budget to another shard of its scene (the first half of a
+/// move, [`LEND_LUA`] then [`BORROW_LUA`]). KEYS: budget. ARGV: most to lend.
+/// Lowers the cap by what it lends (at most the shard's headroom, nothing while the
+/// budget is held) and returns that amount and the budget's epoch (how many times it
+/// was set exactly).
+pub(super) const LEND_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold', 'epoch')
+local epoch = tonumber(b[4] or '0')
+local cap = tonumber(b[1])
+if not cap or tonumber(b[3] or '0') > now then return {0, epoch} end
+local free = cap - tonumber(b[2] or '0')
+local give = math.min(free, tonumber(ARGV[1]))
+if give <= 0 then return {0, epoch} end
+redis.call('HSET', KEYS[1], 'cap', cap - give)
+return {give, epoch}
+";
+
+/// Takes what [`LEND_LUA`] lent into the shard that ran out (the second half of a
+/// move). KEYS: budget. ARGV: amount, the lender's epoch. Raises the cap and returns
+/// 1; returns 0 and changes nothing while the budget is held or when it was set again
+/// since the lender's epoch (that exact set already counted the lent units in its new
+/// caps).
+pub(super) const BORROW_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'cap', 'hold', 'epoch')
+if not tonumber(b[1]) or tonumber(b[2] or '0') > now then return 0 end
+if tonumber(b[3] or '0') ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'cap', ARGV[1])
 return 1
 ";
 
@@ -218,5 +256,7 @@ pub(super) struct Scripts {
     pub(super) finish_many: Script,
     pub(super) hold: Script,
     pub(super) unhold: Script,
+    pub(super) lend: Script,
+    pub(super) borrow: Script,
     pub(super) sweep: Script,
 }

@@ -4,7 +4,7 @@
 use fred::prelude::*;
 
 use super::keys::{check_grant, check_id, new_claim_id, secs};
-use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant, Prior, Record};
+use super::{BORROW_TRIES, Claim, ClaimError, ClaimState, Claims, Finish, Grant, Prior, Record};
 
 impl Claims {
     /// The record of `trade_no`, if there is one (whatever its scene).
@@ -48,8 +48,27 @@ impl Claims {
     }
 
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts
-    /// its amount from its budget shard, in one atomic step.
+    /// its amount from its budget shard, in one atomic step. A shard without room
+    /// for it first borrows the scene's unspent budget from the other shards
+    /// ([`Claims::borrow`]), so a grant is refused `BudgetExhausted` only when the
+    /// whole scene lacks room (or concurrent claims took it first, [`BORROW_TRIES`]).
     pub async fn claim(&self, g: &Grant) -> Result<Claim, ClaimError> {
+        let mut tries = 0;
+        loop {
+            let claim = self.claim_once(g).await?;
+            if !matches!(claim, Claim::BudgetExhausted) || tries == BORROW_TRIES {
+                return Ok(claim);
+            }
+            tries += 1;
+            let shard = self.shard_of(&g.trade_no);
+            if self.borrow(&g.scene, shard, g.amount).await? == 0 {
+                return Ok(claim);
+            }
+        }
+    }
+
+    /// One claim script run, no borrowing.
+    async fn claim_once(&self, g: &Grant) -> Result<Claim, ClaimError> {
         check_grant(g)?;
         let shard = self.shard_of(&g.trade_no);
         let claim_id = new_claim_id();
@@ -104,6 +123,9 @@ impl Claims {
             "FAILED" => Claim::FailedPermanent { result: detail },
             "RETRY" => Claim::RetryLater {
                 lease_left_ms: detail.parse().unwrap_or(self.cfg.lease_ms),
+            },
+            "HELD" => Claim::BudgetHeld {
+                hold_left_ms: detail.parse().unwrap_or(super::BUDGET_HOLD_MS),
             },
             "CONFLICT" => Claim::Conflict,
             "EXHAUSTED" => Claim::BudgetExhausted,

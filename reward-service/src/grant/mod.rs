@@ -16,8 +16,10 @@
 //! (`reward-ctl in-doubt`, [`Claims::settle_doubt`]), and the
 //! `reward_service_in_doubt` gauge counts them.
 //!
-//! A reward type with no downstream configured is a permanent failure of that grant
-//! (refunded and archived), never a silent drop.
+//! A reward type with no downstream configured is refused before any claim by the
+//! service (`UNKNOWN_REWARD_TYPE`, nothing recorded, so the corrected request is
+//! credited). A grant claimed while its type had a downstream that is gone now is a
+//! permanent failure of that grant (refunded and archived), never a silent drop.
 //!
 //! # After the outcome
 //! - **Granted**: the user's token moves out of the pending hash ([`crate::tokens`]).
@@ -88,6 +90,12 @@ pub enum Outcome {
         reason: String,
         /// The downstream's error; `None` when an earlier call recorded the failure.
         code: Option<ErrorCode>,
+    },
+    /// Its scene's budget is being changed (a short hold while `reward-ctl budget`
+    /// sets it exactly): nothing was claimed; send it again after `after_ms`.
+    BudgetHeld {
+        /// The hold's time left at most, ms.
+        after_ms: u64,
     },
     /// The trade number is known with other fields: never credited.
     Conflict,
@@ -172,6 +180,9 @@ fn settled_outcome(claim: Claim) -> Outcome {
             code: None,
             after_ms: lease_left_ms,
         },
+        Claim::BudgetHeld { hold_left_ms } => Outcome::BudgetHeld {
+            after_ms: hold_left_ms,
+        },
         Claim::Conflict => Outcome::Conflict,
         Claim::BudgetExhausted => Outcome::BudgetExhausted,
         Claim::NoBudget => Outcome::NoBudget,
@@ -227,6 +238,11 @@ impl Granter {
     pub fn with_max_amounts(mut self, max: HashMap<String, i64>) -> Self {
         self.max_amounts = Arc::new(max);
         self
+    }
+
+    /// Whether a downstream is configured for `reward_type`.
+    pub fn knows_type(&self, reward_type: &str) -> bool {
+        self.downstreams.contains_key(reward_type)
     }
 
     /// Refuses a grant over its type's ceiling (a credential that can call `Grant`

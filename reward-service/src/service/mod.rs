@@ -146,13 +146,15 @@ impl Refusal {
     }
 }
 
-/// Error codes of events refused for their proof or their expiry, in the label order
+/// Error codes of events refused before any claim for their proof, their expiry or
+/// their undeclared reward type, in the label order
 /// of `reward_service_events_refused_total{code}` (registered at 0 at start).
-pub const REFUSAL_CODES: [&str; 4] = [
+pub const REFUSAL_CODES: [&str; 5] = [
     "PROOF_MISSING",
     "PROOF_UNKNOWN_KEY",
     "PROOF_FORGED",
     "EXPIRED",
+    "UNKNOWN_REWARD_TYPE",
 ];
 
 /// Whether the reward is past its own expiry at `now_ms`.
@@ -278,7 +280,7 @@ impl Service {
     /// ([`grant_of`]), the proof (when `proofs` asks), the type's amount ceiling, and
     /// the event's age: an event older than the claim store keeps records (a topic
     /// replayed, a consumer far behind) could find its record gone and be credited
-    /// again, so it is refused. The reward's expiry is [`Service::unexpired`]'s.
+    /// again, so it is refused. The reward's expiry and its type's downstream are [`Service::admitted`]'s.
     fn checked(&self, ev: &RewardEvent, proofs: Proofs) -> Result<Grant, Refusal> {
         let g = grant_of(ev).map_err(Refusal::invalid)?;
         let now = now_ms();
@@ -298,26 +300,38 @@ impl Service {
         Ok(g)
     }
 
-    /// `None` when the reward may go on: not past its expiry, or past it but already
-    /// claimed (a claim made while it was valid is finished, whatever the clock says
-    /// now: its budget is taken and a credit may have happened). Otherwise the answer:
-    /// `EXPIRED` (no record: nothing is started past expiry), or a store failure.
-    async fn unexpired(&self, g: &Grant, expires_at_ms: i64) -> Option<GrantResult> {
-        if !expired(expires_at_ms, now_ms()) {
+    /// `None` when the reward may go on. A reward past its expiry, or of a reward type
+    /// no downstream is configured for, starts nothing: it is refused (`EXPIRED`,
+    /// `UNKNOWN_REWARD_TYPE`) with no record written, so its trade number stays free
+    /// and the corrected request (or the same one once the type is configured) is
+    /// credited. Either goes on when its trade number was already claimed (a claim
+    /// made while it was valid is finished whatever changed since: its budget is taken
+    /// and a credit may have happened; the granter holds a claimed grant whose type
+    /// lost its downstream for an operator). Otherwise the answer: the refusal, or a
+    /// store failure.
+    async fn admitted(&self, g: &Grant, expires_at_ms: i64) -> Option<GrantResult> {
+        let refusal = if expired(expires_at_ms, now_ms()) {
+            Refusal {
+                code: "EXPIRED",
+                why: format!("the reward expired at {expires_at_ms} (Unix ms)"),
+            }
+        } else if !self.granter.knows_type(&g.reward_type) {
+            Refusal {
+                code: "UNKNOWN_REWARD_TYPE",
+                why: format!(
+                    "no downstream is configured for reward type {:?}; nothing was recorded: send it again with a configured type",
+                    g.reward_type
+                ),
+            }
+        } else {
             return None;
-        }
+        };
         match self.granter.claims().record(&g.trade_no).await {
             Ok(Some(_)) => None,
             Ok(None) => {
-                metrics::counter!("reward_service_events_refused_total", "code" => "EXPIRED")
+                metrics::counter!("reward_service_events_refused_total", "code" => refusal.code)
                     .increment(1);
-                Some(
-                    Refusal {
-                        code: "EXPIRED",
-                        why: format!("the reward expired at {expires_at_ms} (Unix ms)"),
-                    }
-                    .result(&g.trade_no),
-                )
+                Some(refusal.result(&g.trade_no))
             }
             Err(e) => Some(result_of(&g.trade_no, Err(GrantError::Claim(e)))),
         }
@@ -326,7 +340,7 @@ impl Service {
     /// Grants one event now.
     pub async fn grant(&self, ev: &RewardEvent) -> GrantResult {
         match self.checked(ev, Proofs::Vouched) {
-            Ok(g) => match self.unexpired(&g, ev.expires_at_ms).await {
+            Ok(g) => match self.admitted(&g, ev.expires_at_ms).await {
                 None => result_of(&g.trade_no, self.granter.grant(&g).await),
                 Some(answer) => answer,
             },
@@ -341,7 +355,7 @@ impl Service {
             Ok(g) => g,
             Err(r) => return r.result(&ev.trade_no),
         };
-        if let Some(answer) = self.unexpired(&g, ev.expires_at_ms).await {
+        if let Some(answer) = self.admitted(&g, ev.expires_at_ms).await {
             return answer;
         }
         let claims = self.granter.claims();
@@ -398,11 +412,16 @@ impl Service {
         let mut grants = Vec::with_capacity(events.len());
         let mut at = Vec::with_capacity(events.len());
         let mut unproven: Option<(&'static str, &str, usize)> = None;
-        let mut late = Vec::new();
+        let mut late = Vec::new(); // expired or undeclared type: admitted() decides
         let now = now_ms();
         for (i, ev) in events.iter().enumerate() {
             match self.checked(ev, proofs) {
-                Ok(g) if expired(ev.expires_at_ms, now) => late.push((i, g)),
+                Ok(g)
+                    if expired(ev.expires_at_ms, now)
+                        || !self.granter.knows_type(&g.reward_type) =>
+                {
+                    late.push((i, g));
+                }
                 Ok(g) => {
                     grants.push(g);
                     at.push(i);
@@ -418,9 +437,10 @@ impl Service {
                 }
             }
         }
-        // Past their expiry: on only if already claimed (rare, so one read each).
+        // Past their expiry or of an undeclared type: on only if already claimed
+        // (rare, so one read each).
         for (i, g) in late {
-            match self.unexpired(&g, events[i].expires_at_ms).await {
+            match self.admitted(&g, events[i].expires_at_ms).await {
                 None => {
                     grants.push(g);
                     at.push(i);

@@ -91,6 +91,17 @@ fn outcome_result(trade_no: &str, outcome: Outcome) -> GrantResult {
                 ..failed(trade_no, outcome, code, reason)
             }
         }
+        Outcome::BudgetHeld { after_ms } => GrantResult {
+            retry_after_ms: i64::try_from(after_ms).unwrap_or(i64::MAX),
+            ..failed(
+                trade_no,
+                GrantOutcome::RetryLater,
+                "BUDGET_HELD",
+                format!(
+                    "the scene's budget is being changed; nothing was claimed: send it again in {after_ms} ms"
+                ),
+            )
+        },
         Outcome::InDoubt { reason } => failed(trade_no, GrantOutcome::InDoubt, "IN_DOUBT", reason),
         Outcome::FailedPermanent { reason, code } => failed(
             trade_no,
