@@ -22,7 +22,9 @@
 //!   its way is answered `DUPLICATE` when it arrives). `GRANTED` and `DUPLICATE` end
 //!   the entry. A live claim (`RETRY_LATER`: a consumer is crediting it now), a
 //!   downstream failure a retry can fix and an exhausted budget keep it, moved back
-//!   `retry_ms`, so one stuck reward does not block the shard. `CONFLICT`, `INVALID`,
+//!   `retry_ms`, so one stuck reward does not block the shard; so does a reward type
+//!   no downstream is configured for (`UNKNOWN_REWARD_TYPE`, counted `unknown_type`:
+//!   the user was shown it, so it waits for the type's downstream). `CONFLICT`, `INVALID`,
 //!   `FAILED_PERMANENT` and `IN_DOUBT` (held for an operator) end it, counted;
 //! - the token is in the credited hash (moved by a credit whose index removal was
 //!   lost): the entry ends;
@@ -432,6 +434,14 @@ impl Sweeper {
                     GrantOutcome::Invalid if r.error_code == "EXPIRED" => {
                         swept.add("expired", 1);
                         done.push(member);
+                    }
+                    // A stored reward of a type this service has no downstream for (a
+                    // rollout where one instance lacks it, a config mistake): nothing
+                    // was recorded, and the user was shown it, so it waits for the
+                    // type to be configured rather than being dropped.
+                    GrantOutcome::Invalid if r.error_code == "UNKNOWN_REWARD_TYPE" => {
+                        swept.add("unknown_type", 1);
+                        kept.push(member);
                     }
                     GrantOutcome::Invalid => {
                         swept.add("invalid", 1);

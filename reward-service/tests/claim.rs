@@ -732,3 +732,88 @@ proptest::proptest! {
         });
     }
 }
+
+/// A trade number of `c` that lands in budget shard `shard`.
+fn trade_in_shard(c: &reward_service::claim::Claims, shard: u32, tag: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{tag}:{i}"))
+        .find(|t| c.shard_of(t) == shard)
+        .unwrap()
+}
+
+async fn raw_redis() -> fred::prelude::Client {
+    let redis =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
+            .build()
+            .unwrap();
+    fred::prelude::ClientLike::init(&redis).await.unwrap();
+    redis
+}
+
+/// A budget change that reached one shard and not the others (a hold that lapsed
+/// mid-change) leaves two divisions of two totals: nothing moves between them, so
+/// nothing is stranded by a refused half and nothing is counted twice. A claim that
+/// needs a move across them is refused, and the scene's caps still sum to the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_budget_moves_between_shards_a_change_divided_differently() {
+    let c = claims(4, 30_000).await;
+    c.set_budget("rain", 100).await.unwrap();
+    let redis = raw_redis().await;
+    let _: () = fred::prelude::HashesInterface::hset(
+        &redis,
+        c.budget_key("rain", 0),
+        [("set", "another-change")],
+    )
+    .await
+    .unwrap();
+    let t = trade_in_shard(&c, 0, "div");
+    assert_eq!(
+        c.claim(&grant(&t, 30)).await.unwrap(),
+        Claim::BudgetExhausted
+    );
+    assert_eq!(c.budget("rain").await.unwrap(), 100, "nothing stranded");
+    assert_eq!(c.spent("rain").await.unwrap(), 0);
+    // A complete change divides afresh: moves work again.
+    c.set_budget("rain", 100).await.unwrap();
+    assert!(matches!(
+        c.claim(&grant(&t, 30)).await.unwrap(),
+        Claim::Claimed { .. }
+    ));
+    assert_eq!(c.budget("rain").await.unwrap(), 100);
+}
+
+/// A claim whose shard is short while a budget change holds the other shards is told
+/// the budget is held (try again), never a false `BudgetExhausted` (which a consumer
+/// would dead-letter for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_must_borrow_from_held_shards_is_told_held_not_exhausted() {
+    let c = claims(4, 30_000).await;
+    c.set_budget("rain", 100).await.unwrap();
+    let redis = raw_redis().await;
+    let now_ms = u64::try_from(reward_runtime::clock::now_ms()).unwrap();
+    for shard in 1..4 {
+        let _: () = fred::prelude::HashesInterface::hset(
+            &redis,
+            c.budget_key("rain", shard),
+            [
+                ("hold", (now_ms + 3_000).to_string()),
+                ("holder", "op".to_string()),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    let t = trade_in_shard(&c, 0, "held");
+    match c.claim(&grant(&t, 30)).await.unwrap() {
+        Claim::BudgetHeld { hold_left_ms } => {
+            assert!((1..=3_000).contains(&hold_left_ms), "{hold_left_ms}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.budget("rain").await.unwrap(), 100);
+    // Within its own shard's room it is claimed at once, hold or not elsewhere.
+    assert!(matches!(
+        c.claim(&grant(&t, 25)).await.unwrap(),
+        Claim::Claimed { .. }
+    ));
+}

@@ -49,13 +49,24 @@ impl Claims {
         for (i, e) in invalid {
             out[i] = Err(e);
         }
-        // A shard that ran out borrows for each of its refused grants in turn, as a
-        // single claim would (rare: only at a scene's end).
+        // A shard that ran short borrows for each of its refused grants in turn, as a
+        // single claim would (rare: only at a scene's end). Once a scene answered
+        // exhausted after its borrow (no other shard had room, so the only room left
+        // is less than that grant), a later grant of that scene at least as large is
+        // exhausted too: it is not asked again, which spares the scene's end a borrow
+        // round per grant.
+        let mut dry: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
         for (i, r) in out.iter_mut().enumerate() {
-            if matches!(r, Ok(Claim::BudgetExhausted))
-                && let Some(g) = grants.get(i)
+            let Some(g) = grants.get(i) else { continue };
+            if !matches!(r, Ok(Claim::BudgetExhausted))
+                || dry.get(g.scene.as_str()).is_some_and(|a| g.amount >= *a)
             {
-                *r = self.claim(g).await;
+                continue;
+            }
+            *r = self.claim(g).await;
+            if matches!(r, Ok(Claim::BudgetExhausted)) {
+                let least = dry.entry(g.scene.as_str()).or_insert(g.amount);
+                *least = (*least).min(g.amount);
             }
         }
         out

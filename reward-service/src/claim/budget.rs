@@ -7,23 +7,57 @@
 //! key beside its record (one script, one slot). An even split alone would leave
 //! budget unspendable: a grant larger than its shard's headroom, or the last grants of
 //! a scene whose spending landed unevenly, would be refused while other shards still
-//! hold room. So a claim that finds its shard exhausted moves headroom from the
-//! scene's other shards into it ([`Claims::borrow`]) and asks again. The invariant:
-//! **the sum of a scene's caps never exceeds its total**, and each shard's spending
-//! never exceeds its cap (checked and deducted in one script), so the scene never
-//! overspends. A move lowers the lender's cap first (`LEND`, at most its headroom, in
-//! its own script) and then raises the borrower's (`BORROW`): between the two, and if
-//! the process dies between them, the sum is lower, never higher. A `BORROW` whose
-//! budget was set exactly since the `LEND` (a different epoch) or is held by a change
-//! is refused: that set already divided the total afresh. Units a move could not
-//! hand over are unspendable until the scene's budget is set again
-//! (`reward-ctl budget`), and counted (`reward_service_budget_moves_total{result}`).
-//! Moves happen only at a shard's end, so the hot path is unchanged.
+//! hold room. So a claim that finds its shard short moves the shortfall from the
+//! scene's other shards into it ([`Claims::borrow`]) and asks again.
+//!
+//! The invariant: **the caps of the shards that one budget change divided sum to at
+//! most that change's total**, and each shard's spending never exceeds its cap
+//! (checked and deducted in one script), so the scene never overspends. Each exact set
+//! ([`Claims::set_budget`]) stamps the shards it gives caps with its own unique id
+//! (`set`); a move happens only between two shards stamped by the same set (checked
+//! by the lender before it lends and by the borrower before it takes) and neither
+//! held by a change. A move lowers the lender's cap first (`LEND`, at most its
+//! headroom) and then raises the borrower's (`BORROW`): between the two, and if the
+//! process dies between them, the sum is lower, never higher. A `BORROW` that arrives
+//! after a change stamped the borrower anew is refused: the units it carried were
+//! either divided afresh by that change (it reached the lender too) or are stranded,
+//! unspendable, until the next change; never spendable twice. Stranded and refused
+//! moves are counted (`reward_service_budget_moves_total{result}`).
+//!
+//! A claim answers `BudgetExhausted` only when no other shard had room to lend; when a
+//! change holds the shards it answers `BudgetHeld` (try again after the hold), and
+//! when concurrent claims kept taking what it borrowed it answers `BudgetHeld` with a
+//! short wait rather than a false exhaustion. Moves happen only at a shard's end, so
+//! the hot path is unchanged.
 
 use fred::prelude::*;
 
 use super::keys::{check_id, new_claim_id, secs};
 use super::{BUDGET_HOLD_MS, ClaimError, Claims, MAX_AMOUNT};
+
+/// What a borrow came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Borrowed {
+    /// Units moved into the shard (0: room appeared meanwhile): ask again.
+    Moved(i64),
+    /// A budget change holds shards (or reached this one meanwhile): try again in
+    /// about this many ms.
+    Held(u64),
+    /// No other shard of the same division had room: the scene lacks it.
+    Nothing,
+}
+
+/// The wait a claim is told when a change got in the way of its move, or when
+/// concurrent claims kept taking what it borrowed, ms.
+pub const HOLD_RETRY_MS: u64 = 100;
+
+/// Budget moves, counted by result (registered at 0 by the service).
+fn moves_counted(result: &'static str) {
+    metrics::counter!("reward_service_budget_moves_total", "result" => result).increment(1);
+}
+
+/// The results of `reward_service_budget_moves_total`.
+pub const MOVE_RESULTS: [&str; 3] = ["moved", "refused", "lost"];
 
 impl Claims {
     /// Sets a scene's total budget exactly (module doc): holds its shards, reads
@@ -107,37 +141,71 @@ impl Claims {
         outcome.map(|()| sum)
     }
 
-    /// Moves up to `want` of unspent budget from the scene's other shards into
-    /// `shard` (module doc); answers how much it moved. Lenders are asked in turn from
-    /// the shard after this one, so concurrent borrowers spread over them.
+    /// Moves into `shard` what it lacks for a grant of `amount`, from the scene's
+    /// other shards stamped by the same budget set (module doc). Lenders are asked in
+    /// turn from the shard after this one, so concurrent borrowers spread over them.
     pub(super) async fn borrow(
         &self,
         scene: &str,
         shard: u32,
-        want: i64,
-    ) -> Result<i64, ClaimError> {
+        amount: i64,
+    ) -> Result<Borrowed, ClaimError> {
+        let key = self.budget_key(scene, shard);
+        let (cap, spent, hold, set): (Option<i64>, Option<i64>, Option<i64>, Option<String>) = self
+            .pool
+            .next()
+            .hmget(&key, vec!["cap", "spent", "hold", "set"])
+            .await?;
+        let now = reward_runtime::clock::now_ms();
+        if let Some(h) = hold.filter(|h| *h > now) {
+            return Ok(Borrowed::Held(u64::try_from(h - now).unwrap_or(1)));
+        }
+        let Some(cap) = cap else {
+            return Ok(Borrowed::Nothing);
+        };
+        let set = set.unwrap_or_default();
+        let want = amount - (cap - spent.unwrap_or(0));
+        if want <= 0 {
+            // Room appeared meanwhile (a refund): ask again.
+            return Ok(Borrowed::Moved(0));
+        }
         let n = self.cfg.shards;
-        let mut moved = 0i64;
+        let (mut moved, mut held_ms) = (0i64, None::<u64>);
         for step in 1..n {
             if moved >= want {
                 break;
             }
             let lender = (shard + step) % n;
-            let lent: Vec<i64> = self
+            let lent: Result<Vec<i64>, fred::error::Error> = self
                 .scripts
                 .lend
                 .eval(self.pool.next(), || {
                     (
                         vec![self.budget_key(scene, lender)],
-                        vec![Value::from((want - moved).to_string())],
+                        vec![
+                            Value::from((want - moved).to_string()),
+                            Value::from(set.as_str()),
+                        ],
                     )
                 })
-                .await?;
-            let (given, epoch) = match lent.as_slice() {
-                [given, epoch] => (*given, *epoch),
+                .await;
+            let lent = match lent {
+                Ok(l) => l,
+                Err(e) => {
+                    // The lend may have happened with its answer lost: its units are
+                    // stranded until the next change (never spendable twice).
+                    moves_counted("lost");
+                    return Err(e.into());
+                }
+            };
+            let (given, note) = match lent.as_slice() {
+                [given, note] => (*given, *note),
                 _ => return Err(ClaimError::Reply(lent.iter().map(i64::to_string).collect())),
             };
             if given <= 0 {
+                if note > 0 {
+                    held_ms = Some(held_ms.unwrap_or(0).max(u64::try_from(note).unwrap_or(1)));
+                }
                 continue;
             }
             let taken: Result<i64, fred::error::Error> = self
@@ -145,42 +213,40 @@ impl Claims {
                 .borrow
                 .eval(self.pool.next(), || {
                     (
-                        vec![self.budget_key(scene, shard)],
-                        vec![
-                            Value::from(given.to_string()),
-                            Value::from(epoch.to_string()),
-                        ],
+                        vec![key.clone()],
+                        vec![Value::from(given.to_string()), Value::from(set.as_str())],
                     )
                 })
                 .await;
             match taken {
                 Ok(1) => {
                     moved += given;
-                    metrics::counter!("reward_service_budget_moves_total", "result" => "moved")
-                        .increment(1);
+                    moves_counted("moved");
                 }
                 Ok(_) => {
-                    metrics::counter!("reward_service_budget_moves_total", "result" => "refused")
-                        .increment(1);
+                    moves_counted("refused");
                     tracing::warn!(
                         scene,
                         lender,
                         shard,
                         units = given,
-                        "a budget move was refused: the budget was set or held meanwhile; the units are counted in that set's caps"
+                        "a budget move was refused: a budget change reached the borrowing shard meanwhile; the units are in that change's division, or unspendable until the next change"
                     );
-                    break;
+                    return Ok(Borrowed::Held(HOLD_RETRY_MS));
                 }
                 Err(e) => {
-                    metrics::counter!("reward_service_budget_moves_total", "result" => "lost")
-                        .increment(1);
+                    moves_counted("lost");
                     tracing::error!(scene, lender, shard, units = given, error = %e,
                         "a budget move's second half did not answer: its units were handed over, or stay unspendable until `reward-ctl budget` sets the scene again (never spendable twice)");
                     return Err(e.into());
                 }
             }
         }
-        Ok(moved)
+        Ok(match (moved, held_ms) {
+            (0, Some(ms)) => Borrowed::Held(ms),
+            (0, None) => Borrowed::Nothing,
+            (m, _) => Borrowed::Moved(m),
+        })
     }
 
     /// Sets a scene's budget only if it has none yet (what a start-up does with its

@@ -57,8 +57,8 @@
 //!   [`Claims::set_budget`] first holds every shard of the scene (claims of new trade
 //!   numbers answer `HELD`, `BUDGET_HELD` to callers with the hold's time left, for at
 //!   most [`BUDGET_HOLD_MS`]), reads what each has spent, and gives each shard its
-//!   spending plus an even share of what is left; a move begun before the change is
-//!   refused after it (the budget's epoch). A total
+//!   spending plus an even share of what is left, stamped with the change's own id; a
+//!   move happens only between shards the same change stamped. A total
 //!   below what was spent is refused ([`ClaimError::BelowSpent`]). A start-up never
 //!   overwrites a live budget ([`Claims::init_budget`] sets only shards with none).
 //! - **Exact amounts**: amounts and budgets are at most [`MAX_AMOUNT`] (2^53 - 1), so
@@ -110,6 +110,8 @@ pub const BUDGET_HOLD_MS: u64 = 5_000;
 /// How often a claim whose shard ran out borrows from the other shards and asks again
 /// before it answers `BudgetExhausted`: concurrent claims can take what it borrowed.
 pub const BORROW_TRIES: u32 = 3;
+
+pub use self::budget::{HOLD_RETRY_MS, MOVE_RESULTS};
 
 /// Deadline of one claim-store command: a claim that cannot answer within it is
 /// retried by the caller (the script may have run: the record says so next time).
@@ -250,10 +252,11 @@ pub enum Claim {
         /// Milliseconds left on that lease.
         lease_left_ms: u64,
     },
-    /// The scene's budget shard is held by a budget change (`set_budget`): nothing was
-    /// claimed; try again once the hold ends.
+    /// The scene's budget shard is held by a budget change (`set_budget`), or the
+    /// budget units it borrowed kept being taken by concurrent claims: nothing was
+    /// claimed; try again after `hold_left_ms`.
     BudgetHeld {
-        /// Milliseconds left on the hold at most.
+        /// Milliseconds to wait, at most the hold's time left.
         hold_left_ms: u64,
     },
     /// The trade number is known with another scene, user, type or amount: never

@@ -191,6 +191,9 @@ return tonumber(b[3] or '0')
 /// Ends a hold, setting the cap when one is given. KEYS: budget. ARGV: holder id,
 /// cap or ''. Returns 1, or 0 when the hold is no longer this holder's or has lapsed
 /// (spending may have resumed, so a cap computed from the held spending is stale).
+/// A cap set records the holder id as the shard's `set`: which exact division of the
+/// total the cap belongs to (ids are unique per set, so two shards carry the same one
+/// only when the same set gave both their caps).
 pub(super) const UNHOLD_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -200,44 +203,45 @@ if ARGV[2] ~= '' and tonumber(b[2] or '0') <= now then
   redis.call('HDEL', KEYS[1], 'hold', 'holder')
   return 0
 end
-if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], 'cap', ARGV[2])
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'cap', ARGV[2], 'set', ARGV[1]) end
 redis.call('HDEL', KEYS[1], 'hold', 'holder')
 return 1
 ";
 
 /// Lends a shard's unspent budget to another shard of its scene (the first half of a
-/// move, [`LEND_LUA`] then [`BORROW_LUA`]). KEYS: budget. ARGV: most to lend.
-/// Lowers the cap by what it lends (at most the shard's headroom, nothing while the
-/// budget is held) and returns that amount and the budget's epoch (how many times it
-/// was set exactly).
+/// move, [`LEND_LUA`] then [`BORROW_LUA`]). KEYS: budget. ARGV: most to lend, the
+/// borrower's `set`. Lowers the cap by what it lends (at most the shard's headroom)
+/// and returns `{lent, 0}`; lends nothing and returns `{0, ms}` while a budget change
+/// holds it (`ms` left on the hold), `{0, -1}` when its cap belongs to another set
+/// than the borrower's (a change reached one and not the other: their caps are not
+/// one division of one total, so nothing moves between them).
 pub(super) const LEND_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold', 'epoch')
-local epoch = tonumber(b[4] or '0')
+local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold', 'set')
+local hold = tonumber(b[3] or '0')
+if hold > now then return {0, hold - now} end
+if (b[4] or '') ~= ARGV[2] then return {0, -1} end
 local cap = tonumber(b[1])
-if not cap or tonumber(b[3] or '0') > now then return {0, epoch} end
-local free = cap - tonumber(b[2] or '0')
-local give = math.min(free, tonumber(ARGV[1]))
-if give <= 0 then return {0, epoch} end
+if not cap then return {0, -1} end
+local give = math.min(cap - tonumber(b[2] or '0'), tonumber(ARGV[1]))
+if give <= 0 then return {0, 0} end
 redis.call('HSET', KEYS[1], 'cap', cap - give)
-return {give, epoch}
+return {give, 0}
 ";
 
 /// Takes what [`LEND_LUA`] lent into the shard that ran out (the second half of a
-/// move). KEYS: budget. ARGV: amount, the lender's epoch. Raises the cap and returns
-/// 1; returns 0 and changes nothing while the budget is held or when it was set again
-/// since the lender's epoch (that exact set already counted the lent units in its new
-/// caps).
+/// move). KEYS: budget. ARGV: amount, the `set` both shards had. Raises the cap and
+/// returns 1; returns 0 and changes nothing while a change holds the shard or when a
+/// change gave it a cap since (its `set` differs): that change divided the total
+/// afresh, counting the lent units among the lender's if it reached the lender, and
+/// leaving them stranded (never spendable twice) until the next change if not.
 pub(super) const BORROW_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local b = redis.call('HMGET', KEYS[1], 'cap', 'hold', 'epoch')
+local b = redis.call('HMGET', KEYS[1], 'cap', 'hold', 'set')
 if not tonumber(b[1]) or tonumber(b[2] or '0') > now then return 0 end
-if tonumber(b[3] or '0') ~= tonumber(ARGV[2]) then return 0 end
+if (b[3] or '') ~= ARGV[2] then return 0 end
 redis.call('HINCRBY', KEYS[1], 'cap', ARGV[1])
 return 1
 ";

@@ -3,6 +3,7 @@
 
 use fred::prelude::*;
 
+use super::budget::{Borrowed, HOLD_RETRY_MS};
 use super::keys::{check_grant, check_id, new_claim_id, secs};
 use super::{BORROW_TRIES, Claim, ClaimError, ClaimState, Claims, Finish, Grant, Prior, Record};
 
@@ -50,19 +51,29 @@ impl Claims {
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts
     /// its amount from its budget shard, in one atomic step. A shard without room
     /// for it first borrows the scene's unspent budget from the other shards
-    /// ([`Claims::borrow`]), so a grant is refused `BudgetExhausted` only when the
-    /// whole scene lacks room (or concurrent claims took it first, [`BORROW_TRIES`]).
+    /// ([`Claims::borrow`]), so a grant is refused `BudgetExhausted` only when no
+    /// other shard had room; `BudgetHeld` when a budget change is in the way, or when
+    /// concurrent claims took what it borrowed [`BORROW_TRIES`] times.
     pub async fn claim(&self, g: &Grant) -> Result<Claim, ClaimError> {
         let mut tries = 0;
         loop {
             let claim = self.claim_once(g).await?;
-            if !matches!(claim, Claim::BudgetExhausted) || tries == BORROW_TRIES {
+            if !matches!(claim, Claim::BudgetExhausted) {
                 return Ok(claim);
+            }
+            if tries == BORROW_TRIES {
+                // Every borrow moved units and concurrent claims took them: the scene
+                // still has room somewhere, so never a false exhaustion.
+                return Ok(Claim::BudgetHeld {
+                    hold_left_ms: HOLD_RETRY_MS,
+                });
             }
             tries += 1;
             let shard = self.shard_of(&g.trade_no);
-            if self.borrow(&g.scene, shard, g.amount).await? == 0 {
-                return Ok(claim);
+            match self.borrow(&g.scene, shard, g.amount).await? {
+                Borrowed::Moved(_) => {}
+                Borrowed::Held(ms) => return Ok(Claim::BudgetHeld { hold_left_ms: ms }),
+                Borrowed::Nothing => return Ok(claim),
             }
         }
     }

@@ -211,6 +211,9 @@ impl Service {
             metrics::counter!("reward_service_events_refused_total", "code" => code).increment(0);
         }
         metrics::counter!("reward_service_events_unproven_accepted_total").increment(0);
+        for result in crate::claim::MOVE_RESULTS {
+            metrics::counter!("reward_service_budget_moves_total", "result" => result).increment(0);
+        }
         Self {
             granter,
             tokens,

@@ -98,7 +98,7 @@ fn outcome_result(trade_no: &str, outcome: Outcome) -> GrantResult {
                 GrantOutcome::RetryLater,
                 "BUDGET_HELD",
                 format!(
-                    "the scene's budget is being changed; nothing was claimed: send it again in {after_ms} ms"
+                    "the scene's budget is being changed, or its last units are being moved between shards; nothing was claimed: send it again in {after_ms} ms"
                 ),
             )
         },
