@@ -506,26 +506,9 @@ async fn a_finish_rearms_the_ttl_only_for_a_record_in_doubt() {
 async fn a_claim_during_a_budget_change_is_told_the_budget_is_held() {
     let c = claims(2, 30_000).await;
     c.set_budget("rain", 100).await.unwrap();
-    let redis =
-        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
-            .build()
-            .unwrap();
-    fred::prelude::ClientLike::init(&redis).await.unwrap();
-    // A hold as `set_budget` takes it: on every shard, 3 s ahead (Redis runs on this
-    // machine's clock).
-    let now_ms = u64::try_from(reward_runtime::clock::now_ms()).unwrap();
-    for shard in 0..2 {
-        let _: () = fred::prelude::HashesInterface::hset(
-            &redis,
-            c.budget_key("rain", shard),
-            [
-                ("hold", (now_ms + 3_000).to_string()),
-                ("holder", "test".to_string()),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    let redis = raw_redis().await;
+    // A hold as `set_budget` takes it: on every shard, 3 s ahead.
+    hold_shards(&redis, &c, 0..2).await;
     match c.claim(&grant("held:1", 5)).await.unwrap() {
         Claim::BudgetHeld { hold_left_ms } => {
             assert!((1..=3_000).contains(&hold_left_ms), "{hold_left_ms}")
@@ -741,6 +724,28 @@ fn trade_in_shard(c: &reward_service::claim::Claims, shard: u32, tag: &str) -> S
         .unwrap()
 }
 
+/// Holds `shards` of the test scene as `set_budget` does, 3 s ahead (Redis runs on
+/// this machine's clock).
+async fn hold_shards(
+    redis: &fred::prelude::Client,
+    c: &reward_service::claim::Claims,
+    shards: std::ops::Range<u32>,
+) {
+    let now_ms = u64::try_from(reward_runtime::clock::now_ms()).unwrap();
+    for shard in shards {
+        let _: () = fred::prelude::HashesInterface::hset(
+            redis,
+            c.budget_key("rain", shard),
+            [
+                ("hold", (now_ms + 3_000).to_string()),
+                ("holder", "test".to_string()),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+}
+
 async fn raw_redis() -> fred::prelude::Client {
     let redis =
         fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
@@ -790,19 +795,7 @@ async fn a_claim_that_must_borrow_from_held_shards_is_told_held_not_exhausted() 
     let c = claims(4, 30_000).await;
     c.set_budget("rain", 100).await.unwrap();
     let redis = raw_redis().await;
-    let now_ms = u64::try_from(reward_runtime::clock::now_ms()).unwrap();
-    for shard in 1..4 {
-        let _: () = fred::prelude::HashesInterface::hset(
-            &redis,
-            c.budget_key("rain", shard),
-            [
-                ("hold", (now_ms + 3_000).to_string()),
-                ("holder", "op".to_string()),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    hold_shards(&redis, &c, 1..4).await;
     let t = trade_in_shard(&c, 0, "held");
     match c.claim(&grant(&t, 30)).await.unwrap() {
         Claim::BudgetHeld { hold_left_ms } => {
