@@ -19,10 +19,13 @@
 //!    (`store.write_mode = "deferred"`) the call does not wait for Redis
 //!    ([`Stored::Deferred`]): it holds no round trip, microseconds whatever Redis is
 //!    doing. In `direct` and `batched` modes it waits, and a user over the
-//!    per-activity cap gets [`SendError::TooManyTokens`]. In every mode a write Redis
-//!    fails or times out is retried in the background until it lands (late rather
-//!    than never) or `store.retry_for_ms` passes; with `store.strict` (direct and
-//!    batched modes) a failed first attempt refuses the reward instead;
+//!    per-activity cap gets [`SendError::TooManyTokens`]. In `direct` mode a write
+//!    Redis fails or times out is tried again within the call until
+//!    `store.write_wait_ms` passes, then the reward is refused ([`SendError::Store`]):
+//!    an answered call's token is stored. In `deferred` and `batched` modes such a
+//!    write is retried in the background until it lands (late rather than never) or
+//!    `store.retry_for_ms` passes. With `store.strict` (direct and batched modes) a
+//!    failed first attempt refuses the reward;
 //! 4. hands the event, signed under the token keys ([`token::proof`]) and carrying the
 //!    token's expiry, to the queue and returns the token. It never waits for a broker.
 //!
@@ -96,8 +99,8 @@ pub struct IssuedToken {
 pub enum Stored {
     /// Redis confirmed it (direct and batched modes).
     Yes,
-    /// The first attempt failed (direct and batched modes, not strict); the write is
-    /// retried in the background until it lands or `store.retry_for_ms` passes.
+    /// The first attempt failed (batched mode, not strict); the write is retried in
+    /// the background until it lands or `store.retry_for_ms` passes.
     Retrying,
     /// Handed to the store's writer without waiting (`store.write_mode =
     /// "deferred"`, the default); retried in the background if Redis fails.

@@ -282,7 +282,7 @@ async fn a_redis_slow_at_start_is_asked_again_and_one_that_stays_hung_fails_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
-    for mode in [WriteMode::Deferred, WriteMode::Direct] {
+    for mode in [WriteMode::Deferred, WriteMode::Batched] {
         let redis = PrivateRedis::start();
         let st = Arc::new(
             TokenStore::connect(StoreConfig {
@@ -334,6 +334,77 @@ async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
         // And the places are free again.
         assert!(st.hold(Duration::ZERO).await.is_ok(), "{mode:?}");
     }
+}
+
+/// Direct mode answers only once the token is stored: a Redis hung for less than the
+/// call's wait is waited out (every call `Stored`, every token listed); one hung for
+/// longer refuses every call with a Redis error, none answered as if stored, and no
+/// place stays taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_write_answers_only_once_stored_or_refuses() {
+    let redis = PrivateRedis::start();
+    let st = Arc::new(
+        TokenStore::connect(StoreConfig {
+            timeout_ms: 200,
+            write_wait_ms: 3_000,
+            max_pending: 100,
+            ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+        })
+        .await
+        .unwrap(),
+    );
+    // Hung for 0.8 s: within the wait.
+    redis.signal("-STOP");
+    let pid = redis.child.id().to_string();
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+    });
+    let mut calls = Vec::new();
+    for i in 0..20u32 {
+        let st = st.clone();
+        calls.push(tokio::spawn(async move {
+            submit(&st, &format!("u{}", i % 4), &format!("t{i}"), "s").await
+        }));
+    }
+    for c in calls {
+        let r = c.await.unwrap();
+        assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
+    }
+    assert!(resume.join().unwrap().success());
+    let mut total = 0;
+    for u in 0..4 {
+        total += st.list(&format!("u{u}"), "act").await.unwrap().len();
+    }
+    assert_eq!(total, 20, "every answered call's token is stored");
+    assert!(n(&st.stats().retried) > 0, "the calls tried again");
+
+    // Hung for longer than the wait: refused, never answered as stored.
+    let st = TokenStore::connect(StoreConfig {
+        timeout_ms: 200,
+        write_wait_ms: 600,
+        max_pending: 100,
+        ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+    })
+    .await
+    .unwrap();
+    redis.signal("-STOP");
+    let started = std::time::Instant::now();
+    let r = submit(&st, "u9", "late", "s").await;
+    assert!(matches!(r, Err(StoreError::Redis(_))), "{r:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "refused before its wait: {:?}",
+        started.elapsed()
+    );
+    redis.signal("-CONT");
+    assert!(
+        st.hold(Duration::ZERO).await.is_ok(),
+        "the place is free again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,9 +21,15 @@ pub struct StoreConfig {
     /// docs/design.md).
     pub max_tokens_per_user: u32,
     /// When true (direct and batched modes only), a failed first token write fails the
-    /// reward; when false, the write is retried in the background and the reward goes
-    /// on (see [`crate::store`]).
+    /// reward at once. When false: in direct mode the caller tries again until
+    /// `write_wait_ms` has passed and then the reward is refused (an answered call's
+    /// token is always stored); in batched mode the write is retried in the background
+    /// and the reward goes on (see [`crate::store`]).
     pub strict: bool,
+    /// Direct mode: how long a `send_reward` keeps trying its token write (its first
+    /// attempt and retries 20 ms doubling to 200 ms apart) while Redis fails, before
+    /// the reward is refused, ms. Each attempt may take up to `timeout_ms`.
+    pub write_wait_ms: u64,
     /// How token writes reach Redis (see [`WriteMode`]).
     pub write_mode: WriteMode,
     /// Most writes in one pipeline round trip (batched and deferred modes).
@@ -52,8 +58,9 @@ pub struct StoreConfig {
 pub enum WriteMode {
     /// Each `send_reward` sends its script call itself, on a pooled connection, and
     /// waits for it; fred already pipelines concurrent commands on one connection.
-    /// The per-user cap can refuse the reward (`TooManyTokens`), and `strict` can fail
-    /// it when Redis does. A lower median latency than `Batched` in the paced
+    /// The per-user cap can refuse the reward (`TooManyTokens`); a call answers only
+    /// once its token is stored, and a Redis failing for longer than `write_wait_ms`
+    /// (or at all, with `strict`) refuses the reward. A lower median latency than `Batched` in the paced
     /// benchmark at the same throughput (docs/findings/benchmarks-history.md).
     Direct,
     /// One writer task gathers every caller's write and sends explicit pipelines of up
@@ -74,6 +81,7 @@ impl Default for StoreConfig {
             ttl_secs: 7 * 24 * 3600,
             max_tokens_per_user: 500,
             strict: false,
+            write_wait_ms: 1_000,
             write_mode: WriteMode::Deferred,
             pipeline_max: 512,
             pool_size: 4,

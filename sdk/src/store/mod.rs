@@ -51,7 +51,10 @@
 //! - **direct**: the caller sends its script call on the next pooled connection and
 //!   awaits the reply (fred pipelines concurrent commands on a connection by itself).
 //!   The cap refuses the reward (`TooManyTokens`), and so does a refusal of the command
-//!   itself or, with `strict`, any failure;
+//!   itself. A Redis failure is tried again by the caller (20 ms doubling to 200 ms
+//!   apart) until `write_wait_ms` has passed, then the reward is refused: a call that
+//!   answers has its token stored, so a process that dies loses no reward it showed.
+//!   With `strict`, the first failure refuses;
 //! - **batched**: as direct, but the call goes through the writer task's explicit
 //!   pipelines (two more task hops per write).
 //!
@@ -65,9 +68,10 @@
 //! second). Given up means "not confirmed": an attempt that timed out may still be in
 //! a socket and run when Redis recovers, so a given-up token can appear later.
 //! A timed-out write may have landed; sending it again is harmless (same field, same
-//! value). In direct and batched modes the first attempt is the caller's, and a
-//! failure hands the write to the same retry path ([`Submitted::Retrying`]) unless
-//! `strict` is on, in which case the reward is refused.
+//! value). In batched mode the first attempt is the caller's, and a failure hands the
+//! write to the same retry path ([`Submitted::Retrying`]) unless `strict` is on, in
+//! which case the reward is refused; direct mode keeps the retries in the call
+//! (above).
 //!
 //! Every write not yet answered (queued, in flight, waiting for its retry) holds one
 //! of `max_pending` places ([`TokenStore::hold`]). When all are taken the writer has
@@ -114,6 +118,16 @@ fn credited_key(pending: &str) -> String {
 const START_ATTEMPTS: u32 = 3;
 /// The pause before the second attempt (twice that before the third).
 const START_PAUSE: Duration = Duration::from_millis(500);
+
+/// The pause before a direct-mode caller's attempt `attempt + 1`: 20 ms doubling to
+/// 200 ms.
+fn caller_pause(attempt: u32) -> Duration {
+    Duration::from_millis(
+        20u64
+            .saturating_mul(1 << attempt.saturating_sub(1).min(4))
+            .min(200),
+    )
+}
 
 /// Whether Redis did not answer (timed out, the connection failed or dropped), as
 /// opposed to answering with an error.
@@ -275,7 +289,7 @@ impl From<fred::error::Error> for StoreError {
 pub enum Submitted {
     /// Redis confirmed it.
     Stored,
-    /// The first attempt failed; it is being retried in the background.
+    /// The first attempt failed (batched mode); it is being retried in the background.
     Retrying,
     /// Handed to the writer without waiting (deferred mode).
     Deferred,
@@ -470,10 +484,12 @@ impl TokenStore {
     }
 
     /// Writes a sealed token in the configured mode, holding `held` until Redis has
-    /// answered. Deferred: hands it over and answers [`Submitted::Deferred`]. Direct and
-    /// batched: makes the first attempt and waits for it; a cap refusal is returned; a
-    /// Redis failure is returned when `strict` is on, else the write is retried in the
-    /// background ([`Submitted::Retrying`]).
+    /// answered. Deferred: hands it over and answers [`Submitted::Deferred`]. Direct:
+    /// tries until stored, a cap refusal, or `write_wait_ms` of Redis failures (then
+    /// the failure is returned; with `strict`, the first). Batched: makes the first
+    /// attempt and waits for it; a cap refusal is returned; a Redis failure is returned
+    /// when `strict` is on, else the write is retried in the background
+    /// ([`Submitted::Retrying`]).
     pub async fn submit(
         &self,
         held: Held,
@@ -502,20 +518,51 @@ impl TokenStore {
         };
         match (mode, answer) {
             (WriteMode::Direct, _) => {
-                // If the caller gives up while the attempt is in flight (its future is
+                // If the caller gives up while an attempt is in flight (its future is
                 // dropped), the guard hands the write to the background, which sends
                 // it again: it may or may not have landed.
                 let mut guard = Unsettled {
                     shared: &self.shared,
                     write: Some(w),
                 };
-                let r = match guard.write.as_ref() {
-                    Some(w) => self.put_direct(&w.due, &w.key, &w.field, &w.value).await,
-                    None => return Err(StoreError::Closed),
-                };
-                match guard.write.take() {
-                    Some(w) => settle(&self.shared, w, r, true),
-                    None => Err(StoreError::Closed),
+                let wait = Duration::from_millis(self.cfg.write_wait_ms);
+                let started = Instant::now();
+                let mut attempt = 1u32;
+                loop {
+                    let r = match guard.write.as_ref() {
+                        Some(w) => self.put_direct(&w.due, &w.key, &w.field, &w.value).await,
+                        None => return Err(StoreError::Closed),
+                    };
+                    let pause = caller_pause(attempt);
+                    match r {
+                        // The caller tries again while its wait lasts: a call answers
+                        // only once its token is stored.
+                        Err(e)
+                            if !self.cfg.strict
+                                && writer::transient(&e)
+                                && started.elapsed() + pause < wait =>
+                        {
+                            self.shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            self.shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                            metrics::counter!("reward_sdk_token_write_retries_total").increment(1);
+                            tokio::time::sleep(pause).await;
+                            attempt += 1;
+                        }
+                        // Past the wait the reward is refused; an attempt that timed
+                        // out may still land (its due index entry with it), and the
+                        // sweeper then credits it like any stored reward.
+                        Err(e) if !self.cfg.strict && writer::transient(&e) => {
+                            self.shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            guard.write.take();
+                            return Err(StoreError::from(e));
+                        }
+                        r => {
+                            return match guard.write.take() {
+                                Some(w) => settle(&self.shared, w, r, true),
+                                None => Err(StoreError::Closed),
+                            };
+                        }
+                    }
                 }
             }
             (_, Some(rx)) => {

@@ -159,7 +159,7 @@ pub(super) fn settle(
 /// Whether a failed attempt may succeed if sent again: a timeout, a dropped
 /// connection, a busy, loading or failing-over server. A refusal of the command itself
 /// (wrong type under the key, a malformed argument) fails the same way every time.
-fn transient(e: &fred::error::Error) -> bool {
+pub(super) fn transient(e: &fred::error::Error) -> bool {
     use fred::error::ErrorKind as K;
     !matches!(
         e.kind(),
