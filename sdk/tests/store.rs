@@ -218,6 +218,20 @@ impl PrivateRedis {
         panic!("the private redis-server did not answer on port {port}");
     }
 
+    /// Hangs the server now (SIGSTOP) and resumes it after `d` from a thread; join
+    /// the thread for whether the resume was sent.
+    fn hang_for(&self, d: Duration) -> std::thread::JoinHandle<bool> {
+        self.signal("-STOP");
+        let pid = self.child.id().to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
     fn signal(&self, sig: &str) {
         let ok = std::process::Command::new("kill")
             .args([sig, &self.child.id().to_string()])
@@ -243,22 +257,14 @@ impl Drop for PrivateRedis {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_slow_at_start_is_asked_again_and_one_that_stays_hung_fails_the_start() {
     let redis = PrivateRedis::start();
-    redis.signal("-STOP");
-    let pid = redis.child.id().to_string();
-    let resume = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1_200));
-        std::process::Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-    });
+    let resume = redis.hang_for(Duration::from_millis(1_200));
     let st = TokenStore::connect(StoreConfig {
         timeout_ms: 500,
         ..cfg(redis.url.clone(), WriteMode::Direct, 500)
     })
     .await
     .expect("a store whose Redis answered on the second attempt must start");
-    assert!(resume.join().unwrap().success());
+    assert!(resume.join().unwrap(), "the resume was sent");
     let r = submit(&st, "u1", "t1", "s").await;
     assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
 
@@ -354,15 +360,7 @@ async fn a_direct_write_answers_only_once_stored_or_refuses() {
         .unwrap(),
     );
     // Hung for 0.8 s: within the wait.
-    redis.signal("-STOP");
-    let pid = redis.child.id().to_string();
-    let resume = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(800));
-        std::process::Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-    });
+    let resume = redis.hang_for(Duration::from_millis(800));
     let mut calls = Vec::new();
     for i in 0..20u32 {
         let st = st.clone();
@@ -374,7 +372,7 @@ async fn a_direct_write_answers_only_once_stored_or_refuses() {
         let r = c.await.unwrap();
         assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
     }
-    assert!(resume.join().unwrap().success());
+    assert!(resume.join().unwrap(), "the resume was sent");
     let mut total = 0;
     for u in 0..4 {
         total += st.list(&format!("u{u}"), "act").await.unwrap().len();
