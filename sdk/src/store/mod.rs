@@ -112,8 +112,10 @@ fn credited_key(pending: &str) -> String {
 }
 
 /// How often the store's start asks Redis before it gives up: a store that starts
-/// beside a busy Redis (a loaded machine, an AOF rewrite's fork) waits a little rather
-/// than failing its service's start on one slow answer. A layout that refuses is an
+/// beside a busy Redis (a loaded machine, an AOF rewrite's fork, a Redis still loading
+/// its AOF) waits a little rather than failing its service's start on one slow
+/// answer. What may succeed if sent again is what a token write retries too
+/// (`writer::transient`). A layout that refuses is an
 /// answer and is never asked again.
 const START_ATTEMPTS: u32 = 3;
 /// The pause before the second attempt (twice that before the third).
@@ -126,17 +128,6 @@ fn caller_pause(attempt: u32) -> Duration {
         20u64
             .saturating_mul(1 << attempt.saturating_sub(1).min(4))
             .min(200),
-    )
-}
-
-/// Whether Redis did not answer (timed out, the connection failed or dropped), as
-/// opposed to answering with an error.
-fn unanswered(e: &fred::error::Error) -> bool {
-    matches!(
-        e.kind(),
-        fred::error::ErrorKind::Timeout
-            | fred::error::ErrorKind::IO
-            | fred::error::ErrorKind::Canceled
     )
 }
 
@@ -363,7 +354,7 @@ impl TokenStore {
             match Self::prepare(&pool, &cfg).await {
                 Ok(Ok((script, many))) => break (pool, script, many),
                 Ok(Err(refused)) => return Err(refused),
-                Err(e) if attempt < START_ATTEMPTS && unanswered(&e) => {
+                Err(e) if attempt < START_ATTEMPTS && writer::transient(&e) => {
                     tracing::warn!(error = %e, attempt, "token store: Redis did not answer at start; asking again");
                     let _ = pool.quit().await;
                     tokio::time::sleep(START_PAUSE * attempt).await;
