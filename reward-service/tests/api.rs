@@ -98,12 +98,11 @@ async fn wallet_validates_lists_and_withdraws_only_legal_uncredited_tokens() {
     let a2 = sdk.send_reward(rain.grab(&alice, 2, 200)).await.unwrap();
     let a3 = sdk.send_reward(coins.grab(&alice, 3, 5)).await.unwrap();
     let b1 = sdk.send_reward(rain.grab(&bob, 1, 300)).await.unwrap();
-    // Deferred writes (the default): the calls did not wait for Redis; the wallet
-    // sees the tokens once they land.
+    // Direct writes (the default): each call answered once Redis held its token.
     assert!(
         [&a1, &a2, &a3, &b1]
             .iter()
-            .all(|t| t.stored == sdk::Stored::Deferred)
+            .all(|t| t.stored == sdk::Stored::Yes)
     );
     assert_eq!(
         sdk.store().flush(std::time::Duration::from_secs(30)).await,

@@ -297,7 +297,7 @@ fn check_store(store: &StoreConfig, token: &TokenConfig) -> Result<(), ConfigErr
     }
     if store.strict && store.write_mode == WriteMode::Deferred {
         return Err(invalid(
-            "store: strict = true needs each write's answer, which write_mode = \"deferred\" (the default) does not wait for; set write_mode = \"direct\"",
+            "store: strict = true needs each write's answer, which write_mode = \"deferred\" does not wait for; set write_mode = \"direct\" (the default)",
         ));
     }
     if store.ttl_secs == 0 || token.ttl_secs == 0 {

@@ -15,24 +15,24 @@
 //! 2. reserves room in the reward type's virtual queue and takes a place for its
 //!    token write (both within `batch.enqueue_wait_ms`, then
 //!    [`SendError::Backpressure`]: the queue or the token writer is behind);
-//! 3. seals the token and hands its write to the store. In the default
-//!    (`store.write_mode = "deferred"`) the call does not wait for Redis
-//!    ([`Stored::Deferred`]): it holds no round trip, microseconds whatever Redis is
-//!    doing. In `direct` and `batched` modes it waits, and a user over the
-//!    per-activity cap gets [`SendError::TooManyTokens`]. In `direct` mode a write
-//!    Redis fails or times out is tried again within the call until
-//!    `store.write_wait_ms` passes, then the reward is refused ([`SendError::Store`]):
-//!    an answered call's token is stored. In `deferred` and `batched` modes such a
-//!    write is retried in the background until it lands (late rather than never) or
-//!    `store.retry_for_ms` passes. With `store.strict` (direct and batched modes) a
+//! 3. seals the token and writes it to the store. In the default
+//!    (`store.write_mode = "direct"`) the call waits until Redis holds the token and
+//!    its due-index entry ([`Stored::Yes`]), so a process that dies after answering
+//!    loses nothing it showed; a user over the per-activity cap gets
+//!    [`SendError::TooManyTokens`]. A write Redis fails or times out is tried again
+//!    within the call until `store.write_wait_ms` passes, then the reward is refused
+//!    ([`SendError::Store`]). In `batched` mode the call waits for its first attempt,
+//!    and a failed one is retried in the background. In `deferred` mode (an opt-in
+//!    that loses rewards when the process dies) the call does not wait for Redis at
+//!    all ([`Stored::Deferred`]). With `store.strict` (direct and batched modes) a
 //!    failed first attempt refuses the reward;
 //! 4. hands the event, signed under the token keys ([`token::proof`]) and carrying the
 //!    token's expiry, to the queue and returns the token. It never waits for a broker.
 //!
 //! A refusal in steps 1-3 leaves nothing behind: the place and the reserved slot are
 //! released, no event is sent, and a refused write stores no token. Once the slot is
-//! reserved, step 4 cannot fail, so a stored token always has its event. Why deferred
-//! is the default, with figures, and what it gives up is in [`store`]; tokens that
+//! reserved, step 4 cannot fail, so a stored token always has its event. What each
+//! write mode costs and gives up, with figures, is in [`store`]; tokens that
 //! were never stored are counted ([`Sdk::token_write_failures`]) and reported by
 //! [`Sdk::close`].
 //!
@@ -97,13 +97,14 @@ pub struct IssuedToken {
 /// What became of a token's write to the store when `send_reward` returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
-    /// Redis confirmed it (direct and batched modes).
+    /// Redis confirmed it (direct mode, the default, and batched mode).
     Yes,
     /// The first attempt failed (batched mode, not strict); the write is retried in
     /// the background until it lands or `store.retry_for_ms` passes.
     Retrying,
     /// Handed to the store's writer without waiting (`store.write_mode =
-    /// "deferred"`, the default); retried in the background if Redis fails.
+    /// "deferred"`, an opt-in); retried in the background if Redis fails, lost if the
+    /// process dies first.
     Deferred,
 }
 

@@ -69,6 +69,13 @@ impl SdkBuilder {
             },
         };
         let store = TokenStore::connect(cfg.store.clone()).await?;
+        if cfg.store.write_mode == config::WriteMode::Deferred {
+            // Said once at every start, so the choice is never forgotten in a log.
+            tracing::warn!(
+                "store.write_mode = \"deferred\": send_reward answers before its token is stored; \
+                 rewards shown to users are lost if this process dies before its writes land"
+            );
+        }
         let timeout = Duration::from_millis(cfg.batch.send_timeout_ms);
         let mut producers = self.producers;
         for (name, p) in &cfg.producers {

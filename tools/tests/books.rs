@@ -122,3 +122,71 @@ async fn the_books_pass_only_when_what_was_sent_is_what_was_credited() {
     .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Rewards of a dead sender, none stored nor credited: one answered after its token
+/// was stored is missing (never excused), one answered before its write landed and one
+/// unanswered are lost with the sender, told apart, within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_rewards_never_said_stored_are_excused_with_a_dead_sender() {
+    use reward_tools::books::{Excused, Expected, Marked, Stores, check};
+    let env = StackEnv::from_env();
+    assert!(
+        std::net::TcpStream::connect(env.redis_host_port().unwrap()).is_ok(),
+        "Redis is not answering; start the local stack with `ops/stack up`"
+    );
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let at = Stores {
+        redis_url: env.redis_url.clone(),
+        token_prefix: format!("bkt-{tag}"),
+        claims_prefix: format!("bkc-{tag}"),
+        claims_shards: 4,
+        ledger_prefix: format!("bkl-{tag}"),
+    };
+    let marked = [
+        ("s1", Marked::Stored),
+        ("a1", Marked::Answered),
+        ("d1", Marked::InDoubt),
+    ];
+    let expected = |marks: &[(&str, Marked)]| Expected {
+        sent: marks
+            .iter()
+            .map(|(t, _)| (t.to_string(), sent(t, 5)))
+            .collect(),
+        excused: Some(Excused {
+            rewards: marks.iter().map(|(t, m)| (t.to_string(), *m)).collect(),
+            bound: 3,
+        }),
+        ..Expected::default()
+    };
+    let row = |r: &reward_tools::books::Reconciliation, name: &str| {
+        r.checks
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row {name}: {}", r.table()))
+    };
+
+    // All three: the stored one is missing, the other two are lost, told apart.
+    let r = check(&at, &expected(&marked)).await.unwrap();
+    assert!(!row(&r, "credited once").pass, "{}", r.table());
+    assert_eq!(
+        (r.lost_with_host, r.lost_answered, r.lost_unanswered),
+        (2, 1, 1),
+        "{}",
+        r.table()
+    );
+    assert!(row(&r, "lost with a killed host").pass, "{}", r.table());
+
+    // Without the stored one, the books pass: the other two are excused.
+    let r = check(&at, &expected(&marked[1..])).await.unwrap();
+    assert!(r.passed(), "{}", r.table());
+    assert_eq!((r.credited, r.lost_with_host), (0, 2), "{}", r.table());
+
+    // More lost than the bound allows: the row fails.
+    let mut tight = expected(&marked[1..]);
+    if let Some(ex) = tight.excused.as_mut() {
+        ex.bound = 1;
+    }
+    let r = check(&at, &tight).await.unwrap();
+    assert!(!row(&r, "lost with a killed host").pass, "{}", r.table());
+}

@@ -32,10 +32,12 @@ pub struct BenchArgs {
     /// SDK's defaults and the stack's (e.g. `--kafka-setting linger.ms=50`).
     #[arg(long = "kafka-setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
     kafka_settings: Vec<(String, String)>,
-    /// The SDK's token store write mode: `deferred` (the SDK's default: the call
-    /// does not wait for Redis at all), `direct` (each call awaits its script call)
-    /// or `batched` (through a writer task); see the sdk::store docs.
-    #[arg(long, default_value = "deferred", value_parser = ["direct", "batched", "deferred"])]
+    /// The SDK's token store write mode: `direct` (the SDK's default: each call awaits
+    /// its token's write), `batched` (through a writer task) or `deferred` (the call
+    /// does not wait for Redis; an opt-in that loses rewards when the process dies);
+    /// see the sdk::store docs. Whatever the mode, a reward counts once its token is
+    /// stored and its event delivered.
+    #[arg(long, default_value = "direct", value_parser = ["direct", "batched", "deferred"])]
     write_mode: String,
 }
 

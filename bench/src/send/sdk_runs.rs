@@ -2,6 +2,7 @@
 //! full-speed throughput run, the paced latency run, and the checks that every
 //! accepted event was delivered and every token written.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use reward_tools::stack::StackEnv;
@@ -55,8 +56,11 @@ async fn start_sdk(
         .map_err(|e| BenchError::Setup(format!("sdk: {e}")))
 }
 
-/// Waits until the SDK has every accepted event delivered; fails if it spooled or
-/// logged any (the broker refused them), or after `limit`.
+/// Waits until the SDK has every accepted event delivered by the broker and every
+/// accepted token stored in Redis (a reward counts only when both are true: a backlog
+/// of unstored tokens left at the end of a timed run is not throughput, whatever the
+/// write mode); fails if it spooled or logged any event (the broker refused them), if
+/// a token write was given up, or after `limit`.
 async fn wait_delivered(
     sdk: &Sdk,
     want: u64,
@@ -66,6 +70,14 @@ async fn wait_delivered(
     let deadline = Instant::now() + limit;
     loop {
         let s = sdk.stats();
+        let stored = sdk.store().stats().written.load(Ordering::Acquire);
+        let unstored = sdk.token_write_failures();
+        if unstored > 0 {
+            return Err(BenchError::Incomplete {
+                run,
+                what: format!("{unstored} token writes failed"),
+            });
+        }
         if s.spooled > 0 || s.logged > 0 {
             return Err(BenchError::Incomplete {
                 run,
@@ -75,13 +87,16 @@ async fn wait_delivered(
                 ),
             });
         }
-        if s.delivered >= want {
+        if s.delivered >= want && stored >= want {
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(BenchError::Incomplete {
                 run,
-                what: format!("{} of {want} delivered within {limit:?}", s.delivered),
+                what: format!(
+                    "{} of {want} delivered and {stored} stored within {limit:?}",
+                    s.delivered
+                ),
             });
         }
         // Coarse enough not to take CPU from the run being timed (2 cores), fine

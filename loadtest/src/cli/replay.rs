@@ -293,14 +293,16 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
     }
     if report.reconciliation.host_marked > 0 {
         println!(
-            "SDK hosts killed: {} events were in a killed host's memory; {} rewards had been accepted by (or were in flight in) a killed host, {} of them died with it (no token stored, not credited)",
+            "SDK hosts killed: {} events were in a killed host's memory; {} rewards had been accepted by (or were in flight in) a killed host, {} of them died with it (no token stored, not credited): {} answered, {} unanswered",
             report
                 .sdk
                 .get("events in memory of a killed SDK host")
                 .copied()
                 .unwrap_or(0),
             report.reconciliation.host_marked,
-            report.reconciliation.lost_with_host
+            report.reconciliation.lost_with_host,
+            report.reconciliation.lost_answered,
+            report.reconciliation.lost_unanswered
         );
     }
     if let Some(c) = &report.cost {

@@ -56,20 +56,25 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WriteMode {
-    /// Each `send_reward` sends its script call itself, on a pooled connection, and
-    /// waits for it; fred already pipelines concurrent commands on one connection.
-    /// The per-user cap can refuse the reward (`TooManyTokens`); a call answers only
-    /// once its token is stored, and a Redis failing for longer than `write_wait_ms`
-    /// (or at all, with `strict`) refuses the reward. A lower median latency than `Batched` in the paced
-    /// benchmark at the same throughput (docs/findings/benchmarks-history.md).
+    /// The default. Each `send_reward` sends its script call itself, on a pooled
+    /// connection, and waits for it; fred already pipelines concurrent commands on one
+    /// connection. The per-user cap can refuse the reward (`TooManyTokens`); a call
+    /// answers only once its token and its due-index entry are stored, so a process
+    /// that dies loses no reward it showed; a Redis failing for longer than
+    /// `write_wait_ms` (or at all, with `strict`) refuses the reward. Lower latency
+    /// than `Batched` in the paced benchmark at the same throughput
+    /// (docs/findings/benchmarks-history.md).
+    #[default]
     Direct,
     /// One writer task gathers every caller's write and sends explicit pipelines of up
     /// to `pipeline_max`, at most `pool_size` at once.
     Batched,
-    /// The default. As batched, but `send_reward` returns without waiting for Redis:
-    /// no round trip in the call. A failed write is retried in the background; a
-    /// capped one is counted and the reward goes on; not allowed with `strict`.
-    #[default]
+    /// Opt-in, and it loses rewards: as batched, but `send_reward` returns without
+    /// waiting for Redis (no round trip in the call). A process that dies takes the
+    /// writes it had not sent yet with it, rewards its users were shown and that are
+    /// never credited (118 of about 101 000 when an SDK host is killed mid-rain,
+    /// docs/chaos.md). A failed write is retried in the background; a capped one is
+    /// counted and the reward goes on; not allowed with `strict`.
     Deferred,
 }
 
@@ -82,7 +87,7 @@ impl Default for StoreConfig {
             max_tokens_per_user: 500,
             strict: false,
             write_wait_ms: 1_000,
-            write_mode: WriteMode::Deferred,
+            write_mode: WriteMode::Direct,
             pipeline_max: 512,
             pool_size: 4,
             timeout_ms: 2_000,

@@ -69,7 +69,10 @@ fn refuses_inconsistent_documents() {
             "retry_for_ms",
         ),
         ("[store]\nwrite_mode = \"fast\"", "write_mode"),
-        ("[store]\nstrict = true", "strict = true needs"),
+        (
+            "[store]\nstrict = true\nwrite_mode = \"deferred\"",
+            "strict = true needs",
+        ),
         ("[types.coin]\nmax_amount = 0", "max_amount"),
     ];
     for (extra, want) in bad {

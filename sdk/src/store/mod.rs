@@ -26,8 +26,8 @@
 //! count refuses to start ([`StoreError::DueShards`]); if the pin itself is gone, the
 //! index's own keys and entries decide before a new pin is written ([`layout`]). Cost: one `ZADD` per due shard
 //! per pipeline of writes (all of the pipeline's entries for that shard in it; a
-//! pipeline sent before the tokens' scripts: one more round trip per batch of writes,
-//! off the caller's path in deferred mode) and a batched `ZREM` per credit batch.
+//! pipeline sent before the tokens' scripts: one more round trip per batch of writes;
+//! in direct mode one more round trip per call) and a batched `ZREM` per credit batch.
 //!
 //! # Writes
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
@@ -36,27 +36,28 @@
 //! write harmless), and writes nothing when the reward is already credited (its token
 //! moved to the credited hash beside the pending one, [`TokenStore::credited_key`]): a
 //! write that lands late must not list a credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
-//! - **deferred** (default): the write goes to one writer task, which sends explicit
-//!   pipelines of up to `pipeline_max` scripts, at most `pool_size` at once, and the
-//!   caller does not wait for the reply ([`TokenStore::submit`] answers
-//!   [`Submitted::Deferred`]). `send_reward` then holds no Redis round trip: its
-//!   latency is the SDK's own CPU work (validation, the mint, two channel sends),
-//!   microseconds whatever Redis is doing. Measured (BENCHMARKS.md, `loadtest
-//!   bench`): call p99 at half load ≈20 µs deferred against ≈1.7 ms direct, and the
-//!   same or better throughput. What it gives up: the per-user cap can no longer
-//!   refuse the reward (the call has returned; a capped write is counted in
-//!   [`StoreStats::unstored`] instead), and a wallet that checks the token before its
-//!   write lands (usually a millisecond; while Redis fails, up to `retry_for_ms`) is
-//!   told `UNKNOWN`, then `LEGAL`;
-//! - **direct**: the caller sends its script call on the next pooled connection and
-//!   awaits the reply (fred pipelines concurrent commands on a connection by itself).
-//!   The cap refuses the reward (`TooManyTokens`), and so does a refusal of the command
-//!   itself. A Redis failure is tried again by the caller (20 ms doubling to 200 ms
-//!   apart) until `write_wait_ms` has passed, then the reward is refused: a call that
-//!   answers has its token stored, so a process that dies loses no reward it showed.
-//!   With `strict`, the first failure refuses;
+//! - **direct** (default): the caller sends its index entry and its script call on the
+//!   next pooled connection and awaits the replies (fred pipelines concurrent commands
+//!   on a connection by itself). The cap refuses the reward (`TooManyTokens`), and so
+//!   does a refusal of the command itself. A Redis failure is tried again by the
+//!   caller (20 ms doubling to 200 ms apart) until `write_wait_ms` has passed, then
+//!   the reward is refused: a call that answers has its token stored, so a process
+//!   that dies loses no reward it showed. With `strict`, the first failure refuses.
+//!   Its cost is the round trips in the call (BENCHMARKS.md, `reward-bench send`);
 //! - **batched**: as direct, but the call goes through the writer task's explicit
-//!   pipelines (two more task hops per write).
+//!   pipelines (two more task hops per write), and a failed first attempt is retried
+//!   in the background while the call answers ([`Submitted::Retrying`]);
+//! - **deferred** (opt-in, loses rewards): the write goes to one writer task, which
+//!   sends explicit pipelines of up to `pipeline_max` scripts, at most `pool_size` at
+//!   once, and the caller does not wait for the reply ([`TokenStore::submit`] answers
+//!   [`Submitted::Deferred`]). `send_reward` then holds no Redis round trip (call p99
+//!   at half load ≈20 µs against ≈1.7 ms direct). What it gives up: a process that
+//!   dies takes its unsent writes with it, rewards its users were shown that nothing
+//!   records and nobody credits (118 of about 101 000 when an SDK host was killed
+//!   mid-rain, docs/chaos.md); the per-user cap can no longer refuse the reward (a
+//!   capped write is counted in [`StoreStats::unstored`] instead); and a wallet that
+//!   checks the token before its write lands is told `UNKNOWN`, then `LEGAL`. Its
+//!   throughput figure is not the SDK's: what Redis can store is.
 //!
 //! # When Redis is slow or failing: retries and back-pressure
 //! A write that fails or times out is not dropped. It is retried in the background

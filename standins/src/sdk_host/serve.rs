@@ -50,12 +50,15 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
         let (id, req) = wire.into_request();
         let (sdk, out) = (sdk.clone(), out.clone());
         calls.spawn(async move {
-            let refusal = sdk
-                .send_reward(req)
-                .await
-                .err()
-                .map(|e| refusal(&e).to_string());
-            let _ = out.send(FromHost::Answer { id, refusal });
+            let (refusal, stored) = match sdk.send_reward(req).await {
+                Ok(t) => (None, t.stored == sdk::Stored::Yes),
+                Err(e) => (Some(refusal(&e).to_string()), false),
+            };
+            let _ = out.send(FromHost::Answer {
+                id,
+                refusal,
+                stored,
+            });
         });
         while calls.try_join_next().is_some() {}
     }

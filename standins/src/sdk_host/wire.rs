@@ -62,8 +62,14 @@ impl WireRequest {
 /// One line, host to parent.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromHost {
-    /// A call's answer: no refusal means accepted.
-    Answer { id: u64, refusal: Option<String> },
+    /// A call's answer: no refusal means accepted; `stored` says whether the answer
+    /// came after Redis held the token ([`sdk::Stored::Yes`]): such a reward must
+    /// survive the host's death, one answered before its write landed may not.
+    Answer {
+        id: u64,
+        refusal: Option<String>,
+        stored: bool,
+    },
     /// The counters, every second.
     Stats(HostStats),
     /// The host closed its SDK (every event delivered or spooled): its last counters.

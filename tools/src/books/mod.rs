@@ -21,11 +21,15 @@
 //! A repeated send must carry the same type, amount and user as the first; a mismatch
 //! is reported as a conflict.
 //!
-//! Excused rewards ([`Excused`]) are those a dead sender answered (or held
-//! unanswered) when it died: one whose token is in the store is held to every check
-//! above; one with no token and no credit died with its sender before its token write
-//! and is counted as **lost with the host**, not as missing, and left out of the
-//! expected balances. The row fails when more were lost than the bound.
+//! Marked rewards ([`Excused`]) are those a dead sender answered (or held
+//! unanswered) when it died, each with how ([`Marked`]). One whose token is in the
+//! store is held to every check above. One with no token and no credit is excused,
+//! counted as **lost with the host** and left out of the expected balances, only if
+//! the sender never said its token was stored: a call in doubt (unanswered when the
+//! sender died: the user saw an error) or, with deferred token writes, a call answered
+//! before its write landed. A reward whose answer came after its token was stored
+//! ([`Marked::Stored`], the SDK's default direct writes) is never excused: missing is
+//! missing. The row fails when more were lost than the bound.
 //!
 //! # Where each part lives
 //! `sent` (the sent list), `read` (connecting and reading the stores, the tally),
@@ -58,11 +62,24 @@ pub struct Stores {
     pub ledger_prefix: String,
 }
 
+/// How a dead sender left a reward it had been asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    /// Answered once its token was stored: it must survive the sender; never excused.
+    Stored,
+    /// Answered before its token write landed (deferred writes): may have died with
+    /// the sender; excused within the bound.
+    Answered,
+    /// Unanswered when the sender died (the caller saw an error): may or may not have
+    /// been stored; excused within the bound.
+    InDoubt,
+}
+
 /// Rewards a dead sender answered or held unanswered when it died.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Excused {
-    /// Trade number -> whether the call was answered (`true`) or in doubt.
-    pub rewards: HashMap<String, bool>,
+    /// Trade number -> how the sender left it.
+    pub rewards: HashMap<String, Marked>,
     /// At most this many of them can have died before their token write.
     pub bound: u64,
 }
@@ -110,9 +127,15 @@ pub struct Reconciliation {
     pub sent_amount: i64,
     /// Sent trade numbers whose token is in neither the pending nor the credited hash.
     pub tokens_missing: u64,
-    /// Rewards a killed SDK host answered (or held unanswered) whose token never
-    /// reached the store and which nothing credited: they died with the host.
+    /// Rewards a killed SDK host answered before their token write (deferred writes)
+    /// or held unanswered, whose token never reached the store and which nothing
+    /// credited: they died with the host (`lost_answered + lost_unanswered`).
     pub lost_with_host: u64,
+    /// Of them, calls the host had answered (the user was shown the reward): only
+    /// with deferred token writes; 0 with direct ones.
+    pub lost_answered: u64,
+    /// Of them, calls still unanswered when the host died (the user saw an error).
+    pub lost_unanswered: u64,
     /// Rewards marked by a killed SDK host (accepted or in doubt), credited or not.
     pub host_marked: u64,
     /// Send time (Unix ms) of each of them (for the timeline).
@@ -160,9 +183,11 @@ pub async fn check(at: &Stores, expected: &Expected) -> anyhow::Result<Reconcili
             name: "lost with a killed host".into(),
             pass: t.lost_with_host + t.token_lost_with_host <= ex.bound,
             detail: format!(
-                "{} of {} rewards of killed SDK hosts neither stored nor credited, {} credited without their token; at most {} token writes were unfinished in them",
+                "{} of {} rewards of killed SDK hosts neither stored nor credited ({} answered before their token write, {} unanswered), {} credited without their token; at most {} token writes were unfinished in them",
                 t.lost_with_host,
                 ex.rewards.len(),
+                t.lost_answered,
+                t.lost_with_host - t.lost_answered,
                 t.token_lost_with_host,
                 ex.bound
             ),
@@ -176,6 +201,8 @@ pub async fn check(at: &Stores, expected: &Expected) -> anyhow::Result<Reconcili
         sent_amount: expected.sent.values().map(|r| r.amount).sum(),
         tokens_missing: t.token_missing,
         lost_with_host: t.lost_with_host,
+        lost_answered: t.lost_answered,
+        lost_unanswered: t.lost_with_host - t.lost_answered,
         host_marked: marks.len() as u64,
         credit_delays_ms: t.delays,
         tokens_missing_sent_ms: t.token_missing_sent_ms,

@@ -8,7 +8,7 @@ use reward_service::claim::{ClaimConfig, Claims};
 use reward_service::downstream::{Account, Ledger};
 use reward_service::tokens::{Held, Tokens};
 
-use super::{SentReward, Stores};
+use super::{Marked, SentReward, Stores};
 
 /// Connects to the ledger, claim store and token store that `s` names.
 pub(super) async fn connect(m: &Stores) -> anyhow::Result<(Ledger, Claims, Tokens)> {
@@ -54,6 +54,8 @@ pub(super) struct Tally {
     pub(super) token_missing: u64,
     pub(super) token_missing_sent_ms: Vec<i64>,
     pub(super) lost_with_host: u64,
+    /// Of them, calls the host had answered (deferred writes).
+    pub(super) lost_answered: u64,
     /// Credited rewards of a killed host whose token write died with it (the event
     /// got through; the user's pending list never showed it).
     pub(super) token_lost_with_host: u64,
@@ -68,7 +70,7 @@ pub(super) struct Tally {
 /// against the trades sent to that user.
 pub(super) async fn tally(
     sent: &BTreeMap<String, SentReward>,
-    marks: &HashMap<String, bool>,
+    marks: &HashMap<String, Marked>,
     ledger: &Ledger,
     tokens: &Tokens,
 ) -> anyhow::Result<Tally> {
@@ -127,7 +129,7 @@ impl Tally {
         rs: &[&SentReward],
         account: &Account,
         held: &[Held],
-        marks: &HashMap<String, bool>,
+        marks: &HashMap<String, Marked>,
     ) {
         self.doubles += account.double_credits;
         let mut want_balance: BTreeMap<&str, i64> = BTreeMap::new();
@@ -135,10 +137,15 @@ impl Tally {
             let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
             let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
             let credited = account.credited.contains_key(&r.trade_no);
-            if !credited && !pending && !moved && marks.contains_key(&r.trade_no) {
-                // Died with its SDK host before its token write: nothing holds it.
-                self.lost_with_host += 1;
-                continue;
+            // Excusable: the sender died without saying the token was stored.
+            let excusable = marks.get(&r.trade_no).filter(|m| **m != Marked::Stored);
+            if !credited && !pending && !moved {
+                if let Some(m) = excusable {
+                    // Died with its SDK host before its token write: nothing holds it.
+                    self.lost_with_host += 1;
+                    self.lost_answered += u64::from(*m == Marked::Answered);
+                    continue;
+                }
             }
             *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
             match account.credited.get(&r.trade_no) {
@@ -158,7 +165,7 @@ impl Tally {
                     }
                 }
             }
-            if !pending && !moved && r.stored && marks.contains_key(&r.trade_no) {
+            if !pending && !moved && r.stored && excusable.is_some() {
                 self.token_lost_with_host += 1;
             } else if !pending && !moved && r.stored {
                 self.token_missing += 1;

@@ -4,9 +4,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-/// The file of rewards touched by a killed host (`trade_no \t accepted|in_doubt`),
-/// with one line `#bound \t N` per kill: at most N of its rewards can have died
-/// before their token write.
+use reward_tools::books::Marked;
+
+/// The file of rewards touched by a killed host (`trade_no \t stored|accepted|in_doubt`:
+/// answered once its token was stored, answered before, unanswered), with one line
+/// `#bound \t N` per kill: at most N of its rewards can have died before their token
+/// write.
 pub(crate) const MARKS: &str = "hosts.tsv";
 
 pub(crate) const BOUND: &str = "#bound";
@@ -14,8 +17,8 @@ pub(crate) const BOUND: &str = "#bound";
 /// The rewards of killed SDK hosts, as `hosts.tsv` has them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Marks {
-    /// Trade number -> whether the call was answered (`accepted`) or in doubt.
-    pub rewards: HashMap<String, bool>,
+    /// Trade number -> how the host left it.
+    pub rewards: HashMap<String, Marked>,
     /// At most this many of them can have died before their token write (summed
     /// over the kills).
     pub bound: u64,
@@ -38,8 +41,9 @@ pub fn read_marks(dir: &Path) -> anyhow::Result<Marks> {
             continue;
         }
         let answered = match kind {
-            "accepted" => true,
-            "in_doubt" => false,
+            "stored" => Marked::Stored,
+            "accepted" => Marked::Answered,
+            "in_doubt" => Marked::InDoubt,
             _ => return Err(bad(&format!("unknown kind {kind:?}"))),
         };
         marks.rewards.insert(trade.to_string(), answered);

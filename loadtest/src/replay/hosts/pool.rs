@@ -20,8 +20,9 @@ use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 pub(super) struct HostState {
     /// Calls sent, not answered: id -> (trade number, the caller).
     pub(super) pending: HashMap<u64, (String, oneshot::Sender<Sent>)>,
-    /// Trade numbers this incarnation accepted.
-    pub(super) accepted: Vec<String>,
+    /// Trade numbers this incarnation accepted, and whether each answer came after
+    /// its token was stored.
+    pub(super) accepted: Vec<(String, bool)>,
     /// Accepted since the last counters line.
     pub(super) accepted_since_stats: u64,
     /// The pipe ended: calls pending then are in doubt (trade numbers); no new call
@@ -304,8 +305,9 @@ impl HostPool {
             .marks
             .lock()
             .map_err(|_| anyhow::anyhow!("marks poisoned"))?;
-        for t in &accepted {
-            writeln!(marks, "{t}\taccepted")?;
+        for (t, stored) in &accepted {
+            let kind = if *stored { "stored" } else { "accepted" };
+            writeln!(marks, "{t}\t{kind}")?;
         }
         for t in &in_doubt {
             writeln!(marks, "{t}\tin_doubt")?;
@@ -372,11 +374,15 @@ pub(super) async fn read_host(
         };
         let Ok(mut s) = state.lock() else { return };
         match msg {
-            FromHost::Answer { id, refusal } => {
+            FromHost::Answer {
+                id,
+                refusal,
+                stored,
+            } => {
                 if let Some((trade, tx)) = s.pending.remove(&id) {
                     let sent = match refusal {
                         None => {
-                            s.accepted.push(trade);
+                            s.accepted.push((trade, stored));
                             s.accepted_since_stats += 1;
                             Sent::Accepted
                         }

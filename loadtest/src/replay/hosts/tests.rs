@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::marks::{MARKS, Marks, read_marks};
+use reward_tools::books::Marked;
 
 #[test]
 fn marks_parse_and_bad_lines_are_refused() {
@@ -10,12 +11,13 @@ fn marks_parse_and_bad_lines_are_refused() {
     assert_eq!(read_marks(&dir).unwrap(), Marks::default());
     std::fs::write(
         dir.join(MARKS),
-        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\taccepted\n#bound\t4\n",
+        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\tstored\n#bound\t4\n",
     )
     .unwrap();
     let m = read_marks(&dir).unwrap();
-    assert_eq!(m.rewards.get("a"), Some(&true));
-    assert_eq!(m.rewards.get("b"), Some(&false));
+    assert_eq!(m.rewards.get("a"), Some(&Marked::Answered));
+    assert_eq!(m.rewards.get("b"), Some(&Marked::InDoubt));
+    assert_eq!(m.rewards.get("c"), Some(&Marked::Stored));
     assert_eq!((m.rewards.len(), m.bound), (3, 7));
     std::fs::write(dir.join(MARKS), "a\tmaybe\n").unwrap();
     assert!(read_marks(&dir).is_err());
