@@ -940,7 +940,7 @@ fn one_fault_recovered<'a>(r: &'a serde_json::Value, label: &str) -> &'a serde_j
 }
 
 /// Every reconciliation check passed; every distinct reward sent is credited, apart
-/// from those that died with a killed SDK host before their token write (counted).
+/// from those that died with a killed SDK host unanswered (counted).
 fn all_credited_but_the_lost(r: &serde_json::Value) {
     let rec = &r["reconciliation"];
     let checks = rec["checks"].as_array().unwrap();
@@ -957,10 +957,12 @@ fn all_credited_but_the_lost(r: &serde_json::Value) {
 /// two). The activity service's process (an SDK host: the SDK runs in two child
 /// processes) is killed with SIGKILL with events in its memory and restarted 2 s
 /// later on its own spool. The sweeper (grace 15 s in such runs) grants every reward
-/// whose token reached the store; one whose deferred token write died with the host
-/// is counted as lost with it, never as credited or missing.
+/// whose token reached the store. In the default (direct) write mode every answered
+/// call's token was stored before the answer, so no answered reward is lost: only
+/// calls still unanswered when the host died may vanish, and reconciliation counts
+/// them apart.
 #[test]
-fn a_killed_sdk_host_loses_no_reward_whose_token_was_stored() {
+fn a_killed_sdk_host_loses_no_reward_whose_call_answered() {
     let env = stack_env();
     let (dir, r, text) = small_replay_with(
         &env,
@@ -975,6 +977,12 @@ fn a_killed_sdk_host_loses_no_reward_whose_token_was_stored() {
     // the bound on those that can have died unstored (its check passed above).
     let rec = &r["reconciliation"];
     assert!(rec["host_marked"].as_u64().unwrap() > 0, "{text}");
+    assert_eq!(rec["lost_answered"], 0, "{rec}");
+    assert_eq!(rec["lost_with_host"], rec["lost_unanswered"], "{rec}");
+    // The marks say which answers came after the store: all of them, by default.
+    let marks = std::fs::read_to_string(dir.join("hosts.tsv")).unwrap();
+    assert!(marks.contains("\tstored\n"), "{marks}");
+    assert!(!marks.contains("\taccepted\n"), "{marks}");
     let lost = row(&rec["checks"], "lost with a killed host");
     assert_eq!(lost["pass"], true, "{lost}");
     assert!(text.contains("SDK hosts killed: "), "{text}");
@@ -995,8 +1003,11 @@ fn a_killed_sdk_host_loses_no_reward_whose_token_was_stored() {
 }
 
 /// Redis stopped (SIGTERM) for 4 s while rewards are sent, then started again from
-/// its AOF: the SDK accepts on (token writes wait and retry), claims and credits wait;
-/// every accepted reward ends stored and credited once. On the single Redis, whatever
+/// its AOF. A call's token write waits and retries within the call (`write_wait_ms`,
+/// 1 s), then the reward is refused (`store`): the SDK never shows a reward it could
+/// not store, so calls are refused for most of the outage (the `accepted` target is
+/// lowered to what a 4 s outage in 15 s allows). Claims and credits wait; every
+/// accepted reward ends stored and credited once. On the single Redis, whatever
 /// topology the suite runs on (a cluster's primaries are killed by the cluster drill).
 #[test]
 fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
@@ -1006,15 +1017,21 @@ fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
         "redis-stop",
         15,
         "[[faults]]\nat_secs = 5\naction = \"stop-server\"\nserver = \"redis\"\nfor_secs = 4\n",
-        &[],
+        &["--slo", "accepted=0.5"],
         true,
     );
     all_credited_but_the_lost(&r);
     one_fault_recovered(&r, "stop redis");
     assert_eq!(r["reconciliation"]["lost_with_host"], 0);
+    // Refused while Redis was away, never answered unstored.
     assert!(
-        r["sdk"]["token write retries"].as_u64().unwrap() > 0,
-        "Redis went away and no token write was retried: {}",
+        r["refused"]["store"].as_u64().unwrap_or(0) > 0,
+        "no call was refused while Redis was down: {}",
+        r["refused"]
+    );
+    assert!(
+        r["sdk"]["token write attempts failed"].as_u64().unwrap() > 0,
+        "Redis went away and no token write failed: {}",
         r["sdk"]
     );
 }

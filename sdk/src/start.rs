@@ -69,6 +69,8 @@ impl SdkBuilder {
             },
         };
         let store = TokenStore::connect(cfg.store.clone()).await?;
+        // Registered at 0, so an alert on its increase sees the first refusal.
+        metrics::counter!("reward_sdk_token_writes_refused_total").increment(0);
         if cfg.store.write_mode == config::WriteMode::Deferred {
             // Said once at every start, so the choice is never forgotten in a log.
             tracing::warn!(

@@ -122,6 +122,10 @@ const START_ATTEMPTS: u32 = 3;
 /// The pause before the second attempt (twice that before the third).
 const START_PAUSE: Duration = Duration::from_millis(500);
 
+/// The least time a direct-mode attempt is given, however little of the caller's
+/// wait is left: a write that just missed its wait still gets a round trip's chance.
+const MIN_ATTEMPT: Duration = Duration::from_millis(20);
+
 /// The pause before a direct-mode caller's attempt `attempt + 1`: 20 ms doubling to
 /// 200 ms.
 fn caller_pause(attempt: u32) -> Duration {
@@ -521,8 +525,21 @@ impl TokenStore {
                 let started = Instant::now();
                 let mut attempt = 1u32;
                 loop {
+                    // An attempt gets at most what is left of the wait (and never
+                    // more than `timeout_ms`, fred's own bound): a Redis that hangs
+                    // costs the caller `write_wait_ms`, not a round trip's timeout.
+                    let left = wait.saturating_sub(started.elapsed()).max(MIN_ATTEMPT);
                     let r = match guard.write.as_ref() {
-                        Some(w) => self.put_direct(&w.due, &w.key, &w.field, &w.value).await,
+                        Some(w) => {
+                            let put = self.put_direct(&w.due, &w.key, &w.field, &w.value);
+                            match tokio::time::timeout(left, put).await {
+                                Ok(r) => r,
+                                Err(_) => Err(fred::error::Error::new(
+                                    fred::error::ErrorKind::Timeout,
+                                    "token write: no answer within the caller's wait",
+                                )),
+                            }
+                        }
                         None => return Err(StoreError::Closed),
                     };
                     let pause = caller_pause(attempt);
@@ -545,6 +562,7 @@ impl TokenStore {
                         // sweeper then credits it like any stored reward.
                         Err(e) if !self.cfg.strict && writer::transient(&e) => {
                             self.shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            metrics::counter!("reward_sdk_token_writes_refused_total").increment(1);
                             guard.write.take();
                             return Err(StoreError::from(e));
                         }
