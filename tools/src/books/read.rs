@@ -139,13 +139,15 @@ impl Tally {
             let credited = account.credited.contains_key(&r.trade_no);
             // Excusable: the sender died without saying the token was stored.
             let excusable = marks.get(&r.trade_no).filter(|m| **m != Marked::Stored);
-            if !credited && !pending && !moved {
-                if let Some(m) = excusable {
-                    // Died with its SDK host before its token write: nothing holds it.
-                    self.lost_with_host += 1;
-                    self.lost_answered += u64::from(*m == Marked::Answered);
-                    continue;
-                }
+            if !credited
+                && !pending
+                && !moved
+                && let Some(m) = excusable
+            {
+                // Died with its SDK host before its token write: nothing holds it.
+                self.lost_with_host += 1;
+                self.lost_answered += u64::from(*m == Marked::Answered);
+                continue;
             }
             *want_balance.entry(r.reward_type.as_str()).or_default() += r.amount;
             match account.credited.get(&r.trade_no) {
