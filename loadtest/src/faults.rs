@@ -67,7 +67,54 @@
 //! at_secs = 20
 //! action = "redis-pause"       # `CLIENT PAUSE` the stack's Redis: every client's
 //! for_secs = 2                 # commands wait (at most 60 s), nothing is lost
+//!
+//! [[faults]]
+//! at_secs = 10
+//! action = "latency"           # network faults, on one link through a fault proxy
+//! link = "service->redis"      # (below): every chunk delayed delay_ms ± jitter_ms
+//! delay_ms = 200
+//! jitter_ms = 20
+//! for_secs = 20
+//!
+//! [[faults]]
+//! at_secs = 10
+//! action = "blackhole"         # connections accepted, nothing answered (held bytes
+//! link = "consumer->redis"     # flow on when it lifts, as TCP would resend them)
+//! for_secs = 10
+//!
+//! [[faults]]
+//! at_secs = 10
+//! action = "drop-answers"      # requests arrive, answers are thrown away; each
+//! link = "service->wallet"     # connection that lost one is reset when it lifts
+//! for_secs = 10
+//!
+//! [[faults]]
+//! at_secs = 10
+//! action = "reset"             # every connection reset, open or new
+//! link = "sdk->redis"
+//! for_secs = 3
+//!
+//! [[faults]]
+//! at_secs = 10
+//! action = "bandwidth"         # each direction capped, over every connection
+//! link = "service->redis"
+//! bytes_per_sec = 200000
+//! for_secs = 10
 //! ```
+//!
+//! # Network links
+//! A plan that names a link runs a [`faultproxy::Proxy`] on loopback for it, in the
+//! load tester's process, and points that part's connections through it for the whole
+//! run (the proxy passes bytes untouched until a fault switches it): `sdk->redis` (the
+//! activity side's token writes: the SDK in the load tester or every SDK host),
+//! `service->redis` (every reward service instance: claims, ledger, sweeper, its
+//! SDK), `consumer->redis` (every consumer: fleet leases, delay queue) and
+//! `service->wallet` (the credits and status queries to the downstream, which puts
+//! the downstream double in place). Redis links need the single Redis: a cluster's
+//! clients learn every node's address from the cluster itself and would go around a
+//! proxy. The brokers' links are not offered for the same reason: Kafka and RocketMQ
+//! clients connect to the addresses the brokers advertise, not to the ones they were
+//! given.
 //!
 //! A plan with a downstream fault makes the replay credit through a downstream double
 //! over HTTP ([`reward_standins::downstream`]) instead of the service's built-in ledger directly
@@ -114,6 +161,86 @@ pub enum Action {
     /// Redis holds every client's commands for `for_secs` (`CLIENT PAUSE ... ALL`):
     /// a slow Redis, as the SDK's token writes, the claims and the ledger all see it.
     RedisPause,
+    /// Network: every chunk on `link` delayed `delay_ms` ± `jitter_ms`.
+    Latency,
+    /// Network: `link` accepts and never answers.
+    Blackhole,
+    /// Network: every connection on `link` reset, open or new.
+    Reset,
+    /// Network: requests on `link` arrive, answers are thrown away.
+    DropAnswers,
+    /// Network: `link` capped at `bytes_per_sec` each way.
+    Bandwidth,
+}
+
+impl Action {
+    /// Whether it is a network fault (it needs a `link`).
+    pub fn is_network(&self) -> bool {
+        matches!(
+            self,
+            Self::Latency | Self::Blackhole | Self::Reset | Self::DropAnswers | Self::Bandwidth
+        )
+    }
+}
+
+/// A connection from one part of the pipeline to a server it uses, which a fault
+/// proxy can sit on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Link {
+    /// The activity side (the SDK in the load tester, or every SDK host) to Redis.
+    SdkRedis,
+    /// Every reward service instance to Redis.
+    ServiceRedis,
+    /// Every consumer to Redis.
+    ConsumerRedis,
+    /// The reward service to the downstream (the downstream double).
+    ServiceWallet,
+}
+
+impl Link {
+    /// Every link, as plans name them.
+    pub const ALL: [(&'static str, Link); 4] = [
+        ("sdk->redis", Link::SdkRedis),
+        ("service->redis", Link::ServiceRedis),
+        ("consumer->redis", Link::ConsumerRedis),
+        ("service->wallet", Link::ServiceWallet),
+    ];
+
+    /// The link a plan names.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        if let Some((_, l)) = Self::ALL.iter().find(|(n, _)| *n == s) {
+            return Ok(*l);
+        }
+        if s.ends_with("->kafka") || s.ends_with("->rocketmq") || s.ends_with("->broker") {
+            anyhow::bail!(
+                "link {s:?}: broker links are not offered: Kafka and RocketMQ clients connect to the addresses the brokers advertise, around any proxy they were pointed at"
+            );
+        }
+        let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+        anyhow::bail!("unknown link {s:?}; one of {}", names.join(", "))
+    }
+
+    /// As plans name it.
+    pub fn name(&self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, l)| l == self)
+            .map_or("?", |(n, _)| *n)
+    }
+
+    /// Whether the server at its end is Redis.
+    pub fn to_redis(&self) -> bool {
+        !matches!(self, Link::ServiceWallet)
+    }
+}
+
+/// The links a plan's network faults use (each gets its proxy for the whole run).
+pub fn links(faults: &[Fault]) -> std::collections::BTreeSet<Link> {
+    faults
+        .iter()
+        .filter(|f| f.action.is_network())
+        .filter_map(|f| f.link.as_deref().and_then(|l| Link::parse(l).ok()))
+        .collect()
 }
 
 /// One fault.
@@ -143,7 +270,19 @@ pub struct Fault {
     /// `redis-reshard`: slots to move (default 2000).
     #[serde(default)]
     pub slots: Option<u32>,
+    /// Network faults: which link (`service->redis`, ...; see the module doc).
+    #[serde(default)]
+    pub link: Option<String>,
+    /// `latency`: the spread around `delay_ms`, ms (default 0).
+    #[serde(default)]
+    pub jitter_ms: Option<u64>,
+    /// `bandwidth`: the cap, bytes a second each way.
+    #[serde(default)]
+    pub bytes_per_sec: Option<u64>,
 }
+
+/// The longest added latency a plan may ask for, ms.
+pub const MAX_LATENCY_MS: u64 = 10_000;
 
 /// Whether any fault of the plan breaks the downstream (the replay then credits
 /// through the downstream double).
@@ -153,7 +292,7 @@ pub fn needs_downstream_double(faults: &[Fault]) -> bool {
             f.action,
             Action::DownstreamFail | Action::DownstreamSlow | Action::DownstreamTimeoutAfterCredit
         )
-    })
+    }) || links(faults).contains(&Link::ServiceWallet)
 }
 
 fn five() -> f64 {
@@ -230,7 +369,52 @@ impl Fault {
                 self.share.unwrap_or(1.0) * 100.0,
                 self.for_secs
             ),
+            Action::Latency => format!(
+                "latency {} +{} ms ±{} ms for {} s",
+                self.link_name(),
+                self.delay_ms.unwrap_or(0),
+                self.jitter_ms.unwrap_or(0),
+                self.for_secs
+            ),
+            Action::Blackhole => format!("blackhole {} for {} s", self.link_name(), self.for_secs),
+            Action::Reset => format!("reset {} for {} s", self.link_name(), self.for_secs),
+            Action::DropAnswers => {
+                format!("drop answers {} for {} s", self.link_name(), self.for_secs)
+            }
+            Action::Bandwidth => format!(
+                "bandwidth {} {} B/s for {} s",
+                self.link_name(),
+                self.bytes_per_sec.unwrap_or(0),
+                self.for_secs
+            ),
         }
+    }
+
+    fn link_name(&self) -> &str {
+        self.link.as_deref().unwrap_or("?")
+    }
+
+    /// A network fault's link (checked by [`parse`]).
+    pub fn link(&self) -> anyhow::Result<Link> {
+        Link::parse(self.link.as_deref().unwrap_or_default())
+    }
+
+    /// A network fault's proxy mode while it lasts.
+    pub fn proxy_mode(&self) -> Option<faultproxy::Mode> {
+        use faultproxy::Mode;
+        Some(match self.action {
+            Action::Latency => Mode::Latency {
+                delay: std::time::Duration::from_millis(self.delay_ms.unwrap_or(0)),
+                jitter: std::time::Duration::from_millis(self.jitter_ms.unwrap_or(0)),
+            },
+            Action::Blackhole => Mode::Blackhole,
+            Action::Reset => Mode::Reset,
+            Action::DropAnswers => Mode::DropAnswers,
+            Action::Bandwidth => Mode::Bandwidth {
+                bytes_per_sec: self.bytes_per_sec.unwrap_or(1),
+            },
+            _ => return None,
+        })
     }
 }
 
@@ -251,6 +435,11 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Fault>> {
 pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
     let plan: PlanFile = toml::from_str(text)?;
     for (i, f) in plan.faults.iter().enumerate() {
+        if f.action.is_network() {
+            check_network(f).map_err(|e| anyhow::anyhow!("faults[{i}]: {e}"))?;
+        } else if f.link.is_some() || f.jitter_ms.is_some() || f.bytes_per_sec.is_some() {
+            anyhow::bail!("faults[{i}]: link, jitter_ms and bytes_per_sec are for network faults");
+        }
         if !(f.at_secs.is_finite() && f.at_secs >= 0.0) {
             anyhow::bail!("faults[{i}]: at_secs must be >= 0");
         }
@@ -302,6 +491,11 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
                     "faults[{i}]: downstream-timeout-after-credit takes share in 0..=1, got {other:?}"
                 ),
             },
+            Action::Latency
+            | Action::Blackhole
+            | Action::Reset
+            | Action::DropAnswers
+            | Action::Bandwidth => {}
             Action::DownstreamSlow => match f.delay_ms {
                 Some(d) if d <= reward_standins::downstream::MAX_DELAY_MS => {}
                 other => anyhow::bail!(
@@ -312,6 +506,47 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
         }
     }
     Ok(plan.faults)
+}
+
+/// A network fault's own settings: a link that exists, and the numbers its mode needs.
+fn check_network(f: &Fault) -> anyhow::Result<()> {
+    let link = f.link()?;
+    if f.server.is_some() || f.share.is_some() || f.slots.is_some() || f.index.is_some() {
+        anyhow::bail!("a network fault takes a link, not a server, share, slots or index");
+    }
+    if f.for_secs <= 0.0 {
+        anyhow::bail!("a network fault needs for_secs > 0");
+    }
+    match f.action {
+        Action::Latency => match f.delay_ms {
+            Some(d) if (1..=MAX_LATENCY_MS).contains(&d) => {
+                if f.jitter_ms.unwrap_or(0) > d {
+                    anyhow::bail!("latency: jitter_ms must not exceed delay_ms");
+                }
+            }
+            other => anyhow::bail!("latency needs delay_ms in 1..={MAX_LATENCY_MS}, got {other:?}"),
+        },
+        Action::Bandwidth => match f.bytes_per_sec {
+            Some(b) if b >= 1_000 => {}
+            other => anyhow::bail!("bandwidth needs bytes_per_sec >= 1000, got {other:?}"),
+        },
+        _ => {
+            if f.delay_ms.is_some() || f.jitter_ms.is_some() || f.bytes_per_sec.is_some() {
+                anyhow::bail!(
+                    "{} on {} takes no delay_ms, jitter_ms or bytes_per_sec",
+                    f.label(),
+                    link.name()
+                );
+            }
+        }
+    }
+    if !matches!(f.action, Action::Latency) && f.jitter_ms.is_some() {
+        anyhow::bail!("jitter_ms is for latency");
+    }
+    if f.action == Action::Bandwidth && f.delay_ms.is_some() {
+        anyhow::bail!("delay_ms is for latency");
+    }
+    Ok(())
 }
 
 /// Runs `ops/stack <verb> <server>`; an error names the command and its output.
@@ -392,6 +627,81 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("takes no server"), "{e}");
+    }
+
+    #[test]
+    fn network_faults_name_a_link_and_the_numbers_their_mode_needs() {
+        let ok = parse(concat!(
+            "[[faults]]\nat_secs = 1\naction = \"latency\"\nlink = \"service->redis\"\ndelay_ms = 200\njitter_ms = 20\n",
+            "[[faults]]\nat_secs = 1\naction = \"blackhole\"\nlink = \"consumer->redis\"\n",
+            "[[faults]]\nat_secs = 1\naction = \"drop-answers\"\nlink = \"service->wallet\"\n",
+            "[[faults]]\nat_secs = 1\naction = \"reset\"\nlink = \"sdk->redis\"\n",
+            "[[faults]]\nat_secs = 1\naction = \"bandwidth\"\nlink = \"service->redis\"\nbytes_per_sec = 20000\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            links(&ok).into_iter().collect::<Vec<_>>(),
+            [
+                Link::SdkRedis,
+                Link::ServiceRedis,
+                Link::ConsumerRedis,
+                Link::ServiceWallet
+            ]
+        );
+        assert!(needs_downstream_double(&ok));
+        assert_eq!(
+            ok[0].proxy_mode(),
+            Some(faultproxy::Mode::Latency {
+                delay: std::time::Duration::from_millis(200),
+                jitter: std::time::Duration::from_millis(20),
+            })
+        );
+        assert_eq!(
+            ok[0].label(),
+            "latency service->redis +200 ms ±20 ms for 5 s"
+        );
+        assert_eq!(ok[2].proxy_mode(), Some(faultproxy::Mode::DropAnswers));
+        for (text, want) in [
+            (
+                "action = \"blackhole\"\nlink = \"consumer->kafka\"",
+                "broker links are not offered",
+            ),
+            ("action = \"blackhole\"\nlink = \"wallet\"", "unknown link"),
+            ("action = \"blackhole\"", "unknown link \"\""),
+            (
+                "action = \"latency\"\nlink = \"sdk->redis\"",
+                "latency needs delay_ms",
+            ),
+            (
+                "action = \"latency\"\nlink = \"sdk->redis\"\ndelay_ms = 10\njitter_ms = 20",
+                "jitter_ms must not exceed",
+            ),
+            (
+                "action = \"bandwidth\"\nlink = \"sdk->redis\"",
+                "bandwidth needs bytes_per_sec",
+            ),
+            (
+                "action = \"reset\"\nlink = \"sdk->redis\"\ndelay_ms = 5",
+                "takes no delay_ms",
+            ),
+            (
+                "action = \"reset\"\nlink = \"sdk->redis\"\nserver = \"redis\"",
+                "takes a link, not a server",
+            ),
+            (
+                "action = \"reset\"\nlink = \"sdk->redis\"\nfor_secs = 0",
+                "for_secs > 0",
+            ),
+            (
+                "action = \"kill-consumer\"\nlink = \"sdk->redis\"",
+                "for network faults",
+            ),
+        ] {
+            let e = parse(&format!("[[faults]]\nat_secs = 1\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{text}: {e} should contain {want}");
+        }
     }
 
     #[test]

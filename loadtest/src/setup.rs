@@ -142,6 +142,12 @@ fn standalone_sdk_toml(env: &StackEnv, m: &Manifest, dir: &Path, who: &str) -> S
         .replace("[sdk.", "[")
 }
 
+/// The SDK config of the load tester's own SDK (as [`Setup::sdk_toml`], for another
+/// view of the stack: its Redis through a fault proxy).
+pub fn local_sdk_toml(env: &StackEnv, setup: &Setup) -> String {
+    standalone_sdk_toml(env, &setup.manifest, &setup.dir, "loadtest")
+}
+
 /// The SDK config of SDK host `i`.
 pub fn host_sdk_toml(env: &StackEnv, setup: &Setup, i: u32) -> String {
     standalone_sdk_toml(env, &setup.manifest, &setup.dir, &format!("host{i}"))

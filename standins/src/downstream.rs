@@ -135,6 +135,11 @@ impl DownstreamDouble {
         Ok(Self { addr, inner })
     }
 
+    /// Where it listens (a fault proxy in front of it forwards here).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
     /// The URL the reward service posts credits to.
     pub fn url(&self) -> String {
         format!("http://{}/credit", self.addr)

@@ -256,6 +256,7 @@ pub(super) fn build_report(
         ceilings: None,
         cost: None,
         downstream_double: BTreeMap::new(),
+        fault_proxies: BTreeMap::new(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! The reward service and consumers of a run as child processes: their specs, their
 //! start (with the wait for Kafka partitions), their counters, final metrics and stop.
 
+use super::links::Links;
+use crate::faults::Link;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -223,8 +225,9 @@ pub(super) async fn start(
     setup: &Setup,
     opts: &ReplayOptions,
     double: Option<&reward_standins::downstream::DownstreamDouble>,
+    links: &Links,
 ) -> anyhow::Result<(Services, String)> {
-    let (services, grpc) = start_services(env, setup, opts, double).await?;
+    let (services, grpc) = start_services(env, setup, opts, double, links).await?;
     wait_assigned(&setup.dir, opts.kafka_consumers).await?;
     Ok((services, grpc))
 }
@@ -234,13 +237,14 @@ async fn start_services(
     setup: &Setup,
     opts: &ReplayOptions,
     double: Option<&reward_standins::downstream::DownstreamDouble>,
+    links: &Links,
 ) -> anyhow::Result<(Services, String)> {
     let config = setup.dir.join("service.toml");
-    let urls = double.map(|w| (w.url(), w.status_url()));
+    let urls = double.map(|w| links.wallet_urls(w));
     std::fs::write(
         &config,
         setup::service_toml(
-            env,
+            &links.env_for(env, Link::ServiceRedis),
             setup,
             urls.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
             if opts.sdk_hosts > 0 {
@@ -300,7 +304,8 @@ async fn start_services(
         (Broker::Rocketmq, opts.rocketmq_consumers),
     ] {
         for i in 0..n {
-            let spec = consumer_spec(setup, env, broker, i, &grpc, 1)?;
+            let seen = links.env_for(env, Link::ConsumerRedis);
+            let spec = consumer_spec(setup, &seen, broker, i, &grpc, 1)?;
             consumers.push(Child::start(spec, Duration::from_secs(90)).await?);
         }
     }

@@ -24,6 +24,8 @@ pub(super) struct Targets {
     pub(super) env: StackEnv,
     pub(super) grpc: String,
     pub(super) double: Option<reward_standins::downstream::DownstreamDouble>,
+    /// The fault proxies of the links the plan names.
+    pub(super) links: Arc<super::links::Links>,
     pub(super) side: Arc<super::hosts::Side>,
     /// Held while a reshard moves slots and while a primary is being killed: a
     /// primary killed mid-reshard (the reshard's source or target) leaves slots
@@ -83,13 +85,21 @@ async fn inject(f: &Fault, t: &Targets, struck: &std::sync::Mutex<Instant>) -> a
             downstream(f, double, down).await
         }
         Action::RedisPause => redis_pause(env, down).await,
+        Action::Latency
+        | Action::Blackhole
+        | Action::Reset
+        | Action::DropAnswers
+        | Action::Bandwidth => network(f, &t.links, down).await,
         Action::StopServer => {
             let server = f.server.as_deref().unwrap_or("kafka");
             crate::faults::stack(script, "stop", server).await?;
             tokio::time::sleep(down).await;
             crate::faults::stack(script, "start", server).await
         }
-        Action::KillConsumer => kill_consumer(f, services, setup, env, grpc, down).await,
+        Action::KillConsumer => {
+            let seen = t.links.env_for(env, crate::faults::Link::ConsumerRedis);
+            kill_consumer(f, services, setup, &seen, grpc, down).await
+        }
         Action::KillService => kill_service(f, services, down).await,
         Action::KillSdkHost => match &*t.side {
             super::hosts::Side::Hosts(pool) => {
@@ -176,6 +186,22 @@ async fn downstream(
         Action::DownstreamSlow => w.set_delay(Duration::ZERO),
         _ => w.set_late_share(0.0),
     }
+    Ok(())
+}
+
+/// Switches the link's fault proxy to the fault's mode for `down`, then back to
+/// passing bytes untouched.
+async fn network(f: &Fault, links: &super::links::Links, down: Duration) -> anyhow::Result<()> {
+    let link = f.link()?;
+    let Some(proxy) = links.get(link) else {
+        anyhow::bail!("no fault proxy on {}", link.name());
+    };
+    let Some(mode) = f.proxy_mode() else {
+        anyhow::bail!("{} is not a network fault", f.label());
+    };
+    proxy.set(mode);
+    tokio::time::sleep(down).await;
+    proxy.set(faultproxy::Mode::Pass);
     Ok(())
 }
 

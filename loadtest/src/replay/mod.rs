@@ -38,6 +38,7 @@ mod collect;
 mod drain;
 pub mod hosts;
 mod inject;
+mod links;
 pub mod recovery;
 mod run;
 mod schedule;
@@ -274,6 +275,10 @@ pub struct ReplayReport {
     /// on purpose, answered late after crediting, repeats answered with the first
     /// receipt.
     pub downstream_double: BTreeMap<String, u64>,
+    /// Each fault proxy's counters by link (runs with network faults): connections,
+    /// resets, bytes forwarded each way, answer bytes dropped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fault_proxies: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// Runs one replay; returns its run directory and report (reconciliation included).

@@ -1,6 +1,8 @@
 //! One replay as a run: what its phases share, and one method per phase, from
 //! preparing the stack to assembling the report.
 
+use super::links::Links;
+use crate::faults::Link;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,6 +40,8 @@ pub(super) struct Run<'a> {
     grpc: String,
     /// The downstream double (runs with a downstream fault).
     double: Option<reward_standins::downstream::DownstreamDouble>,
+    /// The fault proxies of the links the plan's network faults name.
+    links: Arc<Links>,
     /// The run directory.
     pub(super) dir: PathBuf,
     /// The cost counters at the start of sending.
@@ -99,9 +103,11 @@ impl<'a> Run<'a> {
         let dir = setup.dir.clone();
         eprintln!("replay: run directory {}", dir.display());
         let double = Self::start_double(env, opts, &setup).await?;
-        let (services, grpc) = children::start(env, &setup, opts, double.as_ref()).await?;
+        let links = Links::start(env, &opts.faults, double.as_ref().map(|d| d.addr())).await?;
+        let links = Arc::new(links);
+        let (services, grpc) = children::start(env, &setup, opts, double.as_ref(), &links).await?;
         let services = Arc::new(tokio::sync::Mutex::new(services));
-        let sdk = Arc::new(Self::start_sdk(env, opts, &setup).await?);
+        let sdk = Arc::new(Self::start_sdk(env, opts, &setup, &links).await?);
         let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
         let start = Instant::now();
         setup.manifest.started_unix_ms = unix_ms();
@@ -117,6 +123,7 @@ impl<'a> Run<'a> {
             services,
             grpc,
             double,
+            links,
             dir,
             probe,
             cost: None,
@@ -144,9 +151,15 @@ impl<'a> Run<'a> {
         env: &StackEnv,
         opts: &ReplayOptions,
         setup: &Setup,
+        links: &Links,
     ) -> anyhow::Result<Side> {
+        let env = &links.env_for(env, Link::SdkRedis);
         if opts.sdk_hosts == 0 {
-            let cfg = sdk::config::SdkConfig::from_toml_str(&setup.sdk_toml)?;
+            let text = match links.get(Link::SdkRedis) {
+                Some(_) => setup::local_sdk_toml(env, setup),
+                None => setup.sdk_toml.clone(),
+            };
+            let cfg = sdk::config::SdkConfig::from_toml_str(&text)?;
             return Ok(Side::Local(Arc::new(sdk::Sdk::builder(cfg).start().await?)));
         }
         let mut configs = Vec::new();
@@ -210,6 +223,7 @@ impl<'a> Run<'a> {
             env: self.env.clone(),
             grpc: self.grpc.clone(),
             double: self.double.clone(),
+            links: self.links.clone(),
             side: self.sdk.clone(),
             topology: Arc::default(),
         };
@@ -444,6 +458,22 @@ impl<'a> Run<'a> {
         if let Some(w) = &self.double {
             report.downstream_double = double_counters(w);
         }
+        report.fault_proxies = self
+            .links
+            .stats()
+            .into_iter()
+            .map(|(link, s)| {
+                let counts = [
+                    ("connections", s.connections),
+                    ("resets", s.resets),
+                    ("up_bytes", s.up_bytes),
+                    ("down_bytes", s.down_bytes),
+                    ("dropped_bytes", s.dropped_bytes),
+                ];
+                let counts = counts.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                (link, counts)
+            })
+            .collect();
         report
     }
 }
