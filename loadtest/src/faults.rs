@@ -299,6 +299,18 @@ fn five() -> f64 {
     5.0
 }
 
+/// Whether a fault of the plan can leave the activity side's token writes in doubt
+/// (refused after an attempt whose answer was lost, which may still have landed):
+/// anything that breaks the SDK's way to Redis. Such a run's sweeper takes the short
+/// grace period, so the drain sees the ones that landed credited.
+pub fn token_writes_in_doubt(faults: &[Fault]) -> bool {
+    faults.iter().any(|f| match f.action {
+        Action::StopServer => f.server.as_deref() == Some("redis"),
+        Action::RedisPause | Action::RedisFailover | Action::RedisReshard => true,
+        _ => f.action.is_network() && f.link().is_ok_and(|l| l == Link::SdkRedis),
+    })
+}
+
 /// SDK hosts a plan needs: `asked` (`--sdk-hosts`), or 2 when a fault kills a host
 /// and none were asked; a kill with fewer than 2 hosts is refused (the users of the
 /// killed host would have nowhere to go), as is an `index` past the hosts.

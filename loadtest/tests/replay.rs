@@ -1022,7 +1022,7 @@ fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
     );
     all_credited_but_the_lost(&r);
     one_fault_recovered(&r, "stop redis");
-    assert_eq!(r["reconciliation"]["lost_with_host"], 0);
+    assert_eq!(r["reconciliation"]["lost_answered"], 0);
     // Refused while Redis was away, never answered unstored.
     assert!(
         r["refused"]["store"].as_u64().unwrap_or(0) > 0,
@@ -1095,7 +1095,7 @@ fn network_replay(
     let plan = format!("[[faults]]\nat_secs = 4\n{fault}");
     let (dir, r, text) = small_replay_with(&stack_env(), what, 15, &plan, extra);
     all_credited_but_the_lost(&r);
-    assert_eq!(r["reconciliation"]["lost_with_host"], 0, "{text}");
+    assert_eq!(r["reconciliation"]["lost_answered"], 0, "{text}");
     one_fault_recovered(&r, label);
     (dir, r, text)
 }

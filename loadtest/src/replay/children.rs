@@ -247,7 +247,7 @@ async fn start_services(
             &links.env_for(env, Link::ServiceRedis),
             setup,
             urls.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
-            if opts.sdk_hosts > 0 {
+            if opts.sdk_hosts > 0 || crate::faults::token_writes_in_doubt(&opts.faults) {
                 setup::HOST_KILL_GRACE_MS
             } else {
                 reward_service::sweeper::SweepConfig::default().grace_ms

@@ -44,6 +44,8 @@ pub(super) async fn collect(
 ) -> anyhow::Result<Collected> {
     let file = std::fs::File::create(&sent_path)?;
     let mut out = std::io::BufWriter::new(file);
+    let doubts_path = sent_path.with_file_name(super::hosts::STORE_IN_DOUBT);
+    let mut doubts = std::io::BufWriter::new(std::fs::File::create(doubts_path)?);
     let mut c = Collected {
         send: Some(hist()),
         call: Some(hist()),
@@ -51,9 +53,13 @@ pub(super) async fn collect(
         ..Collected::default()
     };
     while let Some(s) = rx.recv().await {
+        if let (Err(super::schedule::STORE_REFUSAL), Some((r, _))) = (&s.outcome, &s.in_doubt) {
+            writeln!(doubts, "{}", r.trade_no)?;
+        }
         c.add(s, &mut out)?;
     }
     out.flush()?;
+    doubts.flush()?;
     anyhow::Ok(c)
 }
 

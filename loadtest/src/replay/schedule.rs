@@ -14,14 +14,20 @@ use crate::profile::{Mix, Plan, SceneKind, ScenePlan, Users};
 use crate::reconcile::SentReward;
 use reward_runtime::clock::now_ms as unix_ms;
 
+/// The refusal of a token write that failed for the whole wait: in doubt (see
+/// [`Sample::in_doubt`]).
+pub(super) const STORE_REFUSAL: &str = "store";
+
 pub(super) struct Sample {
     pub(super) second: u64,
     pub(super) intended_us: u64,
     pub(super) start_us: u64,
     pub(super) end_us: u64,
     pub(super) outcome: Result<(SentReward, bool), &'static str>,
-    /// A send whose SDK host died before answering: the reward it may have stored
-    /// (the outcome is then the refusal `sdk_host_died`).
+    /// A send whose outcome is unknown: its SDK host died before answering (the
+    /// refusal `sdk_host_died`), or the SDK refused it because its token write failed
+    /// for the whole wait (`store`: an attempt that timed out may still have landed,
+    /// and its reward is then credited). Kept for reconciliation either way.
     pub(super) in_doubt: Option<(SentReward, bool)>,
 }
 
@@ -221,6 +227,10 @@ async fn send_one(
     };
     let (outcome, in_doubt) = match r {
         Sent::Accepted => (Ok((reward, repeat)), None),
+        Sent::Refused(kind) if kind == STORE_REFUSAL => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            (Err(kind), Some((reward, repeat)))
+        }
         Sent::Refused(kind) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             (Err(kind), None)

@@ -183,7 +183,7 @@ pub async fn check(at: &Stores, expected: &Expected) -> anyhow::Result<Reconcili
             name: "lost with a killed host".into(),
             pass: t.lost_with_host + t.token_lost_with_host <= ex.bound,
             detail: format!(
-                "{} of {} rewards of killed SDK hosts neither stored nor credited ({} answered before their token write, {} unanswered), {} credited without their token; at most {} token writes were unfinished in them",
+                "{} of {} rewards left in doubt (by a killed SDK host, or refused after a token write's answer was lost) neither stored nor credited ({} answered before their token write, {} unanswered), {} credited without their token; at most {} token writes were unfinished in them",
                 t.lost_with_host,
                 ex.rewards.len(),
                 t.lost_answered,

@@ -14,6 +14,11 @@ pub(crate) const MARKS: &str = "hosts.tsv";
 
 pub(crate) const BOUND: &str = "#bound";
 
+/// The file of rewards the SDK refused because their token write failed for the whole
+/// wait (one trade number a line): each may have been stored (its write's answer was
+/// lost) and is then credited, or not; in doubt, like a call a killed host held.
+pub const STORE_IN_DOUBT: &str = "store-in-doubt.tsv";
+
 /// The rewards of killed SDK hosts, as `hosts.tsv` has them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Marks {
@@ -24,8 +29,29 @@ pub struct Marks {
     pub bound: u64,
 }
 
-/// Reads a run's `hosts.tsv` (absent: no host was killed).
+/// Reads a run's `hosts.tsv` (absent: no host was killed) and `store-in-doubt.tsv`
+/// (absent: no write was refused).
 pub fn read_marks(dir: &Path) -> anyhow::Result<Marks> {
+    let mut marks = read_host_marks(dir)?;
+    let path = dir.join(STORE_IN_DOUBT);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            for trade in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                // A host's mark says more (it may have answered stored); the bound
+                // counts each reward once.
+                if !marks.rewards.contains_key(trade) {
+                    marks.rewards.insert(trade.to_string(), Marked::InDoubt);
+                    marks.bound += 1;
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    }
+    Ok(marks)
+}
+
+fn read_host_marks(dir: &Path) -> anyhow::Result<Marks> {
     let path = dir.join(MARKS);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

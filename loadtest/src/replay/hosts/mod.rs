@@ -41,7 +41,7 @@ mod side;
 #[cfg(test)]
 mod tests;
 
-pub use self::marks::{Marks, read_marks};
+pub use self::marks::{Marks, STORE_IN_DOUBT, read_marks};
 pub(crate) use self::pool::HostPool;
 pub(crate) use self::side::Side;
 pub(crate) use reward_standins::sdk_host::Sent;
