@@ -154,3 +154,98 @@ fn assert_fleet(what: &str, got: &Rate, rate: f64) {
         got.seconds
     );
 }
+
+/// The fleet cut off from Redis (every member's connections to it blackholed for
+/// about 9 s through a fault proxy: the lease script gets no answer) and back. While cut
+/// off, each member refills itself at the rate divided by the members it last saw, so
+/// the fleet stays near its rate: at most 10 % above it (and still crediting, at
+/// least half of it). After, the leases hold it within ±5 % again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_cut_off_from_redis_stays_near_its_rate_and_comes_back() {
+    let _alone = one_at_a_time().await;
+    let tag = tag("fb");
+    let dir = dir(&tag);
+    let redis_url = stack().redis_url;
+    assert!(
+        !redis_url.starts_with("redis-cluster://"),
+        "this drill proxies the single Redis; a cluster's clients would go around the proxy"
+    );
+    let host_port = stack().redis_host_port().unwrap();
+    let upstream = std::net::ToSocketAddrs::to_socket_addrs(host_port.as_str())
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = faultproxy::Proxy::start(upstream).await.unwrap();
+    let via = redis_url.replace(&host_port, &proxy.addr().to_string());
+    assert_ne!(via, redis_url, "the member config names the proxy");
+    reward_tools::topics::create_kafka_topics(&stack().kafka_brokers, &[&events_topic(&tag)], 6)
+        .await
+        .unwrap();
+    create_topics(&tag).await;
+    let svc = service(&tag, &dir).await;
+    let grpc = format!("http://{}", svc.grpc_addr);
+    let limits = "[limits.types.coupon]\nrate = 30\nburst = 5\n";
+    let members: Vec<Member> = (0..3)
+        .map(|i| {
+            let text = consumer_text(
+                &tag,
+                &dir,
+                &grpc,
+                "hold_ms = 5000\nconcurrency = 64",
+                limits,
+            )
+            .replace(&redis_url, &via);
+            Member::start(&dir, &format!("m{i}"), &text)
+        })
+        .collect();
+    let settled = || (0..3).all(|i| Member::assigned(&dir, &format!("m{i}")) == 2);
+    wait_for(120, "three members with two partitions each", || async {
+        settled()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(settled(), "the group moved partitions again");
+
+    const COUPONS: i64 = 3000;
+    let events: Vec<_> = (0..COUPONS)
+        .map(|i| event(&format!("q{i}"), "cq", "coupon", 1))
+        .collect();
+    publish(&tag, &dir, "massive", &events, &[]).await;
+    let ledger = ledger(&tag).await;
+    wait_for(120, "coupons flowing", || async {
+        ledger.balance("cq", "coupon").await.unwrap() > 60
+    })
+    .await;
+    let before = rate(&ledger, "cq", 8.0).await;
+    assert_fleet("three members at 30/s", &before, 30.0);
+
+    proxy.set(faultproxy::Mode::Blackhole);
+    // The leases in hand run out and the lease script times out: the fallback.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cut = rate(&ledger, "cq", 8.0).await;
+    proxy.set(faultproxy::Mode::Pass);
+    eprintln!(
+        "cut off from Redis: {:.2}/s, per second {:?}",
+        cut.per_sec, cut.seconds
+    );
+    assert!(
+        (15.0..=33.0).contains(&cut.per_sec),
+        "cut off from Redis: {:.1}/s, want at most 30/s + 10 % (and at least half of it); per second: {:?}",
+        cut.per_sec,
+        cut.seconds
+    );
+    assert!(proxy.stats().connections >= 3, "{:?}", proxy.stats());
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rate(&ledger, "cq", 8.0).await;
+    assert_fleet("three members back on Redis", &after, 30.0);
+
+    drop(members);
+    let redis = redis().await;
+    assert_eq!(
+        credited(&redis, &tag, "cq").await,
+        ledger.balance("cq", "coupon").await.unwrap(),
+        "a coupon credited twice"
+    );
+    svc.shutdown().await;
+}

@@ -220,6 +220,13 @@ impl Proxy {
 
     /// Switches the mode, for open connections and new ones.
     pub fn set(&self, mode: Mode) {
+        // A cap starts afresh: no debt from an earlier one.
+        let now = Instant::now();
+        for b in &self.shared.buckets {
+            if let Ok(mut next) = b.lock() {
+                *next = now;
+            }
+        }
         self.shared.mode.send_replace(mode);
     }
 
@@ -373,9 +380,14 @@ async fn pump(
                 }
             };
             // The mode may have changed while the read waited; the chunk follows the
-            // mode of the moment it arrived.
+            // mode of the moment it arrived. A connection that lost an answer is never
+            // resumed, not even by a chunk read as the drop ended.
+            let now_mode = *mode.borrow();
+            if poisoned.load(Ordering::Acquire) && now_mode != Mode::DropAnswers {
+                return End::Reset;
+            }
             let now = Instant::now();
-            let due = match *mode.borrow() {
+            let due = match now_mode {
                 Mode::DropAnswers if dir == Dir::Down => {
                     shared
                         .counters
@@ -391,6 +403,15 @@ async fn pump(
             last_due = last_due.max(due);
             if tx.send((last_due, buf[..n].to_vec())).await.is_err() {
                 return End::Closed;
+            }
+            // Under a cap the reader waits for its chunk's turn before reading more:
+            // the sender feels the cap (TCP back-pressure), and no backlog builds up
+            // to outlast the fault.
+            if let Mode::Bandwidth { .. } = now_mode {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last_due) => {}
+                    _ = mode.changed() => {}
+                }
             }
         }
     };

@@ -100,6 +100,22 @@ async fn passes_bytes_both_ways_and_counts_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_close_reaches_the_server_and_its_answer_still_comes_back() {
+    let (up, _) = echo().await;
+    let p = Proxy::start(up).await.unwrap();
+    let mut s = TcpStream::connect(p.addr()).await.unwrap();
+    s.write_all(b"last words").await.unwrap();
+    s.shutdown().await.unwrap();
+    // The echo server reads to its end (so it saw the FIN), answers, and closes.
+    let mut back = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut back))
+        .await
+        .expect("the server never saw the end of the stream")
+        .unwrap();
+    assert_eq!(back, b"last words");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_delays_each_direction_and_keeps_order() {
     let (up, _) = echo().await;
     let p = Proxy::start(up).await.unwrap();

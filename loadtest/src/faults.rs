@@ -517,7 +517,35 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<Fault>> {
             },
         }
     }
+    // One proxy has one mode at a time: a fault on a link would end another's early.
+    let network: Vec<(usize, &Fault)> = plan
+        .faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.action.is_network())
+        .collect();
+    for (n, (i, a)) in network.iter().enumerate() {
+        for (j, b) in &network[n + 1..] {
+            if a.link == b.link
+                && a.at_secs < b.at_secs + b.for_secs
+                && b.at_secs < a.at_secs + a.for_secs
+            {
+                anyhow::bail!(
+                    "faults[{i}] and faults[{j}]: two network faults on {} at once (its proxy has one mode at a time)",
+                    a.link_name()
+                );
+            }
+        }
+    }
     Ok(plan.faults)
+}
+
+/// When the plan's last fault has ended, seconds after sending starts.
+pub fn last_end_secs(faults: &[Fault]) -> f64 {
+    faults
+        .iter()
+        .map(|f| f.at_secs + f.for_secs)
+        .fold(0.0, f64::max)
 }
 
 /// A network fault's own settings: a link that exists, and the numbers its mode needs.
@@ -707,6 +735,10 @@ mod tests {
             (
                 "action = \"kill-consumer\"\nlink = \"sdk->redis\"",
                 "for network faults",
+            ),
+            (
+                "action = \"reset\"\nlink = \"sdk->redis\"\n[[faults]]\nat_secs = 3\naction = \"blackhole\"\nlink = \"sdk->redis\"",
+                "two network faults on sdk->redis at once",
             ),
         ] {
             let e = parse(&format!("[[faults]]\nat_secs = 1\n{text}\n"))

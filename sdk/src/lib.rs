@@ -138,12 +138,14 @@ pub enum SendError {
         /// The cap.
         cap: u32,
     },
-    /// The token store failed: with `store.strict`, at the first attempt; in direct
-    /// mode, for the whole `store.write_wait_ms`. The outcome is in doubt: an attempt
-    /// whose answer was lost (a timeout, a reset connection) may still have stored
-    /// the token, and such a reward is then credited (the sweeper) and listed in the
-    /// user's wallet. Send it again with the same trade number for a definite answer
-    /// (the same reward issued twice is one token), or treat it as in doubt.
+    /// The token store failed: Redis refused the command itself (definite: nothing
+    /// stored), or, with `store.strict`, the first attempt failed, or in direct mode
+    /// attempts failed for the whole `store.write_wait_ms`. The last two are in
+    /// doubt: an attempt whose answer was lost (a timeout, a reset connection) may
+    /// still have stored the token, and such a reward is then credited (the sweeper)
+    /// and listed in the user's wallet. Send it again with the same trade number for
+    /// a definite answer (the same reward issued twice is one token), or treat it as
+    /// in doubt.
     #[error(transparent)]
     Store(StoreError),
     /// The clock is before 1970 or past 2106: no token can be sealed.

@@ -141,7 +141,7 @@ impl StackEnv {
     pub fn redis_host_port(&self) -> Result<String, StackError> {
         let bad = |reason: &str| StackError::BadAddress {
             var: "REDIS_URL",
-            value: self.redis_url.clone(),
+            value: without_credentials(&self.redis_url),
             reason: reason.to_string(),
         };
         let rest = self
@@ -160,6 +160,21 @@ impl StackEnv {
         } else {
             format!("{host_port}:6379")
         })
+    }
+}
+
+/// `url` with whatever stands before an `@` in its authority (a user and password)
+/// replaced by `***`, for errors and logs.
+pub fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((_, host)) => {
+            let sep = if scheme.is_empty() { "" } else { "://" };
+            format!("{scheme}{sep}***@{host}{tail}")
+        }
+        None => url.to_string(),
     }
 }
 
@@ -444,6 +459,17 @@ mod tests {
             Some("special")
         );
         assert_eq!(cfg.store.key_prefix, "tok-x");
+    }
+
+    #[test]
+    fn credentials_never_reach_an_error() {
+        let e = env("rediss://u:s3cret@h:1/0")
+            .redis_host_port()
+            .unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("***@h:1/0"), "{e}");
+        assert_eq!(without_credentials("redis://h:1"), "redis://h:1");
+        assert_eq!(without_credentials("u:p@h:1"), "***@h:1");
     }
 
     #[test]

@@ -293,7 +293,7 @@ fn finish_replay(dir: &Path, report: &ReplayReport) -> ExitCode {
     }
     if report.reconciliation.host_marked > 0 {
         println!(
-            "SDK hosts killed: {} events were in a killed host's memory; {} rewards had been accepted by (or were in flight in) a killed host, {} of them died with it (no token stored, not credited): {} answered, {} unanswered",
+            "rewards in doubt (accepted by or in flight in a killed SDK host, or refused after a token write's answer was lost): {} events were in a killed host's memory; {} rewards marked, {} of them neither stored nor credited: {} answered, {} unanswered",
             report
                 .sdk
                 .get("events in memory of a killed SDK host")

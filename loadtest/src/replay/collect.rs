@@ -45,7 +45,10 @@ pub(super) async fn collect(
     let file = std::fs::File::create(&sent_path)?;
     let mut out = std::io::BufWriter::new(file);
     let doubts_path = sent_path.with_file_name(super::hosts::STORE_IN_DOUBT);
-    let mut doubts = std::io::BufWriter::new(std::fs::File::create(doubts_path)?);
+    // Refused in doubt, and accepted (a repeat, or another attempt): only those
+    // never accepted are in doubt; an accepted one is held to every check.
+    let mut doubts: Vec<String> = Vec::new();
+    let mut accepted: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut c = Collected {
         send: Some(hist()),
         call: Some(hist()),
@@ -53,13 +56,21 @@ pub(super) async fn collect(
         ..Collected::default()
     };
     while let Some(s) = rx.recv().await {
-        if let (Err(super::schedule::STORE_REFUSAL), Some((r, _))) = (&s.outcome, &s.in_doubt) {
-            writeln!(doubts, "{}", r.trade_no)?;
+        match (&s.outcome, &s.in_doubt) {
+            (Err(super::schedule::STORE_REFUSAL), Some((r, _))) => doubts.push(r.trade_no.clone()),
+            (Ok((r, _)), _) => {
+                accepted.insert(r.trade_no.clone());
+            }
+            _ => {}
         }
         c.add(s, &mut out)?;
     }
     out.flush()?;
-    doubts.flush()?;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(doubts_path)?);
+    for t in doubts.iter().filter(|t| !accepted.contains(*t)) {
+        writeln!(file, "{t}")?;
+    }
+    file.flush()?;
     anyhow::Ok(c)
 }
 

@@ -342,7 +342,18 @@ impl<'a> Run<'a> {
             self.measure_cost().await;
         }
         let grace = Duration::from_millis(setup::HOST_KILL_GRACE_MS);
-        drain::ledger_complete(&self.dir, limit, self.sdk.lost_settle_at(grace)).await
+        // A token write refused in doubt may still land (held by a network fault, or
+        // queued in a client) and be swept: such a reward counts as lost only after
+        // the faults have ended, the sweeper's grace and 10 s more.
+        let doubts_settle = crate::faults::token_writes_in_doubt(&self.opts.faults).then(|| {
+            let end = Duration::from_secs_f64(crate::faults::last_end_secs(&self.opts.faults));
+            self.start + end + grace + Duration::from_secs(10)
+        });
+        let settle = match (self.sdk.lost_settle_at(grace), doubts_settle) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        drain::ledger_complete(&self.dir, limit, settle).await
     }
 
     /// The cost counters since sending began (call when the drain has ended, before

@@ -75,6 +75,24 @@ pub enum Marked {
     InDoubt,
 }
 
+impl Marked {
+    /// The mark that says more of two marks of one trade number (a repeat left in
+    /// doubt never weakens a send answered as stored): Stored, then Answered, then
+    /// InDoubt.
+    pub fn stronger(self, other: Marked) -> Marked {
+        let rank = |m: Marked| match m {
+            Marked::Stored => 2,
+            Marked::Answered => 1,
+            Marked::InDoubt => 0,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
 /// Rewards a dead sender answered or held unanswered when it died.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Excused {
@@ -132,7 +150,8 @@ pub struct Reconciliation {
     /// credited: they died with the host (`lost_answered + lost_unanswered`).
     pub lost_with_host: u64,
     /// Of them, calls the host had answered (the user was shown the reward): only
-    /// with deferred token writes; 0 with direct ones.
+    /// with deferred (or batched, after a failed first attempt) token writes; 0 with
+    /// direct ones.
     pub lost_answered: u64,
     /// Of them, calls still unanswered when the host died (the user saw an error).
     pub lost_unanswered: u64,

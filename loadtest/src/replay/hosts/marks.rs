@@ -72,7 +72,8 @@ fn read_host_marks(dir: &Path) -> anyhow::Result<Marks> {
             "in_doubt" => Marked::InDoubt,
             _ => return Err(bad(&format!("unknown kind {kind:?}"))),
         };
-        marks.rewards.insert(trade.to_string(), answered);
+        let mark = marks.rewards.entry(trade.to_string()).or_insert(answered);
+        *mark = mark.stronger(answered);
     }
     Ok(marks)
 }

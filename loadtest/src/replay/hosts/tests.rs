@@ -11,12 +11,13 @@ fn marks_parse_and_bad_lines_are_refused() {
     assert_eq!(read_marks(&dir).unwrap(), Marks::default());
     std::fs::write(
         dir.join(MARKS),
-        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\tstored\n#bound\t4\n",
+        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\tstored\nc\tin_doubt\nb\tin_doubt\n#bound\t4\n",
     )
     .unwrap();
     let m = read_marks(&dir).unwrap();
     assert_eq!(m.rewards.get("a"), Some(&Marked::Answered));
     assert_eq!(m.rewards.get("b"), Some(&Marked::InDoubt));
+    // A repeat left in doubt never weakens a send answered as stored.
     assert_eq!(m.rewards.get("c"), Some(&Marked::Stored));
     assert_eq!((m.rewards.len(), m.bound), (3, 7));
     std::fs::write(dir.join(MARKS), "a\tmaybe\n").unwrap();
