@@ -676,7 +676,7 @@ mod tests {
             "[[faults]]\nat_secs = 1\naction = \"blackhole\"\nlink = \"consumer->redis\"\n",
             "[[faults]]\nat_secs = 1\naction = \"drop-answers\"\nlink = \"service->wallet\"\n",
             "[[faults]]\nat_secs = 1\naction = \"reset\"\nlink = \"sdk->redis\"\n",
-            "[[faults]]\nat_secs = 1\naction = \"bandwidth\"\nlink = \"service->redis\"\nbytes_per_sec = 20000\n",
+            "[[faults]]\nat_secs = 10\naction = \"bandwidth\"\nlink = \"service->redis\"\nbytes_per_sec = 20000\n",
         ))
         .unwrap();
         assert_eq!(
