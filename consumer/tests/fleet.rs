@@ -158,8 +158,9 @@ fn assert_fleet(what: &str, got: &Rate, rate: f64) {
 /// The fleet cut off from Redis (every member's connections to it blackholed for
 /// about 9 s through a fault proxy: the lease script gets no answer) and back. While cut
 /// off, each member refills itself at the rate divided by the members it last saw, so
-/// the fleet stays near its rate: at most 10 % above it (and still crediting, at
-/// least half of it). After, the leases hold it within ±5 % again.
+/// the fleet stays near its rate: within 10 % of it (before the fallback counted
+/// the time a failed lease really took, it fell to 18/s of 30/s). After, the leases
+/// hold it within ±5 % again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_cut_off_from_redis_stays_near_its_rate_and_comes_back() {
     let _alone = one_at_a_time().await;
@@ -229,8 +230,8 @@ async fn a_fleet_cut_off_from_redis_stays_near_its_rate_and_comes_back() {
         cut.per_sec, cut.seconds
     );
     assert!(
-        (15.0..=33.0).contains(&cut.per_sec),
-        "cut off from Redis: {:.1}/s, want at most 30/s + 10 % (and at least half of it); per second: {:?}",
+        (27.0..=33.0).contains(&cut.per_sec),
+        "cut off from Redis: {:.1}/s, want 30/s ±10 %; per second: {:?}",
         cut.per_sec,
         cut.seconds
     );

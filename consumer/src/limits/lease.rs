@@ -109,7 +109,15 @@ impl Limits {
             let milli = (a.rate / f64::from(live.max(1)) * elapsed.as_secs_f64() * 1000.0) as i64
                 + pool.carry_milli.load(Ordering::Relaxed);
             pool.carry_milli.store(milli % 1000, Ordering::Relaxed);
-            pool.add((milli / 1000).min(a.want), i64::MAX);
+            // The share for the time that really passed. The plan's `want` was reckoned
+            // for one lease period at its start, while a failed lease cycle lasts its
+            // timeout: capping the share at it starved the fleet (18/s of 30/s with
+            // three members cut off from Redis). The pool holds at most this share
+            // plus that want, so an instance never hoards more than a cycle's worth.
+            let n = milli / 1000;
+            if a.want > 0 || n > 0 {
+                pool.add(n, n + a.want.max(0));
+            }
         };
         for a in &plan.types {
             share(a, &self.leased.pool(&a.name));
