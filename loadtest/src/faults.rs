@@ -633,7 +633,7 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_chaos_matrix_has_every_host_and_server_death() {
+    fn the_shipped_chaos_matrix_has_every_host_and_server_death_and_the_network() {
         let plan = parse(include_str!("../faults/chaos.toml")).unwrap();
         let has = |a: Action, server: Option<&str>| {
             plan.iter()
@@ -645,6 +645,10 @@ mod tests {
         assert!(has(Action::StopServer, Some("broker")));
         assert!(has(Action::StopBrokers, None));
         assert!(has(Action::DownstreamTimeoutAfterCredit, None));
+        assert_eq!(
+            links(&plan).into_iter().collect::<Vec<_>>(),
+            [Link::SdkRedis, Link::ServiceRedis, Link::ServiceWallet]
+        );
         assert_eq!(sdk_hosts(&plan, None).unwrap(), 2);
         assert!(needs_downstream_double(&plan));
     }

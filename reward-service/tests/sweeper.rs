@@ -202,13 +202,28 @@ async fn a_write_that_never_landed_is_counted_and_a_tampered_token_refused() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let sweeper = Sweeper::new(s.service.clone(), quick());
+    // A wide `unstored_after_ms`, so the first pass sees the entry young however slow
+    // a busy machine makes the set-up above.
+    let sweeper = Sweeper::new(
+        s.service.clone(),
+        SweepConfig {
+            unstored_after_ms: 60_000,
+            ..quick()
+        },
+    );
     let first = sweeper.pass().await;
     assert_eq!(first.get("not_yet_stored"), 1, "{first:?}");
     assert_eq!(first.get("illegal"), 1, "{first:?}");
     assert_eq!(first.get("granted"), 0, "{first:?}");
-    // Past `unstored_after_ms` from its first sighting, the entry ends, counted.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // Once first seen longer ago than `unstored_after_ms` (the sweeper keeps the
+    // first sighting in the shard's `:seen` hash), the entry ends, counted.
+    let long_ago = reward_runtime::clock::now_ms() - 61_000;
+    let _: i64 = store_
+        .pool()
+        .next()
+        .hset(format!("{key}:seen"), (member.as_str(), long_ago))
+        .await
+        .unwrap();
     let later = sweeper.pass().await;
     assert_eq!(later.get("never_stored"), 1, "{later:?}");
     assert_eq!(due_left(&s).await, 0);
