@@ -59,6 +59,41 @@ impl Drop for Member {
     }
 }
 
+/// Waits until the three members `m0..m2` own two partitions each, and still do 3 s
+/// later: a rebalance while coupons are in flight re-delivers them to the new owner,
+/// and a permit spent on such a repeat credits nothing (the service answers it as
+/// already granted), which would read as a limiter short of its rate.
+async fn settle(dir: &std::path::Path) {
+    let settled = || (0..3).all(|i| Member::assigned(dir, &format!("m{i}")) == 2);
+    wait_for(120, "three members with two partitions each", || async {
+        settled()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(settled(), "the group moved partitions again");
+}
+
+/// Publishes `n` coupons of 1 for `user` and waits until more than `flowing` are
+/// credited; answers the ledger to measure on.
+async fn coupons_flowing(
+    tag: &str,
+    dir: &std::path::Path,
+    user: &str,
+    n: i64,
+    flowing: i64,
+) -> reward_service::downstream::Ledger {
+    let events: Vec<_> = (0..n)
+        .map(|i| event(&format!("{user}{i}"), user, "coupon", 1))
+        .collect();
+    publish(tag, dir, "massive", &events, &[]).await;
+    let ledger = ledger(tag).await;
+    wait_for(120, "coupons flowing", || async {
+        ledger.balance(user, "coupon").await.unwrap() > flowing
+    })
+    .await;
+    ledger
+}
+
 /// The fleet test of docs/design.md's fourth promise: three consumer processes in one
 /// group, coupon limited to 50/s, measured from the ledger's credit times. The rate is
 /// the fleet's, not each process's (per-process limiters would credit 150/s); it holds
@@ -97,27 +132,12 @@ async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
             )
         })
         .collect();
-    let settled = || (0..3).all(|i| Member::assigned(&dir, &format!("m{i}")) == 2);
-    wait_for(120, "three members with two partitions each", || async {
-        settled()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(settled(), "the group moved partitions again");
+    settle(&dir).await;
     let redis = redis().await;
     let live: i64 = redis.zcard(format!("{{fleet-{tag}}}:live")).await.unwrap();
     assert_eq!(live, 3, "members leasing");
 
-    const COUPONS: i64 = 6000;
-    let events: Vec<_> = (0..COUPONS)
-        .map(|i| event(&format!("p{i}"), "cp", "coupon", 1))
-        .collect();
-    publish(&tag, &dir, "massive", &events, &[]).await;
-    let ledger = ledger(&tag).await;
-    wait_for(120, "coupons flowing", || async {
-        ledger.balance("cp", "coupon").await.unwrap() > 100
-    })
-    .await;
+    let ledger = coupons_flowing(&tag, &dir, "cp", 6000, 100).await;
     let three = rate(&ledger, "cp", 20.0).await;
     assert_fleet("three members at 50/s", &three, 50.0);
 
@@ -199,24 +219,9 @@ async fn a_fleet_cut_off_from_redis_stays_near_its_rate_and_comes_back() {
             Member::start(&dir, &format!("m{i}"), &text)
         })
         .collect();
-    let settled = || (0..3).all(|i| Member::assigned(&dir, &format!("m{i}")) == 2);
-    wait_for(120, "three members with two partitions each", || async {
-        settled()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(settled(), "the group moved partitions again");
+    settle(&dir).await;
 
-    const COUPONS: i64 = 3000;
-    let events: Vec<_> = (0..COUPONS)
-        .map(|i| event(&format!("q{i}"), "cq", "coupon", 1))
-        .collect();
-    publish(&tag, &dir, "massive", &events, &[]).await;
-    let ledger = ledger(&tag).await;
-    wait_for(120, "coupons flowing", || async {
-        ledger.balance("cq", "coupon").await.unwrap() > 60
-    })
-    .await;
+    let ledger = coupons_flowing(&tag, &dir, "cq", 3000, 60).await;
     let before = rate(&ledger, "cq", 8.0).await;
     assert_fleet("three members at 30/s", &before, 30.0);
 
