@@ -59,6 +59,21 @@ impl Drop for Member {
     }
 }
 
+/// The test's topics (the events topic with six partitions, so each of three members
+/// owns two) and a reward service; answers it and its gRPC URL.
+async fn six_partitions_and_a_service(
+    tag: &str,
+    dir: &std::path::Path,
+) -> (reward_service::server::Running, String) {
+    reward_tools::topics::create_kafka_topics(&stack().kafka_brokers, &[&events_topic(tag)], 6)
+        .await
+        .unwrap();
+    create_topics(tag).await;
+    let svc = service(tag, dir).await;
+    let grpc = format!("http://{}", svc.grpc_addr);
+    (svc, grpc)
+}
+
 /// Waits until the three members `m0..m2` own two partitions each, and still do 3 s
 /// later: a rebalance while coupons are in flight re-delivers them to the new owner,
 /// and a permit spent on such a repeat credits nothing (the service answers it as
@@ -105,13 +120,7 @@ async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
     let _alone = one_at_a_time().await;
     let tag = tag("f");
     let dir = dir(&tag);
-    // Six partitions, so each of the three members owns two.
-    reward_tools::topics::create_kafka_topics(&stack().kafka_brokers, &[&events_topic(&tag)], 6)
-        .await
-        .unwrap();
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let (svc, grpc) = six_partitions_and_a_service(&tag, &dir).await;
     // The members join first and the group settles (two partitions each) before any
     // coupon is published: a rebalance while coupons are in flight re-delivers them to
     // the new owner, and a permit spent on such a repeat credits nothing (the service
@@ -199,12 +208,7 @@ async fn a_fleet_cut_off_from_redis_stays_near_its_rate_and_comes_back() {
     let proxy = faultproxy::Proxy::start(upstream).await.unwrap();
     let via = redis_url.replace(&host_port, &proxy.addr().to_string());
     assert_ne!(via, redis_url, "the member config names the proxy");
-    reward_tools::topics::create_kafka_topics(&stack().kafka_brokers, &[&events_topic(&tag)], 6)
-        .await
-        .unwrap();
-    create_topics(&tag).await;
-    let svc = service(&tag, &dir).await;
-    let grpc = format!("http://{}", svc.grpc_addr);
+    let (svc, grpc) = six_partitions_and_a_service(&tag, &dir).await;
     let limits = "[limits.types.coupon]\nrate = 30\nburst = 5\n";
     let members: Vec<Member> = (0..3)
         .map(|i| {
