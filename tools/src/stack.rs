@@ -166,15 +166,23 @@ impl StackEnv {
 /// `url` with whatever stands before an `@` in its authority (a user and password)
 /// replaced by `***`, for errors and logs.
 pub fn without_credentials(url: &str) -> String {
+    let (scheme, userinfo, host, tail) = url_parts(url);
+    if userinfo.is_none() {
+        return url.to_string();
+    }
+    let sep = if scheme.is_empty() { "" } else { "://" };
+    format!("{scheme}{sep}***@{host}{tail}")
+}
+
+/// A URL's parts: scheme (empty when there is no `://`), the user information before
+/// an `@` if any, `host:port`, and the rest (path and query).
+pub fn url_parts(url: &str) -> (&str, Option<&str>, &str, &str) {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     match authority.rsplit_once('@') {
-        Some((_, host)) => {
-            let sep = if scheme.is_empty() { "" } else { "://" };
-            format!("{scheme}{sep}***@{host}{tail}")
-        }
-        None => url.to_string(),
+        Some((user, host)) => (scheme, Some(user), host, tail),
+        None => (scheme, None, authority, tail),
     }
 }
 

@@ -98,14 +98,11 @@ impl Links {
 /// `url` with its `host:port` replaced by `addr`; scheme, credentials, path and query
 /// kept (`redis://:secret@127.0.0.1:16379/0` → `redis://:secret@ADDR/0`).
 pub(crate) fn via(url: &str, addr: SocketAddr) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let (scheme, userinfo, _, tail) = reward_tools::stack::url_parts(url);
+    if scheme.is_empty() {
         return url.to_string();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let userinfo = authority
-        .rsplit_once('@')
-        .map_or(String::new(), |(u, _)| format!("{u}@"));
+    }
+    let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
     format!("{scheme}://{userinfo}{addr}{tail}")
 }
 
