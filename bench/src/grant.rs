@@ -365,6 +365,9 @@ async fn redis_benchmark(
         "__rand_int__",
         &scene,
         "redisbench",
+        // The tag every script call carries last (reward_runtime::script): the raw
+        // script is the one the service runs, wrapper included.
+        "0",
     ];
     let command = format!("redis-benchmark {}", args.join(" "));
     let out = tokio::process::Command::new("redis-benchmark")

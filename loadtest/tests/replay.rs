@@ -253,15 +253,18 @@ fn small_replay_as(
 }
 
 /// The replay on a Redis Cluster (3 primaries, 3 replicas) while 1 500 slots migrate
-/// (clients follow MOVED/ASK) and then while a primary is killed with SIGKILL (its
-/// replica is promoted after the 3 s node timeout; the node returns as a replica 6 s
-/// later). Every claim waits for its replica before a credit (`replica_acks = 1`, set
-/// by the replay on a cluster). Reconciliation: nothing missing, nothing credited
-/// twice, no budget overspent. Token writes that cannot be stored are refused (in
-/// doubt), never answered unstored; the accepted share is not judged here: on a busy
-/// machine about half of the calls were refused from the reshard to the end of the
-/// run (docs/cluster.md, "Open"), which is the open finding of the cluster's clients,
-/// not a money fault.
+/// and then while a primary is killed with SIGKILL (its replica is promoted after the
+/// 3 s node timeout; the node returns as a replica 6 s later). Every claim waits for
+/// its replica before a credit (`replica_acks = 1`, set by the replay on a cluster).
+/// Reconciliation: nothing missing, nothing credited twice, no budget overspent. Token
+/// writes that cannot be stored are refused (in doubt), never answered unstored.
+/// Refusals belong to the failover: while the killed primary is still listed, the
+/// client's slot-map refresh fails and every call waits (docs/cluster.md), so calls are
+/// refused for a few seconds from the kill; the reshard refuses nothing (clients do
+/// not follow redirections, reward_runtime::redis), and after the failover the clients
+/// serve on (they stayed broken to the end of the run when they followed `ASK`). The
+/// accepted share is therefore judged here, by when refusals happen, not by the
+/// profile's `accepted` target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     let env = cluster_env();
@@ -294,6 +297,24 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     }
     let service = std::fs::read_to_string(dir.join("service.toml")).unwrap();
     assert!(service.contains("replica_acks = 1"), "{service}");
+    // Refused calls by second: all within the failover (kill at 14 s, back at 20 s,
+    // a few seconds' slack for a busy machine), at most 1 % of the calls outside it.
+    let failover_at = faults[1][0].as_f64().unwrap();
+    let outside: u64 = r["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            let at = t["t"].as_f64().unwrap();
+            at + 1.0 < failover_at || at > failover_at + 14.0
+        })
+        .map(|t| t["refused"].as_u64().unwrap())
+        .sum();
+    assert!(
+        outside * 100 <= sent,
+        "{outside} of {sent} calls refused outside the failover: {}",
+        r["timeline"]
+    );
 }
 
 /// Two reward service instances behind the consumers (their GrantBatch calls are

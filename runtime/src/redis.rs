@@ -6,6 +6,29 @@
 //! reconnects without limit (100 ms, doubling to 2 s), gives every command a deadline,
 //! and on a Redis Cluster refreshes its slot map when a node answers MOVED or goes
 //! away, so a failover or a reshard costs the in-flight commands, not the client.
+//!
+//! # No redirection is followed
+//! fred 10.1 follows a `MOVED` by refreshing its slot map and resending, and an `ASK`
+//! (a key whose slot is being moved and which has already left) by writing `ASKING`
+//! on its shared, pipelined connection to the new primary and reading the next reply
+//! there as `ASKING`'s. With other calls in flight on that connection, that reply is
+//! theirs: each of them then gets the reply of the call behind it; and the client's
+//! one routing task can stop for good (every later command times out; a fresh client
+//! works at once). Reproduced by `a_moving_slot_never_hands_a_script_call_another_calls_reply`
+//! (`reward-service/tests/cluster.rs`: one slot of 12 000 keys moved under 48 callers
+//! of one client): following redirections, 1 to 3 calls per run got another call's
+//! reply, the client answered only ~9 000 calls during the move, and then timed out
+//! every command for the 150 s the test waited; this was the ledger's "status reads
+//! failing for over a minute" after a reshard and the SDK's calls refused until the end
+//! of a cluster drill (`docs/cluster.md`). So `max_redirections` is 0: a `MOVED`
+//! still refreshes the slot map, and the command fails fast with a routing error
+//! (nothing ran: Redis redirects instead of running); an `ASK` fails the same way
+//! without `ASKING` being sent. Every caller already treats a failed call as in doubt
+//! and tries again (the SDK within the call's wait, the consumers by resending the
+//! batch, the ledger's credits through their status), and by then the slot has
+//! finished moving. The same test then answers ~108 000 calls during the move, none
+//! with another's reply, and the client serves on. Script replies are checked besides
+//! ([`crate::script`], "Every reply proves whose it is").
 
 use std::time::Duration;
 
@@ -18,9 +41,10 @@ pub fn builder(url: &str, timeout: Duration) -> Result<Builder, fred::error::Err
     b.with_connection_config(|c| {
         c.connection_timeout = timeout;
         c.internal_command_timeout = timeout;
-        // A cluster client retries a command after a MOVED/ASK or a lost node this
-        // many times (each after refreshing its slot map) before failing it.
-        c.max_redirections = 16;
+        // No redirection is followed (module doc: fred's ASK path hands replies to
+        // the wrong callers and can wedge the client): a MOVED still refreshes the
+        // slot map, then the command fails fast and its caller tries again.
+        c.max_redirections = 0;
     })
     .with_performance_config(|p| {
         p.default_command_timeout = timeout;

@@ -19,9 +19,29 @@
 //!
 //! [`Script::eval_pipeline`] sends many calls in one pipeline (one write and one read
 //! on the connection); in a cluster each call is routed by its first key.
+//!
+//! # Every reply proves whose it is
+//! fred 10.1 follows a cluster's `ASK` redirection (a key in a slot that is moving to
+//! another primary) by writing `ASKING` on its shared, pipelined connection to the
+//! target and reading the next reply on that connection as `ASKING`'s answer. When
+//! other calls are in flight there, that reply is theirs: each of them is then handed
+//! the reply of the call behind it, and the last one `ASKING`'s `OK`. Measured with
+//! `runtime/examples/cluster_probe.rs` (32 callers on one client, every reply the
+//! caller's own argument): one reshard of 1 500 slots of a store of ~490 000 keys
+//! handed 4 callers another call's reply, silently. A claim or a credit decided on
+//! someone else's answer moves money wrongly, so no script's reply is taken on trust:
+//! every script runs inside a wrapper that takes a tag (a number unique in this
+//! process) as its last argument and answers `{tag, reply}`; a reply whose tag is not
+//! the call's is refused as [`is_out_of_step`] (the call's outcome is unknown: it ran
+//! or not, like a timeout) and counted in `reward_redis_replies_out_of_step_total`.
+//! Reads that decide money go through a script too ([`HMGET_LUA`]). Errors come back
+//! untagged (an error is never taken as a result). The cost: one more argument and a
+//! two-element reply per call.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use fred::error::{Error, ErrorKind};
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client, FromValue, LuaInterface, Value};
 use fred::types::{ClusterHash, CustomCommand};
@@ -31,18 +51,82 @@ pub fn is_noscript(e: &fred::error::Error) -> bool {
     e.details().starts_with("NOSCRIPT")
 }
 
+/// The counter of replies refused because they were another call's.
+pub const OUT_OF_STEP_METRIC: &str = "reward_redis_replies_out_of_step_total";
+
+const OUT_OF_STEP: &str = "OUTOFSTEP";
+
+/// Whether `e` is a reply refused because it answered another call (module doc): the
+/// call's own outcome is unknown.
+pub fn is_out_of_step(e: &Error) -> bool {
+    e.details().starts_with(OUT_OF_STEP)
+}
+
+/// A script that reads fields of one hash (`KEYS[1]`, fields in `ARGV`), for reads
+/// that decide money: loaded as a [`Script`], its reply is checked like any other.
+pub const HMGET_LUA: &str = "return redis.call('HMGET', KEYS[1], unpack(ARGV))";
+
+/// The wrapper every script runs in: takes the tag off `ARGV`, runs the body, answers
+/// `{tag, reply}`; an error reply goes back as it is.
+fn wrapped(body: &str) -> String {
+    format!(
+        "local __tag = table.remove(ARGV)\n\
+         local __r = (function()\n{body}\nend)()\n\
+         if type(__r) == 'table' and (__r.err or __r.ok) then return __r end\n\
+         return {{__tag, __r}}\n"
+    )
+}
+
+/// A tag no other call of this process is using.
+fn next_tag() -> Value {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    Value::from(NEXT.fetch_add(1, Ordering::Relaxed).to_string())
+}
+
+/// The reply of a wrapped script when it carries `tag`; refused otherwise.
+fn untag<R: FromValue>(tag: &Value, reply: Value) -> Result<R, Error> {
+    let mut parts = match reply {
+        Value::Array(parts) if !parts.is_empty() => parts.into_iter(),
+        other => return Err(out_of_step(&other)),
+    };
+    let got = parts.next().unwrap_or(Value::Null);
+    if got.as_str() != tag.as_str() {
+        return Err(out_of_step(&got));
+    }
+    // A Lua nil or false leaves the array one element long.
+    R::from_value(parts.next().unwrap_or(Value::Null))
+}
+
+fn out_of_step(got: &Value) -> Error {
+    metrics::counter!(OUT_OF_STEP_METRIC).increment(1);
+    let kind = match got {
+        Value::Array(_) => "another call's reply",
+        Value::String(_) | Value::Bytes(_) => "a string, not a tagged reply",
+        Value::Null => "nothing",
+        _ => "a reply of another shape",
+    };
+    Error::new(
+        ErrorKind::Protocol,
+        format!("{OUT_OF_STEP}: the connection answered {kind}; this call may or may not have run"),
+    )
+}
+
 /// A Lua script loaded on Redis.
 #[derive(Debug, Clone)]
 pub struct Script {
-    source: &'static str,
+    source: Arc<str>,
     sha: Arc<str>,
 }
 
 impl Script {
-    /// Loads `source` (`SCRIPT LOAD`) and remembers its SHA. In a cluster this loads
-    /// one node; the others get the body at their first `NOSCRIPT` (module doc).
-    pub async fn load(client: &Client, source: &'static str) -> Result<Self, fred::error::Error> {
-        let sha: String = client.script_load(source).await?;
+    /// Loads `body` in its tagging wrapper (`SCRIPT LOAD`; module doc) and remembers
+    /// its SHA. In a cluster this loads one node; the others get the script at their
+    /// first `NOSCRIPT` (module doc).
+    pub async fn load(client: &Client, body: &str) -> Result<Self, fred::error::Error> {
+        // Registered at 0, so a rate over it sees its first refusal.
+        metrics::counter!(OUT_OF_STEP_METRIC).increment(0);
+        let source: Arc<str> = wrapped(body).into();
+        let sha: String = client.script_load(&*source).await?;
         Ok(Self {
             source,
             sha: sha.into(),
@@ -54,9 +138,10 @@ impl Script {
         &self.sha
     }
 
-    /// The script's text.
-    pub fn source(&self) -> &'static str {
-        self.source
+    /// The script's text as Redis runs it (in its wrapper: the last argument of a call
+    /// is its tag, and the reply is `{tag, reply}`).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Runs the script with the keys and arguments `call` builds; after a `NOSCRIPT`
@@ -67,14 +152,21 @@ impl Script {
         client: &Client,
         call: impl Fn() -> (Vec<String>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
-        let (keys, args) = call();
-        match client.evalsha(self.sha(), keys, args).await {
+        let tag = next_tag();
+        let tagged = || {
+            let (keys, mut args) = call();
+            args.push(tag.clone());
+            (keys, args)
+        };
+        let (keys, args) = tagged();
+        let reply: Value = match client.evalsha(self.sha(), keys, args).await {
             Err(e) if is_noscript(&e) => {
-                let (keys, args) = call();
-                client.eval(self.source, keys, args).await
+                let (keys, args) = tagged();
+                client.eval(&*self.source, keys, args).await?
             }
-            other => other,
-        }
+            other => other?,
+        };
+        untag(&tag, reply)
     }
 
     /// Sends one `EVALSHA` per call, all in one pipeline, and answers each call's
@@ -86,18 +178,38 @@ impl Script {
         client: &Client,
         calls: &[Vec<Value>],
     ) -> Vec<Result<R, fred::error::Error>> {
-        let mut replies = pipeline(client, "EVALSHA", self.sha(), calls.iter()).await;
+        let tagged: Vec<(Value, Vec<Value>)> = calls
+            .iter()
+            .map(|call| {
+                let tag = next_tag();
+                let mut c = Vec::with_capacity(call.len() + 1);
+                c.extend(call.iter().cloned());
+                c.push(tag.clone());
+                (tag, c)
+            })
+            .collect();
+        let mut replies: Vec<Result<Value, Error>> =
+            pipeline(client, "EVALSHA", self.sha(), tagged.iter().map(|(_, c)| c)).await;
         let lost: Vec<usize> = (0..replies.len())
             .filter(|&i| matches!(&replies[i], Err(e) if is_noscript(e)))
             .collect();
-        if lost.is_empty() {
-            return replies;
-        }
-        let again = pipeline(client, "EVAL", self.source, lost.iter().map(|&i| &calls[i])).await;
-        for (i, a) in lost.into_iter().zip(again) {
-            replies[i] = a;
+        if !lost.is_empty() {
+            let again = pipeline(
+                client,
+                "EVAL",
+                &self.source,
+                lost.iter().map(|&i| &tagged[i].1),
+            )
+            .await;
+            for (i, a) in lost.into_iter().zip(again) {
+                replies[i] = a;
+            }
         }
         replies
+            .into_iter()
+            .zip(&tagged)
+            .map(|(r, (tag, _))| r.and_then(|v| untag(tag, v)))
+            .collect()
     }
 }
 
@@ -163,6 +275,47 @@ async fn pipeline<'a, R: FromValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tagged(tag: &Value, reply: Vec<Value>) -> Value {
+        let mut v = vec![tag.clone()];
+        v.extend(reply);
+        Value::Array(v)
+    }
+
+    #[test]
+    fn a_reply_is_taken_only_with_its_own_tag() {
+        let mine = next_tag();
+        let other = next_tag();
+        assert_ne!(mine, other);
+        let ok: i64 = untag(&mine, tagged(&mine, vec![Value::from(7)])).unwrap();
+        assert_eq!(ok, 7);
+        let e = untag::<i64>(&mine, tagged(&other, vec![Value::from(7)])).unwrap_err();
+        assert!(is_out_of_step(&e), "{e}");
+        // What the last caller of a shifted run gets: ASKING's OK.
+        let e = untag::<i64>(&mine, Value::from("OK")).unwrap_err();
+        assert!(is_out_of_step(&e), "{e}");
+        let e = untag::<i64>(&mine, Value::Null).unwrap_err();
+        assert!(is_out_of_step(&e), "{e}");
+        let e = untag::<i64>(&mine, Value::Array(vec![])).unwrap_err();
+        assert!(is_out_of_step(&e), "{e}");
+        // A Lua nil or false leaves only the tag.
+        let none: Option<i64> = untag(&mine, tagged(&mine, vec![])).unwrap();
+        assert_eq!(none, None);
+        let rows: Vec<i64> = untag(
+            &mine,
+            tagged(&mine, vec![Value::Array(vec![1.into(), 2.into()])]),
+        )
+        .unwrap();
+        assert_eq!(rows, vec![1, 2]);
+    }
+
+    #[test]
+    fn the_wrapper_takes_the_tag_off_and_keeps_the_body_whole() {
+        let w = wrapped("return {KEYS[1], ARGV[1]}");
+        assert!(w.starts_with("local __tag = table.remove(ARGV)\n"), "{w}");
+        assert!(w.contains("\nreturn {KEYS[1], ARGV[1]}\nend)()"), "{w}");
+        assert!(w.ends_with("return {__tag, __r}\n"), "{w}");
+    }
 
     #[test]
     fn a_call_goes_to_its_first_keys_slot() {

@@ -152,9 +152,14 @@ impl Claims {
     ) -> Result<Borrowed, ClaimError> {
         let key = self.budget_key(scene, shard);
         let (cap, spent, hold, set): (Option<i64>, Option<i64>, Option<i64>, Option<String>) = self
-            .pool
-            .next()
-            .hmget(&key, vec!["cap", "spent", "hold", "set"])
+            .scripts
+            .hmget
+            .eval(self.pool.next(), || {
+                (
+                    vec![key.clone()],
+                    ["cap", "spent", "hold", "set"].map(Value::from).to_vec(),
+                )
+            })
             .await?;
         let now = reward_runtime::clock::now_ms();
         if let Some(h) = hold.filter(|h| *h > now) {

@@ -502,7 +502,11 @@ impl Claims {
             load(UNHOLD_LUA),
             load(SWEEP_LUA),
         )?;
-        let (lend, borrow) = tokio::try_join!(load(LEND_LUA), load(BORROW_LUA))?;
+        let (lend, borrow, hmget) = tokio::try_join!(
+            load(LEND_LUA),
+            load(BORROW_LUA),
+            load(reward_runtime::script::HMGET_LUA)
+        )?;
         let scripts = Arc::new(Scripts {
             claim,
             release,
@@ -513,6 +517,7 @@ impl Claims {
             lend,
             borrow,
             sweep,
+            hmget,
         });
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;

@@ -263,4 +263,6 @@ pub(super) struct Scripts {
     pub(super) lend: Script,
     pub(super) borrow: Script,
     pub(super) sweep: Script,
+    /// Reads that decide money ([`reward_runtime::script::HMGET_LUA`]).
+    pub(super) hmget: Script,
 }

@@ -12,15 +12,20 @@ impl Claims {
     pub async fn record(&self, trade_no: &str) -> Result<Option<Record>, ClaimError> {
         check_id("trade number", trade_no)?;
         let key = self.record_key(self.shard_of(trade_no), trade_no);
+        // Through a script, so the reply is proven to be this read's
+        // (reward_runtime::script, "Every reply proves whose it is").
+        let fields = [
+            "state", "scene", "activity", "user", "type", "amount", "result",
+        ];
         let v: Vec<Option<String>> = self
-            .pool
-            .next()
-            .hmget(
-                key,
-                vec![
-                    "state", "scene", "activity", "user", "type", "amount", "result",
-                ],
-            )
+            .scripts
+            .hmget
+            .eval(self.pool.next(), || {
+                (
+                    vec![key.clone()],
+                    fields.iter().map(|f| Value::from(*f)).collect(),
+                )
+            })
             .await?;
         let mut it = v.into_iter();
         let mut next = || it.next().flatten();

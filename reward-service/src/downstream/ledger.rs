@@ -43,6 +43,11 @@ local balance = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 return {balance, again}
 ";
 
+/// Connections the ledger spreads its calls over (one fred client each, like the
+/// claim store's pool): a client stalled by a node's failover or a cluster resync
+/// holds up only the calls given to it.
+pub const LEDGER_POOL: usize = 4;
+
 /// The longest a ledger call waits for Redis before answering `Timeout`.
 pub const LEDGER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -63,9 +68,11 @@ pub struct Account {
 /// trade numbers it has credited (see the module doc).
 #[derive(Clone)]
 pub struct Ledger {
-    client: Client,
+    pool: Pool,
     prefix: String,
     script: Script,
+    /// Status reads (module doc of reward_runtime::script: a reply proves whose it is).
+    hmget: Script,
     limits: Arc<HashMap<String, DefaultDirectRateLimiter>>,
     incidents: Arc<AtomicU64>,
     honours_key: bool,
@@ -98,12 +105,15 @@ impl Ledger {
         prefix: &str,
         capacity: &HashMap<String, NonZeroU32>,
     ) -> Result<Self, CreditError> {
-        let client = reward_runtime::redis::builder(redis_url, LEDGER_TIMEOUT)
+        let pool = reward_runtime::redis::builder(redis_url, LEDGER_TIMEOUT)
             .map_err(unavailable)?
-            .build()
+            .build_pool(LEDGER_POOL)
             .map_err(unavailable)?;
-        client.init().await.map_err(unavailable)?;
-        let script = Script::load(&client, LEDGER_LUA)
+        pool.init().await.map_err(unavailable)?;
+        let script = Script::load(pool.next(), LEDGER_LUA)
+            .await
+            .map_err(unavailable)?;
+        let hmget = Script::load(pool.next(), reward_runtime::script::HMGET_LUA)
             .await
             .map_err(unavailable)?;
         let limits = capacity
@@ -111,9 +121,10 @@ impl Ledger {
             .map(|(t, per_sec)| (t.clone(), RateLimiter::direct(Quota::per_second(*per_sec))))
             .collect();
         Ok(Self {
-            client,
+            pool,
             prefix: prefix.to_string(),
             script,
+            hmget,
             limits: Arc::new(limits),
             incidents: Arc::new(AtomicU64::new(0)),
             honours_key: false,
@@ -134,7 +145,8 @@ impl Ledger {
     /// A user's balance of a reward type.
     pub async fn balance(&self, user_id: &str, reward_type: &str) -> Result<i64, CreditError> {
         let v: Option<i64> = self
-            .client
+            .pool
+            .next()
             .hget(self.balance_key(user_id), reward_type)
             .await
             .map_err(unavailable)?;
@@ -145,12 +157,13 @@ impl Ledger {
     /// their credit times, and the double-credit and repeat counts (for
     /// reconciliation).
     pub async fn account(&self, user_id: &str) -> Result<Account, CreditError> {
+        let client = self.pool.next();
         let (balances, credited, double_credits, repeats): (_, _, Option<i64>, Option<i64>) =
             tokio::try_join!(
-                self.client.hgetall(self.balance_key(user_id)),
-                self.client.hgetall(self.credited_key(user_id)),
-                self.client.get(self.incidents_key(user_id)),
-                self.client.get(self.repeats_key(user_id)),
+                client.hgetall(self.balance_key(user_id)),
+                client.hgetall(self.credited_key(user_id)),
+                client.get(self.incidents_key(user_id)),
+                client.get(self.repeats_key(user_id)),
             )
             .map_err(unavailable)?;
         Ok(Account {
@@ -269,7 +282,7 @@ impl Ledger {
         let now = now_ms();
         let reply = self
             .script
-            .eval(&self.client, || (self.keys(c), self.args(c, now)))
+            .eval(self.pool.next(), || (self.keys(c), self.args(c, now)))
             .await;
         self.settle(c, reply)
     }
@@ -316,16 +329,21 @@ impl Ledger {
                 call
             })
             .collect::<Vec<_>>();
-        self.script.eval_pipeline(&self.client, &calls).await
+        self.script.eval_pipeline(self.pool.next(), &calls).await
     }
 
     async fn status_now(&self, c: &Credit) -> Result<CreditStatus, CreditError> {
-        let at: Option<i64> = self
-            .client
-            .hget(self.credited_key(&c.user_id), c.trade_no.as_str())
+        // Through a script: this read decides whether a credit in doubt happened, so
+        // its reply must prove it is this read's (reward_runtime::script).
+        let key = self.credited_key(&c.user_id);
+        let at: Vec<Option<i64>> = self
+            .hmget
+            .eval(self.pool.next(), || {
+                (vec![key.clone()], vec![Value::from(c.trade_no.as_str())])
+            })
             .await
             .map_err(unavailable)?;
-        Ok(match at {
+        Ok(match at.into_iter().next().flatten() {
             Some(_) => CreditStatus::Credited(Self::receipt(c)),
             None => CreditStatus::NotCredited,
         })
