@@ -297,22 +297,24 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     }
     let service = std::fs::read_to_string(dir.join("service.toml")).unwrap();
     assert!(service.contains("replica_acks = 1"), "{service}");
-    // Refused calls by second: all within the failover (kill at 14 s, back at 20 s,
-    // a few seconds' slack for a busy machine), at most 1 % of the calls outside it.
+    // Refused calls by second: all within the failover (kill at 14 s, back at 20 s;
+    // in 11 runs beside a CPU hog the last refusal came at 20 s; 4 s of slack), at
+    // most 1 % of the calls outside it.
     let failover_at = faults[1][0].as_f64().unwrap();
-    let outside: u64 = r["timeline"]
-        .as_array()
-        .unwrap()
+    let timeline = r["timeline"].as_array().unwrap();
+    let refused = |t: &serde_json::Value| t["refused"].as_u64().unwrap();
+    let outside: u64 = timeline
         .iter()
         .filter(|t| {
             let at = t["t"].as_f64().unwrap();
-            at + 1.0 < failover_at || at > failover_at + 14.0
+            at + 1.0 < failover_at || at > failover_at + 10.0
         })
-        .map(|t| t["refused"].as_u64().unwrap())
+        .map(refused)
         .sum();
+    let calls: u64 = sent + timeline.iter().map(refused).sum::<u64>();
     assert!(
-        outside * 100 <= sent,
-        "{outside} of {sent} calls refused outside the failover: {}",
+        outside * 100 <= calls,
+        "{outside} of {calls} calls refused outside the failover: {}",
         r["timeline"]
     );
 }

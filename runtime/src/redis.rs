@@ -22,17 +22,33 @@
 //! failing for over a minute" after a reshard and the SDK's calls refused until the end
 //! of a cluster drill (`docs/cluster.md`). So `max_redirections` is 0: a `MOVED`
 //! still refreshes the slot map, and the command fails fast with a routing error
-//! (nothing ran: Redis redirects instead of running); an `ASK` fails the same way
-//! without `ASKING` being sent. Every caller already treats a failed call as in doubt
-//! and tries again (the SDK within the call's wait, the consumers by resending the
-//! batch, the ledger's credits through their status), and by then the slot has
-//! finished moving. The same test then answers ~108 000 calls during the move, none
+//! ([`is_redirected`]); an `ASK` fails the same way without `ASKING` being sent. A
+//! single command that fails so did not run (Redis redirects instead of running), and
+//! [`crate::script::Script::eval`] sends it again a few times (a `MOVED` has refreshed
+//! the map by then); a pipeline gets the error for all of its calls, some of which may
+//! have run on other primaries, so there it means in doubt. Every caller already
+//! treats a failed call as in doubt and tries again (the SDK within the call's wait,
+//! the consumers by resending the batch, the ledger's credits through their status).
+//! While a slot is being moved, its keys that have already left fail until the whole
+//! slot has moved: milliseconds for a slot of a few dozen keys, longer for a slot that
+//! holds thousands. The same test then answers ~108 000 calls during the move, none
 //! with another's reply, and the client serves on. Script replies are checked besides
 //! ([`crate::script`], "Every reply proves whose it is").
 
 use std::time::Duration;
 
+use fred::error::{Error, ErrorKind};
 use fred::prelude::{Builder, Config, ReconnectPolicy};
+
+/// How fred's error for a redirected command (`MOVED` or `ASK`, not followed: module
+/// doc) begins. A single command that failed so did not run; in a pipeline the error
+/// is given to every call of it, some of which may have run elsewhere.
+pub const REDIRECTED: &str = "Too many redirections";
+
+/// Whether `e` is a redirection not followed (see [`REDIRECTED`]).
+pub fn is_redirected(e: &Error) -> bool {
+    *e.kind() == ErrorKind::Routing && e.details().starts_with(REDIRECTED)
+}
 
 /// A builder for `url` (`redis://…` or `redis-cluster://…`) with the reconnect policy
 /// and `timeout` as the connect, internal and per-command deadline.

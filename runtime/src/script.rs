@@ -56,6 +56,11 @@ pub const OUT_OF_STEP_METRIC: &str = "reward_redis_replies_out_of_step_total";
 
 const OUT_OF_STEP: &str = "OUTOFSTEP";
 
+/// Sends of one call redirected by a cluster (10, 30, 90 ms apart) before its error
+/// goes to the caller: a `MOVED` has refreshed the slot map by the second; an `ASK`
+/// lasts until the key's slot has moved.
+const REDIRECTED_TRIES: u32 = 4;
+
 /// Whether `e` is a reply refused because it answered another call (module doc): the
 /// call's own outcome is unknown.
 pub fn is_out_of_step(e: &Error) -> bool {
@@ -72,7 +77,8 @@ fn wrapped(body: &str) -> String {
     format!(
         "local __tag = table.remove(ARGV)\n\
          local __r = (function()\n{body}\nend)()\n\
-         if type(__r) == 'table' and (__r.err or __r.ok) then return __r end\n\
+         if type(__r) == 'table' and __r.err then return __r end\n\
+         if type(__r) == 'table' and __r.ok then return {{__tag, __r.ok}} end\n\
          return {{__tag, __r}}\n"
     )
 }
@@ -145,7 +151,8 @@ impl Script {
     }
 
     /// Runs the script with the keys and arguments `call` builds; after a `NOSCRIPT`
-    /// reply, sends it once more with its body (`EVAL`). `call` runs once per send, so
+    /// reply, sends it once more with its body (`EVAL`); a call a cluster redirected
+    /// (it did not run) is sent again up to 3 times. `call` runs once per send, so
     /// the usual single send makes no spare copy of its arguments.
     pub async fn eval<R: FromValue>(
         &self,
@@ -158,15 +165,33 @@ impl Script {
             args.push(tag.clone());
             (keys, args)
         };
+        let mut pause = std::time::Duration::from_millis(10);
+        for _ in 1..REDIRECTED_TRIES {
+            match self.send(client, &tagged).await {
+                // Redirected, not run (crate::redis): once more, on the refreshed map.
+                Err(e) if crate::redis::is_redirected(&e) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 3;
+                }
+                other => return untag(&tag, other?),
+            }
+        }
+        untag(&tag, self.send(client, &tagged).await?)
+    }
+
+    async fn send(
+        &self,
+        client: &Client,
+        tagged: &impl Fn() -> (Vec<String>, Vec<Value>),
+    ) -> Result<Value, Error> {
         let (keys, args) = tagged();
-        let reply: Value = match client.evalsha(self.sha(), keys, args).await {
+        match client.evalsha(self.sha(), keys, args).await {
             Err(e) if is_noscript(&e) => {
                 let (keys, args) = tagged();
-                client.eval(&*self.source, keys, args).await?
+                client.eval(&*self.source, keys, args).await
             }
-            other => other?,
-        };
-        untag(&tag, reply)
+            other => other,
+        }
     }
 
     /// Sends one `EVALSHA` per call, all in one pipeline, and answers each call's

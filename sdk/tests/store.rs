@@ -405,6 +405,70 @@ async fn a_direct_write_answers_only_once_stored_or_refuses() {
     );
 }
 
+/// On a single Redis a direct write is one script call: its due entry and its token
+/// land together, or (a due shard Redis refuses, here a key of another type) neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_write_stores_its_due_entry_with_its_token_or_neither() {
+    use fred::interfaces::{KeysInterface, SortedSetsInterface};
+    let st = TokenStore::connect(StoreConfig {
+        write_wait_ms: 300,
+        ..cfg(common::stack().redis_url, WriteMode::Direct, 500)
+    })
+    .await
+    .unwrap();
+    let r = submit(&st, "u-both", "t1", "s1").await;
+    assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
+    let due = st.due_key(st.due_shard("u-both"));
+    let score: Option<f64> = st
+        .pool()
+        .next()
+        .zscore(&due, st.due_member("u-both", "act", "t1"))
+        .await
+        .unwrap();
+    assert!(score.is_some(), "the due entry is there");
+    assert_eq!(
+        st.get("u-both", "act", "t1").await.unwrap().as_deref(),
+        Some("s1")
+    );
+
+    // A user whose due shard holds a string: the entry cannot be added, so the token
+    // is not stored either and the call is refused.
+    let user = (0..1_000)
+        .map(|i| format!("u-wrong{i}"))
+        .find(|u| st.due_shard(u) != st.due_shard("u-both"))
+        .unwrap();
+    let wrong = st.due_key(st.due_shard(&user));
+    let saved: Vec<(String, f64)> = st
+        .pool()
+        .next()
+        .zrange(&wrong, 0, -1, None, false, None, true)
+        .await
+        .unwrap();
+    let _: () = st.pool().next().del(&wrong).await.unwrap();
+    let _: () = st
+        .pool()
+        .next()
+        .set(&wrong, "not a zset", None, None, false)
+        .await
+        .unwrap();
+    let r = submit(&st, &user, "t2", "s2").await;
+    let _: () = st.pool().next().del(&wrong).await.unwrap();
+    for (member, score) in saved {
+        let _: () = st
+            .pool()
+            .next()
+            .zadd(&wrong, None, None, false, false, (score, member))
+            .await
+            .unwrap();
+    }
+    assert!(r.is_err(), "refused: {r:?}");
+    assert_eq!(
+        st.get(&user, "act", "t2").await.unwrap(),
+        None,
+        "no token without its entry"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_given_up_after_retry_for_and_counted() {
     let redis = PrivateRedis::start();

@@ -51,6 +51,10 @@ pub(super) enum Borrowed {
 /// concurrent claims kept taking what it borrowed, ms.
 pub const HOLD_RETRY_MS: u64 = 100;
 
+/// How long a budget move's second half waits out a moving slot (reward_runtime::redis:
+/// redirections are not followed) before its units are counted stranded.
+const BORROW_REDIRECTED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Budget moves, counted by result (registered at 0 by the service).
 fn moves_counted(result: &'static str) {
     metrics::counter!("reward_service_budget_moves_total", "result" => result).increment(1);
@@ -196,6 +200,11 @@ impl Claims {
                 .await;
             let lent = match lent {
                 Ok(l) => l,
+                // Redirected by a moving slot: the lend did not run, nothing moved.
+                Err(e) if reward_runtime::redis::is_redirected(&e) => {
+                    moves_counted("refused");
+                    return Err(e.into());
+                }
                 Err(e) => {
                     // The lend may have happened with its answer lost: its units are
                     // stranded until the next change (never spendable twice).
@@ -213,16 +222,31 @@ impl Claims {
                 }
                 continue;
             }
-            let taken: Result<i64, fred::error::Error> = self
-                .scripts
-                .borrow
-                .eval(self.pool.next(), || {
-                    (
-                        vec![key.clone()],
-                        vec![Value::from(given.to_string()), Value::from(set.as_str())],
-                    )
-                })
-                .await;
+            // The lent units are in no shard until this lands: a redirection (the
+            // borrowing shard's slot moving; the call did not run) is waited out for
+            // up to BORROW_REDIRECTED_WAIT before they are given up as stranded.
+            let borrow_until = tokio::time::Instant::now() + BORROW_REDIRECTED_WAIT;
+            let taken: Result<i64, fred::error::Error> = loop {
+                let r = self
+                    .scripts
+                    .borrow
+                    .eval(self.pool.next(), || {
+                        (
+                            vec![key.clone()],
+                            vec![Value::from(given.to_string()), Value::from(set.as_str())],
+                        )
+                    })
+                    .await;
+                match r {
+                    Err(e)
+                        if reward_runtime::redis::is_redirected(&e)
+                            && tokio::time::Instant::now() < borrow_until =>
+                    {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                    other => break other,
+                }
+            };
             match taken {
                 Ok(1) => {
                     moved += given;

@@ -468,6 +468,9 @@ pub struct Doubt {
     pub record: Option<Record>,
 }
 
+/// Start-ups tried again after a redirection (200 ms apart).
+const START_TRIES: u32 = 25;
+
 impl Claims {
     /// Connects to Redis at `redis_url`, loads the scripts, and fixes the shard count
     /// at first use (or refuses a count other than the stored one).
@@ -485,6 +488,25 @@ impl Claims {
                 "key prefix must be set, without braces",
             ));
         }
+        // Start-up's reads and writes are single commands: on a cluster in the middle of
+        // a reshard one may be redirected (not run, reward_runtime::redis); start again.
+        let mut tries = 0;
+        loop {
+            match Self::connect_once(redis_url, &cfg).await {
+                Err(ClaimError::Redis(e))
+                    if e.contains(reward_runtime::redis::REDIRECTED) && tries < START_TRIES =>
+                {
+                    tries += 1;
+                    tracing::warn!(error = %e, "claim store start-up redirected by a moving slot; starting again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn connect_once(redis_url: &str, cfg: &ClaimConfig) -> Result<Self, ClaimError> {
+        let cfg = cfg.clone();
         let pool =
             reward_runtime::redis::builder(redis_url, CLAIM_TIMEOUT)?.build_pool(cfg.pool_size)?;
         pool.init().await?;

@@ -27,7 +27,11 @@
 //! index's own keys and entries decide before a new pin is written ([`layout`]). Cost: one `ZADD` per due shard
 //! per pipeline of writes (all of the pipeline's entries for that shard in it; a
 //! pipeline sent before the tokens' scripts: one more round trip per batch of writes;
-//! in direct mode one more round trip per call) and a batched `ZREM` per credit batch.
+//! in direct mode on a cluster one more round trip per call) and a batched `ZREM` per
+//! credit batch. On a single Redis a direct write is one call: the script adds the
+//! entry, then writes the token, atomically ([`life::indexed_write_lua`]); a cluster
+//! keeps the due shards and the users' hashes in different slots, which one script may
+//! not touch together.
 //!
 //! # Writes
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
@@ -36,8 +40,9 @@
 //! write harmless), and writes nothing when the reward is already credited (its token
 //! moved to the credited hash beside the pending one, [`TokenStore::credited_key`]): a
 //! write that lands late must not list a credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
-//! - **direct** (default): the caller sends its index entry and its script call on the
-//!   next pooled connection and awaits the replies (fred pipelines concurrent commands
+//! - **direct** (default): the caller sends its index entry and its script call (one
+//!   call on a single Redis, two on a cluster) on the next pooled connection and awaits
+//!   the replies (fred pipelines concurrent commands
 //!   on a connection by itself). The cap refuses the reward (`TooManyTokens`), and so
 //!   does a refusal of the command itself. A Redis failure is tried again by the
 //!   caller (20 ms doubling to 200 ms apart) until `write_wait_ms` has passed, then
@@ -103,7 +108,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use reward_runtime::keyspace::LayoutProof;
 
-use self::life::{WRITE_LUA, WRITE_MANY_LUA};
+use self::life::{WRITE_LUA, WRITE_MANY_LUA, indexed_write_lua};
 use self::writer::{Reply, Shared, Unsettled, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
 
@@ -332,6 +337,9 @@ pub struct StoreStats {
 #[derive(Clone)]
 pub struct TokenStore {
     script: Script,
+    /// On a single Redis (not a cluster): the due entry and the token in one call
+    /// ([`life::indexed_write_lua`]).
+    indexed: Option<Script>,
     pool: Pool,
     cfg: Arc<StoreConfig>,
     /// The writer task's queue (batched and deferred writes, retries).
@@ -353,11 +361,11 @@ impl TokenStore {
     pub async fn connect(cfg: StoreConfig) -> Result<Self, StoreError> {
         let timeout = Duration::from_millis(cfg.timeout_ms);
         let mut attempt = 1;
-        let (pool, script, many) = loop {
+        let (pool, (script, many, indexed)) = loop {
             let pool = reward_runtime::redis::builder(&cfg.redis_url, timeout)?
                 .build_pool(cfg.pool_size)?;
             match Self::prepare(&pool, &cfg).await {
-                Ok(Ok((script, many))) => break (pool, script, many),
+                Ok(Ok(scripts)) => break (pool, scripts),
                 Ok(Err(refused)) => return Err(refused),
                 Err(e) if attempt < START_ATTEMPTS && writer::transient(&e) => {
                     tracing::warn!(error = %e, attempt, "token store: Redis did not answer at start; asking again");
@@ -384,6 +392,7 @@ impl TokenStore {
         tokio::spawn(writer::run(pool.clone(), many, rx, shared.clone()));
         Ok(Self {
             script,
+            indexed,
             pool,
             cfg,
             tx,
@@ -396,13 +405,20 @@ impl TokenStore {
     async fn prepare(
         pool: &Pool,
         cfg: &StoreConfig,
-    ) -> Result<Result<(Script, Script), StoreError>, fred::error::Error> {
+    ) -> Result<Result<(Script, Script, Option<Script>), StoreError>, fred::error::Error> {
         pool.init().await?;
         let script = Script::load(pool.next(), WRITE_LUA).await?;
         let many = Script::load(pool.next(), WRITE_MANY_LUA).await?;
+        // A cluster puts the due shard and the user's hashes in different slots, which
+        // one script may not touch: there the entry goes first, in its own call.
+        let indexed = if pool.next().client_config().server.is_clustered() {
+            None
+        } else {
+            Some(Script::load(pool.next(), &indexed_write_lua()).await?)
+        };
         Ok(check_due_shards(pool.next(), cfg)
             .await?
-            .map(|()| (script, many)))
+            .map(|()| (script, many, indexed)))
     }
 
     /// The hash key of a user's tokens in an activity.
@@ -628,6 +644,26 @@ impl TokenStore {
         value: &str,
     ) -> Result<i64, fred::error::Error> {
         let client = self.pool.next();
+        let cap = self.cfg.max_tokens_per_user;
+        let ttl = i64::try_from(self.cfg.ttl_secs).unwrap_or(i64::MAX);
+        if let Some(indexed) = &self.indexed {
+            // One round trip, the entry and the token in one atomic call.
+            return indexed
+                .eval(client, || {
+                    (
+                        vec![key.to_string(), credited_key(key), due.0.clone()],
+                        vec![
+                            Value::from(field),
+                            Value::from(value),
+                            Value::from(i64::from(cap)),
+                            Value::from(ttl),
+                            Value::from(due.2),
+                            Value::from(due.1.as_str()),
+                        ],
+                    )
+                })
+                .await;
+        }
         // The index entry first: a token is never stored without one (module doc).
         let _: i64 = client
             .zadd(
@@ -639,8 +675,6 @@ impl TokenStore {
                 (due.2, due.1.as_str()),
             )
             .await?;
-        let cap = self.cfg.max_tokens_per_user;
-        let ttl = i64::try_from(self.cfg.ttl_secs).unwrap_or(i64::MAX);
         let args = || -> Vec<Value> {
             vec![
                 Value::from(field),
