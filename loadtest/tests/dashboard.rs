@@ -42,11 +42,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The metric components (name prefixes).
-const COMPONENTS: [&str; 4] = [
+const COMPONENTS: [&str; 5] = [
     "reward_sdk_",
     "reward_consumer_",
     "reward_service_",
     "reward_config_",
+    "reward_redis_",
 ];
 
 /// Metric names in the code: string literals `"reward_<component>_…"` (the macros'

@@ -258,13 +258,14 @@ fn small_replay_as(
 /// its replica before a credit (`replica_acks = 1`, set by the replay on a cluster).
 /// Reconciliation: nothing missing, nothing credited twice, no budget overspent. Token
 /// writes that cannot be stored are refused (in doubt), never answered unstored.
-/// Refusals belong to the failover: while the killed primary is still listed, the
+/// Refusals belong to the faults: while the killed primary is still listed, the
 /// client's slot-map refresh fails and every call waits (docs/cluster.md), so calls are
-/// refused for a few seconds from the kill; the reshard refuses nothing (clients do
-/// not follow redirections, reward_runtime::redis), and after the failover the clients
-/// serve on (they stayed broken to the end of the run when they followed `ASK`). The
-/// accepted share is therefore judged here, by when refusals happen, not by the
-/// profile's `accepted` target.
+/// refused for a few seconds from the kill; a reshard refuses calls only on a machine
+/// so busy that a slot's move outlasts a call's wait (clients do not follow
+/// redirections, reward_runtime::redis); and after the failover the clients serve on
+/// (they stayed broken to the end of the run when they followed `ASK`). The accepted
+/// share is therefore judged here, by when refusals happen, not by the profile's
+/// `accepted` target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     let env = cluster_env();
@@ -297,24 +298,36 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     }
     let service = std::fs::read_to_string(dir.join("service.toml")).unwrap();
     assert!(service.contains("replica_acks = 1"), "{service}");
-    // Refused calls by second: all within the failover (kill at 14 s, back at 20 s;
-    // in 11 runs beside a CPU hog the last refusal came at 20 s; 4 s of slack), at
-    // most 1 % of the calls outside it.
+    // Refused calls by second. The clients serve on after the faults: nothing refused
+    // from 10 s after the kill to the end (clients that followed redirections stayed
+    // wedged to the end of the run). Before the kill, refusals are the reshard's: keys
+    // of a slot in the middle of its move fail until the slot has moved, which on a
+    // machine this busy (send p50 70-170 ms before any fault) outlasted some calls'
+    // 1 s wait: 201 of 4 053 in one suite run beside a CPU hog; at most 10 % allowed
+    // (about half were refused when clients wedged).
     let failover_at = faults[1][0].as_f64().unwrap();
     let timeline = r["timeline"].as_array().unwrap();
     let refused = |t: &serde_json::Value| t["refused"].as_u64().unwrap();
-    let outside: u64 = timeline
+    let at = |t: &serde_json::Value| t["t"].as_f64().unwrap();
+    let after: u64 = timeline
         .iter()
-        .filter(|t| {
-            let at = t["t"].as_f64().unwrap();
-            at + 1.0 < failover_at || at > failover_at + 10.0
-        })
+        .filter(|t| at(t) > failover_at + 10.0)
+        .map(refused)
+        .sum();
+    assert_eq!(
+        after, 0,
+        "calls refused after the failover: {}",
+        r["timeline"]
+    );
+    let before: u64 = timeline
+        .iter()
+        .filter(|t| at(t) + 1.0 < failover_at)
         .map(refused)
         .sum();
     let calls: u64 = sent + timeline.iter().map(refused).sum::<u64>();
     assert!(
-        outside * 100 <= calls,
-        "{outside} of {calls} calls refused outside the failover: {}",
+        before * 10 <= calls,
+        "{before} of {calls} calls refused before the failover: {}",
         r["timeline"]
     );
 }

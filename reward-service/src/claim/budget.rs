@@ -200,11 +200,9 @@ impl Claims {
                 .await;
             let lent = match lent {
                 Ok(l) => l,
-                // Redirected by a moving slot: the lend did not run, nothing moved.
-                Err(e) if reward_runtime::redis::is_redirected(&e) => {
-                    moves_counted("refused");
-                    return Err(e.into());
-                }
+                // Redirected by a moving slot: the lend did not run, nothing moved and
+                // nothing is stranded (not a move: not counted).
+                Err(e) if reward_runtime::redis::is_redirected(&e) => return Err(e.into()),
                 Err(e) => {
                     // The lend may have happened with its answer lost: its units are
                     // stranded until the next change (never spendable twice).
