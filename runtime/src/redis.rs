@@ -31,7 +31,7 @@
 //! the consumers by resending the batch, the ledger's credits through their status).
 //! While a slot is being moved, its keys that have already left fail until the whole
 //! slot has moved: milliseconds for a slot of a few dozen keys, longer for a slot that
-//! holds thousands. The same test then answers ~108 000 calls during the move, none
+//! holds thousands. The same test then answers 7-10 times as many calls during the move, none
 //! with another's reply, and the client serves on. Script replies are checked besides
 //! ([`crate::script`], "Every reply proves whose it is").
 
