@@ -99,6 +99,20 @@ async fn run(args: Args) -> Result<ExitCode, ExitCode> {
         Some(_) => Some(bin.start(reward_runtime::admin::install_metrics())?),
         None => None,
     };
+    if metrics.is_some() {
+        // Described, and registered at 0 so a first event shows in rate()
+        // (reward_runtime::catalogue); the SDK it links registers its own at start.
+        use reward_runtime::catalogue::{self, Component};
+        for c in [Component::Consumer, Component::Redis, Component::Config] {
+            catalogue::register(c);
+        }
+        catalogue::zero_counter(
+            "reward_consumer_granted_total",
+            "type",
+            cfg.limits.types.keys().map(String::as_str),
+        );
+        metrics::gauge!("reward_consumer_assigned_partitions").set(0.0);
+    }
     let running = bin.start(reward_consumer::start(&cfg).await)?;
     let assigned = Arc::new(AtomicUsize::new(0));
     if let (Some(addr), Some(handle)) = (args.metrics_addr, metrics) {

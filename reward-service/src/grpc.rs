@@ -50,8 +50,9 @@ impl RewardService for GrpcApi {
         check_size(std::slice::from_ref(&ev))?;
         let service = self.service.clone();
         let started = std::time::Instant::now();
+        let created = [ev.created_at_ms];
         let result = detached(async move { service.grant(&ev).await }).await?;
-        observe("grant", started, std::slice::from_ref(&result));
+        observe("grant", started, std::slice::from_ref(&result), &created);
         Ok(Response::new(GrantResponse {
             result: Some(result),
         }))
@@ -68,8 +69,14 @@ impl RewardService for GrpcApi {
         check_size(std::slice::from_ref(&ev))?;
         let service = self.service.clone();
         let started = std::time::Instant::now();
+        let created = [ev.created_at_ms];
         let result = detached(async move { service.grant_async(&ev).await }).await?;
-        observe("grant_async", started, std::slice::from_ref(&result));
+        observe(
+            "grant_async",
+            started,
+            std::slice::from_ref(&result),
+            &created,
+        );
         Ok(Response::new(GrantAsyncResponse {
             result: Some(result),
         }))
@@ -98,8 +105,9 @@ impl RewardService for GrpcApi {
         };
         let service = self.service.clone();
         let started = std::time::Instant::now();
+        let created: Vec<i64> = events.iter().map(|e| e.created_at_ms).collect();
         let results = detached(async move { service.grant_batch(events, proofs).await }).await?;
-        observe("grant_batch", started, &results);
+        observe("grant_batch", started, &results, &created);
         Ok(Response::new(GrantBatchResponse { results }))
     }
 }
@@ -118,12 +126,17 @@ fn check_size(events: &[proto::v1::RewardEvent]) -> Result<(), Status> {
     }
 }
 
-/// Records a call: its duration (`reward_service_call_seconds`) and each result's
-/// outcome (`reward_service_grants_total`).
-fn observe(api: &'static str, started: std::time::Instant, results: &[proto::v1::GrantResult]) {
+/// Records a call: its duration (`reward_service_call_seconds`), each result's
+/// outcome (`reward_service_grants_total`) and each first credit's end-to-end age.
+fn observe(
+    api: &'static str,
+    started: std::time::Instant,
+    results: &[proto::v1::GrantResult],
+    created: &[i64],
+) {
     metrics::histogram!("reward_service_call_seconds", "api" => api)
         .record(started.elapsed().as_secs_f64());
-    crate::service::count_outcomes(api, results);
+    crate::service::count_outcomes(api, results, created);
 }
 
 /// Runs `work` as its own task and waits for it, so dropping the waiter (the caller

@@ -155,17 +155,18 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
 }
 
 /// Serves an already built service, with `/metrics` on the HTTP port when given the
-/// process's recorder ([`reward_runtime::admin::install_metrics`]), and a task that keeps the
-/// budget gauges (`reward_service_budget_spent`, `reward_service_budget_remaining` per
-/// scene, from the live budget) and the `reward_service_in_doubt` gauge fresh every
-/// 5 s.
+/// process's recorder ([`reward_runtime::admin::install_metrics`]). The gauges read
+/// from Redis (`reward_service_budget_spent`, `reward_service_budget_remaining` per
+/// scene, from the live budget, and `reward_service_in_doubt`) are measured at each
+/// scrape ([`refresh_gauges`]), so a scrape never shows a value older than itself,
+/// the last one before a shutdown included.
 pub async fn serve_with_metrics(
     service: Service,
     cfg: &ServiceConfig,
     metrics: Option<reward_runtime::admin::PrometheusHandle>,
 ) -> Result<Running, StartError> {
     if metrics.is_some() {
-        spawn_gauges(&service, cfg);
+        register_metrics(cfg);
     }
     let s = &cfg.server;
     let Listeners {
@@ -204,30 +205,37 @@ pub async fn serve_with_metrics(
     })
 }
 
-/// Keeps the budget gauges of the configured scenes and the in-doubt gauge fresh,
-/// every 5 s, on a task of its own.
-fn spawn_gauges(service: &Service, cfg: &ServiceConfig) {
-    let claims = service.granter().claims().clone();
-    let budgets = cfg.budgets.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            if let Ok(n) = claims.in_doubt_count().await {
-                metrics::gauge!("reward_service_in_doubt").set(n as f64);
+/// Describes every metric the service exports and registers its counters at 0
+/// (`reward_runtime::catalogue`).
+fn register_metrics(_cfg: &ServiceConfig) {
+    use reward_runtime::catalogue::{Component, register};
+    for c in [Component::Service, Component::Redis, Component::Config] {
+        register(c);
+    }
+}
+
+/// Measures the gauges read from Redis: the in-doubt grants and each configured
+/// budget's spent and remaining (of the live budget). A read that fails leaves the
+/// gauge at its last value and is logged.
+pub async fn refresh_gauges(service: &Service, scenes: &[String]) {
+    let claims = service.granter().claims();
+    match claims.in_doubt_count().await {
+        Ok(n) => metrics::gauge!("reward_service_in_doubt").set(n as f64),
+        Err(e) => tracing::warn!(error = %e, "in-doubt gauge: cannot read the count"),
+    }
+    for scene in scenes {
+        match (claims.spent(scene).await, claims.budget(scene).await) {
+            (Ok(spent), Ok(total)) => {
+                metrics::gauge!("reward_service_budget_spent", "scene" => scene.clone())
+                    .set(spent as f64);
+                metrics::gauge!("reward_service_budget_remaining", "scene" => scene.clone())
+                    .set((total - spent) as f64);
             }
-            for scope in budgets.keys() {
-                if let (Ok(spent), Ok(total)) =
-                    (claims.spent(scope).await, claims.budget(scope).await)
-                {
-                    metrics::gauge!("reward_service_budget_spent", "scene" => scope.clone())
-                        .set(spent as f64);
-                    metrics::gauge!("reward_service_budget_remaining", "scene" => scope.clone())
-                        .set((total - spent) as f64);
-                }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(scene, error = %e, "budget gauges: cannot read the budget");
             }
         }
-    });
+    }
 }
 
 /// Both listeners, bound, and the addresses they really got (port 0 picks one).
@@ -321,6 +329,7 @@ fn spawn_http(
             max_body_bytes: s.max_body_bytes,
             sessions: cfg.wallet.sessions.clone(),
             cors_origins: cfg.wallet.cors_origins.clone(),
+            budget_scenes: cfg.budgets.keys().cloned().collect(),
         },
         s.max_body_bytes,
         metrics,

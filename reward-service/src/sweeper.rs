@@ -411,7 +411,8 @@ impl Sweeper {
                 .service
                 .grant_batch(chunk.to_vec(), Proofs::Vouched)
                 .await;
-            crate::service::count_outcomes("sweeper", &results);
+            let created: Vec<i64> = chunk.iter().map(|e| e.created_at_ms).collect();
+            crate::service::count_outcomes("sweeper", &results, &created);
             for r in results {
                 let Some(member) = members.next() else {
                     break;

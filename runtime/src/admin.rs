@@ -38,10 +38,13 @@ use axum::routing::get;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-/// Bucket bounds of every `*_seconds` histogram: 100 µs to 60 s.
-pub const SECONDS_BUCKETS: [f64; 16] = [
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    10.0, 60.0,
+/// Bucket bounds of every `*_seconds` histogram: 100 µs to 60 s, finer around the
+/// two SLO targets a burn-rate alert judges by a bucket bound (`send_reward` within
+/// 50 ms, end to end within 10 s, 15 s for the overlap profile), so the SLO's own
+/// bound is a bucket bound and its neighbours show how far off a miss is.
+pub const SECONDS_BUCKETS: [f64; 25] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.04, 0.05, 0.06, 0.075, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
 ];
 
 /// A readiness check: `Ok` when ready, else why not.
@@ -75,6 +78,31 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle
         get(move || {
             let handle = handle.clone();
             async move { handle.render() }
+        }),
+    )
+}
+
+/// Work a process does before each `/metrics` render: gauges read from a store
+/// (budgets, in-doubt grants) are measured when scraped, so the scrape never shows a
+/// stale value, and nothing reads the store while nobody scrapes.
+pub type Refresh = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// `/metrics` alone, running `refresh` (bounded by `within`) before each render.
+pub fn metrics_router_refreshing<S: Clone + Send + Sync + 'static>(
+    handle: PrometheusHandle,
+    refresh: Refresh,
+    within: std::time::Duration,
+) -> Router<S> {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let (handle, refresh) = (handle.clone(), refresh.clone());
+            async move {
+                // A store that does not answer leaves the last values (and the scrape
+                // on time); the gauges' owner logs why.
+                let _ = tokio::time::timeout(within, refresh()).await;
+                handle.render()
+            }
         }),
     )
 }

@@ -87,6 +87,14 @@ pub struct Timing {
 }
 
 impl Timing {
+    /// The histogram `name`, unlabelled.
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            key: Key::from_name(name),
+            metric: OnceLock::new(),
+        }
+    }
+
     /// The histogram `name` labelled `key = value`.
     pub fn with_label(name: &'static str, key: &'static str, value: &str) -> Self {
         Self {

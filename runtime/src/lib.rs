@@ -16,6 +16,8 @@
 //! - [`counters`]: counts a process reads back and Prometheus scrapes, kept in one
 //!   step; labelled counters whose handles are registered once per label value.
 //! - [`teardown`]: dropping a client whose destroy can hang, with a deadline.
+//! - [`catalogue`]: every metric once (name, type, HELP, labels), described and
+//!   registered at 0 at start so `rate()` sees a first event.
 //!
 //! With feature `service` (the binaries; an activity service linking the SDK builds
 //! none of it):
@@ -24,6 +26,7 @@
 
 #[cfg(feature = "service")]
 pub mod admin;
+pub mod catalogue;
 pub mod clock;
 pub mod counters;
 pub mod credential;

@@ -54,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod calls;
 pub mod config;
 pub mod queue;
 pub mod request;
@@ -241,7 +242,18 @@ impl Sdk {
     }
 
     /// Validates, mints and stores the token, queues the event, returns the token.
+    ///
+    /// Each call is counted by outcome (`reward_sdk_calls_total`) and timed from call
+    /// to answer (`reward_sdk_send_reward_seconds`): the two SLOs an activity service
+    /// answers for (`docs/metrics.md`).
     pub async fn send_reward(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
+        let started = std::time::Instant::now();
+        let answer = self.send_reward_timed(req).await;
+        calls::answered(started, &answer);
+        answer
+    }
+
+    async fn send_reward_timed(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
         let inner = &*self.inner;
         req.validate(&inner.config.limits)?;
         let (queue, max_amount) = {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use reward_runtime::catalogue::{self, Component};
 
 use crate::config::{self, ConfigError, ProducerConfig, Routing, SdkConfig};
 use crate::queue::{Engine, Producer};
@@ -69,8 +70,19 @@ impl SdkBuilder {
             },
         };
         let store = TokenStore::connect(cfg.store.clone()).await?;
-        // Registered at 0, so an alert on its increase sees the first refusal.
-        metrics::counter!("reward_sdk_token_writes_refused_total").increment(0);
+        // Every metric described and registered at 0, so an alert on an increase
+        // sees the first event (reward_runtime::catalogue).
+        for c in [Component::Sdk, Component::Redis, Component::Config] {
+            catalogue::register(c);
+        }
+        let producer_names = cfg.producers.keys().map(String::as_str);
+        catalogue::zero_counter("reward_sdk_sent_total", "producer", producer_names.clone());
+        catalogue::zero_counter("reward_sdk_failovers_total", "from", producer_names);
+        catalogue::zero_counter(
+            "reward_sdk_backpressure_total",
+            "queue",
+            cfg.routing.queues.keys().map(String::as_str),
+        );
         if cfg.store.write_mode == config::WriteMode::Deferred {
             // Said once at every start, so the choice is never forgotten in a log.
             tracing::warn!(

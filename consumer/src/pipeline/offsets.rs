@@ -96,6 +96,13 @@ impl Offsets {
         let mut w = self.lock();
         let mut out = Vec::new();
         for p in parts {
+            // Its gauges say 0 from here: this member holds nothing of it (the series
+            // stays, so a sum over the members is right).
+            let (t, n) = (p.0.to_string(), p.1.to_string());
+            metrics::gauge!("reward_consumer_window_occupancy_messages", "topic" => t.clone(), "partition" => n.clone())
+                .set(0.0);
+            metrics::gauge!("reward_consumer_commit_lag_messages", "topic" => t, "partition" => n)
+                .set(0.0);
             if let Some(mut win) = w.remove(p)
                 && let Some(pos) = win.position()
             {

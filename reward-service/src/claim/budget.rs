@@ -61,7 +61,7 @@ fn moves_counted(result: &'static str) {
 }
 
 /// The results of `reward_service_budget_moves_total`.
-pub const MOVE_RESULTS: [&str; 3] = ["moved", "refused", "lost"];
+pub use reward_runtime::catalogue::MOVE_RESULTS;
 
 impl Claims {
     /// Sets a scene's total budget exactly (module doc): holds its shards, reads

@@ -121,7 +121,7 @@ pub(super) async fn withdraw(
         .await
         .map_err(|e| ApiError::internal(format!("the withdrawal task failed: {e}")))??;
     let results: Vec<_> = done.iter().filter_map(|(_, r)| r.clone()).collect();
-    crate::service::count_outcomes("withdraw", &results);
+    crate::service::count_outcomes("withdraw", &results, &[]);
     let mut credited = 0i64;
     let items: Vec<serde_json::Value> = done
         .iter()

@@ -39,8 +39,19 @@ pub fn router(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(metrics.map_or_else(Router::new, |h| {
-            reward_runtime::admin::metrics_router(h)
-                .route_layer(middleware::from_fn_with_state(st.clone(), metrics_auth))
+            let gauges = st.clone();
+            let refresh: reward_runtime::admin::Refresh = Arc::new(move || {
+                let st = gauges.clone();
+                Box::pin(async move {
+                    crate::server::refresh_gauges(&st.service, &st.budget_scenes).await;
+                })
+            });
+            reward_runtime::admin::metrics_router_refreshing(
+                h,
+                refresh,
+                std::time::Duration::from_secs(1),
+            )
+            .route_layer(middleware::from_fn_with_state(st.clone(), metrics_auth))
         }))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(st)

@@ -22,4 +22,6 @@ pub struct HttpState {
     pub sessions: Option<SessionCodec>,
     /// Origins answered with CORS headers.
     pub cors_origins: Vec<String>,
+    /// The configured budgets' scenes, whose gauges each `/metrics` scrape refreshes.
+    pub budget_scenes: Vec<String>,
 }

@@ -147,15 +147,9 @@ impl Refusal {
 }
 
 /// Error codes of events refused before any claim for their proof, their expiry or
-/// their undeclared reward type, in the label order
-/// of `reward_service_events_refused_total{code}` (registered at 0 at start).
-pub const REFUSAL_CODES: [&str; 5] = [
-    "PROOF_MISSING",
-    "PROOF_UNKNOWN_KEY",
-    "PROOF_FORGED",
-    "EXPIRED",
-    "UNKNOWN_REWARD_TYPE",
-];
+/// their undeclared reward type: the label values of
+/// `reward_service_events_refused_total{code}` (registered at 0 at start).
+pub use reward_runtime::catalogue::REFUSAL_CODES;
 
 /// Whether the reward is past its own expiry at `now_ms`.
 pub fn expired(expires_at_ms: i64, now_ms: i64) -> bool {
@@ -207,13 +201,6 @@ impl Service {
     /// A service over a granter (which should carry `tokens`), the token store and the
     /// SDK (codec and virtual queue); unproven events are refused.
     pub fn new(granter: Granter, tokens: Tokens, sdk: Sdk, max_batch: usize) -> Self {
-        for code in REFUSAL_CODES {
-            metrics::counter!("reward_service_events_refused_total", "code" => code).increment(0);
-        }
-        metrics::counter!("reward_service_events_unproven_accepted_total").increment(0);
-        for result in crate::claim::MOVE_RESULTS {
-            metrics::counter!("reward_service_budget_moves_total", "result" => result).increment(0);
-        }
         Self {
             granter,
             tokens,

@@ -31,8 +31,28 @@ pub(super) fn failed(
 
 /// Counts grant results by API and outcome (`reward_service_grants_total`): tallied
 /// per batch first, so the metrics registry is asked once per outcome seen, not once
-/// per grant (a labelled counter lookup hashes its labels every time).
-pub fn count_outcomes(api: &'static str, results: &[GrantResult]) {
+/// per grant (a labelled counter lookup hashes its labels every time). `created` holds
+/// each result's event creation time (`created_at_ms`, in the results' order; empty
+/// when the API has no events): every first credit (`GRANTED`) records the event's
+/// age at its answer in `reward_service_event_age_seconds`, the end-to-end latency
+/// an SLO judges (an SDK host's clock ahead of this one counts as age 0).
+pub fn count_outcomes(api: &'static str, results: &[GrantResult], created: &[i64]) {
+    if !created.is_empty() {
+        let now = reward_runtime::clock::now_ms();
+        let granted = GrantOutcome::Granted as i32;
+        let mut ages = results
+            .iter()
+            .zip(created)
+            .filter(|(r, c)| r.outcome == granted && **c > 0)
+            .map(|(_, c)| now.saturating_sub(*c).max(0) as f64 / 1000.0)
+            .peekable();
+        if ages.peek().is_some() {
+            let h = metrics::histogram!("reward_service_event_age_seconds", "api" => api);
+            for age in ages {
+                h.record(age);
+            }
+        }
+    }
     let mut tally: Vec<(i32, u64)> = Vec::new();
     for r in results {
         match tally.iter_mut().find(|(o, _)| *o == r.outcome) {

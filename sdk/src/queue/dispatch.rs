@@ -19,7 +19,6 @@ pub(super) async fn dispatch(engine: Arc<Shared>, queue: String, mut rx: mpsc::R
     let lanes = Arc::new(Semaphore::new(window));
     let linger = Duration::from_millis(engine.batch.linger_ms);
     let max = engine.batch.max_events;
-    let gauge = metrics::gauge!("reward_sdk_buffer_events", "queue" => queue.clone());
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         let until = tokio::time::Instant::now() + linger;
@@ -35,7 +34,6 @@ pub(super) async fn dispatch(engine: Arc<Shared>, queue: String, mut rx: mpsc::R
                 }
             }
         }
-        gauge.set(rx.len() as f64);
         let Ok(permit) = lanes.clone().acquire_owned().await else {
             break;
         };

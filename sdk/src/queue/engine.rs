@@ -66,6 +66,11 @@ impl Engine {
             stats: QueueStats::new(),
             spool_tx,
             spool_bytes: spool_bytes.clone(),
+            buffer_gauge: {
+                let g = metrics::gauge!("reward_sdk_buffer_events");
+                g.increment(0.0);
+                g
+            },
         });
         let weak = Arc::downgrade(&shared);
         let sync_every = Duration::from_millis(shared.spool_cfg.sync_ms.max(1));
@@ -129,6 +134,7 @@ impl Engine {
     /// Puts an event into a reserved slot: from here on it is the engine's to settle.
     pub(crate) fn commit(&self, slot: Slot, env: Envelope) {
         self.shared.unsettled.fetch_add(1, Ordering::AcqRel);
+        self.shared.buffer_gauge.increment(1.0);
         self.shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
         slot.permit.send(env);
     }

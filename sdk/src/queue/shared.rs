@@ -72,6 +72,9 @@ pub(super) struct Shared {
     pub(super) stats: QueueStats,
     pub(super) spool_tx: mpsc::UnboundedSender<SpoolCmd>,
     pub(super) spool_bytes: Arc<AtomicU64>,
+    /// `reward_sdk_buffer_events`, moved with `unsettled` (added to, never set: several
+    /// engines in one process share the series, and each adds its own).
+    pub(super) buffer_gauge: metrics::Gauge,
 }
 
 impl std::fmt::Debug for Shared {
@@ -93,6 +96,7 @@ impl Shared {
         if n == 0 {
             return;
         }
+        self.buffer_gauge.decrement(n as f64);
         let before = self.unsettled.fetch_sub(n, Ordering::AcqRel);
         if before <= n {
             self.settled.notify_waiters();

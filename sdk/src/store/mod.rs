@@ -304,9 +304,18 @@ pub struct Held {
     shared: Arc<Shared>,
 }
 
+/// The process's `reward_sdk_token_writes_pending`, registered (at 0 when no store
+/// has a write pending yet).
+fn pending_gauge() -> metrics::Gauge {
+    let g = metrics::gauge!("reward_sdk_token_writes_pending");
+    g.increment(0.0);
+    g
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         let stats = &self.shared.stats;
+        self.shared.pending_gauge.decrement(1.0);
         if stats.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.drained.notify_waiters();
         }
@@ -387,6 +396,7 @@ impl TokenStore {
             requeue: tx.downgrade(),
             logged_ms: AtomicU64::new(0),
             started: Instant::now(),
+            pending_gauge: pending_gauge(),
         });
         // The writer runs in every mode: retries go through it.
         tokio::spawn(writer::run(pool.clone(), many, rx, shared.clone()));
@@ -489,6 +499,7 @@ impl TokenStore {
             }
         };
         self.shared.stats.pending.fetch_add(1, Ordering::AcqRel);
+        self.shared.pending_gauge.increment(1.0);
         Ok(Held {
             _permit: permit,
             shared: self.shared.clone(),

@@ -59,6 +59,9 @@ pub(super) struct Shared {
     /// When the last give-up was logged (ms since `started`): one line a second at most.
     pub(super) logged_ms: AtomicU64,
     pub(super) started: Instant,
+    /// `reward_sdk_token_writes_pending`, moved with `stats.pending` (added to, never
+    /// set: several stores in one process share the series, and each adds its own).
+    pub(super) pending_gauge: metrics::Gauge,
 }
 
 impl Shared {
@@ -212,9 +215,6 @@ pub(super) async fn run(
                 Err(_) => break,
             }
         }
-        // Once a batch, not once a write: the backlog Redis has not answered yet.
-        metrics::gauge!("reward_sdk_token_writes_pending")
-            .set(shared.stats.pending.load(Ordering::Relaxed) as f64);
         // At most pool_size pipelines in flight; the next batch gathers meanwhile.
         let Ok(permit) = lanes.clone().acquire_owned().await else {
             break;
@@ -281,6 +281,7 @@ pub(super) fn outcome(
         // 2: already credited, nothing to store; the reward's token has done its job.
         Ok(1 | 2) => {
             stats.written.fetch_add(1, Ordering::Relaxed);
+            crate::calls::TOKENS_STORED.inc();
             Ok(())
         }
         Ok(_) => {

@@ -1,0 +1,75 @@
+//! What `send_reward` answered, counted and timed for the SLOs an activity service
+//! answers for: the share of calls accepted (`reward_sdk_calls_total{outcome}`), the
+//! call's latency from call to answer (`reward_sdk_send_reward_seconds`) and the
+//! tokens Redis acknowledged (`reward_sdk_tokens_stored_total`, beside the accepted
+//! calls: the tokens-stored share).
+//!
+//! The handles are process-wide (one set however many SDKs a process starts, as the
+//! recorder is) and registered once, so counting a call is two atomic adds and one
+//! histogram record. A call whose future the caller dropped before it answered is not
+//! counted: it had no answer.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use reward_runtime::catalogue::CALL_OUTCOMES;
+use reward_runtime::counters::{Counted, Timing};
+
+use crate::{IssuedToken, SendError};
+
+/// Calls by outcome, in [`CALL_OUTCOMES`] order.
+static CALLS: LazyLock<Vec<Counted>> = LazyLock::new(|| {
+    CALL_OUTCOMES
+        .iter()
+        .map(|o| Counted::new("reward_sdk_calls_total", &[("outcome", o)]))
+        .collect()
+});
+
+static LATENCY: LazyLock<Timing> = LazyLock::new(|| Timing::new("reward_sdk_send_reward_seconds"));
+
+/// Tokens Redis acknowledged storing (every write mode).
+pub(crate) static TOKENS_STORED: LazyLock<Counted> =
+    LazyLock::new(|| Counted::new("reward_sdk_tokens_stored_total", &[]));
+
+/// The outcome label of an answer (one of [`CALL_OUTCOMES`]).
+pub(crate) fn outcome_of(answer: &Result<IssuedToken, SendError>) -> &'static str {
+    match answer {
+        Ok(_) => "accepted",
+        Err(SendError::Invalid(_)) => "invalid",
+        Err(SendError::Backpressure(_)) => "backpressure",
+        Err(SendError::TooManyTokens { .. }) => "too_many_tokens",
+        Err(SendError::Store(_)) => "store_refused",
+        Err(SendError::Seal(_)) => "seal_failed",
+        Err(SendError::Closed) => "closed",
+    }
+}
+
+/// Counts and times one answered call.
+pub(crate) fn answered(started: Instant, answer: &Result<IssuedToken, SendError>) {
+    LATENCY.record(started.elapsed().as_secs_f64());
+    let outcome = outcome_of(answer);
+    if let Some(c) = CALL_OUTCOMES
+        .iter()
+        .position(|o| *o == outcome)
+        .and_then(|i| CALLS.get(i))
+    {
+        c.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_is_a_listed_label_value() {
+        let answers: Vec<Result<IssuedToken, SendError>> = vec![
+            Err(SendError::Closed),
+            Err(SendError::TooManyTokens { cap: 1 }),
+            Err(SendError::Store(crate::store::StoreError::Closed)),
+        ];
+        for a in &answers {
+            assert!(CALL_OUTCOMES.contains(&outcome_of(a)));
+        }
+    }
+}
