@@ -46,6 +46,45 @@ use tokio::sync::{mpsc, watch};
 
 use crate::pipeline::{Ack, Item, Offsets, PartKey};
 
+/// How often the lag against the brokers' high watermarks is measured (one
+/// watermark request per partition held).
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// Measures `reward_consumer_lag_records` per partition: the broker's high watermark
+/// minus the first offset not finished here (records fetched and in flight count as
+/// lag until done, like records not fetched yet). A compound record carries many
+/// events, so this counts records; the events they hold are known only once read. On
+/// a blocking thread (librdkafka's watermark call waits on the network), 2 s per
+/// partition at most; a partition whose watermark did not answer keeps its last value.
+fn measure_lag(
+    consumer: std::sync::Weak<StreamConsumer<Ctx>>,
+    guard: Arc<std::sync::Mutex<bool>>,
+    waiting: Vec<(PartKey, i64)>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        for ((topic, partition), from) in waiting {
+            // One partition at a time under the guard: a close waits 2 s at most.
+            let closing = guard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some(consumer) = consumer.upgrade().filter(|_| !*closing) else {
+                return;
+            };
+            match consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2)) {
+                Ok((_low, high)) => {
+                    metrics::gauge!(
+                        "reward_consumer_lag_records",
+                        "topic" => topic.to_string(),
+                        "partition" => partition.to_string()
+                    )
+                    .set(high.saturating_sub(from).max(0) as f64);
+                }
+                Err(e) => {
+                    tracing::debug!(%topic, partition, error = %e, "lag: no high watermark");
+                }
+            }
+        }
+    })
+}
+
 /// Hooks the windows into librdkafka's rebalance callbacks.
 #[derive(Debug)]
 pub struct Ctx {
@@ -105,6 +144,10 @@ pub struct KafkaSource {
     consumer: Arc<StreamConsumer<Ctx>>,
     offsets: Arc<Offsets>,
     commit_every: Duration,
+    /// Held by a lag measurement while it uses the consumer, and by `close`: the
+    /// consumer is never closed under a measurement, nor measured once closing
+    /// (the flag inside).
+    lag_guard: Arc<std::sync::Mutex<bool>>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -153,6 +196,7 @@ impl KafkaSource {
             consumer: Arc::new(consumer),
             offsets,
             commit_every,
+            lag_guard: Arc::default(),
         })
     }
 
@@ -164,12 +208,25 @@ impl KafkaSource {
         let committer = {
             let consumer = self.consumer.clone();
             let offsets = self.offsets.clone();
+            let lag_guard = self.lag_guard.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(commit_every);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut lag_measured = tokio::time::Instant::now();
+                let mut lag_task: Option<tokio::task::JoinHandle<()>> = None;
                 loop {
                     tick.tick().await;
                     offsets.report();
+                    if lag_measured.elapsed() >= LAG_EVERY
+                        && lag_task.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
+                    {
+                        lag_measured = tokio::time::Instant::now();
+                        lag_task = Some(measure_lag(
+                            Arc::downgrade(&consumer),
+                            lag_guard.clone(),
+                            offsets.waiting_from(),
+                        ));
+                    }
                     let commits = offsets.advance_all();
                     if commits.is_empty() {
                         continue;
@@ -233,6 +290,10 @@ impl KafkaSource {
     /// is dropped on a helper thread so a stuck librdkafka close cannot hang the
     /// process past `deadline`.
     pub fn close(self, deadline: Duration) -> bool {
+        // Waits out a lag measurement (2 s a partition at most) and stops the next.
+        if let Ok(mut closing) = self.lag_guard.lock() {
+            *closing = true;
+        }
         let positions = self.offsets.positions();
         if !positions.is_empty() {
             let list = commit_list(&positions);

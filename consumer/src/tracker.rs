@@ -195,6 +195,15 @@ impl Window {
         }
     }
 
+    /// The first offset not yet finished here: the commit position, else the first
+    /// tracked offset, else one past the last tracked (`None` before any fetch). What
+    /// the broker holds from this offset on waits for this consumer (its lag).
+    pub fn waiting_from(&self) -> Option<i64> {
+        self.position()
+            .or_else(|| self.slots.front().map(|s| s.0))
+            .or_else(|| self.last_tracked.map(|l| l + 1))
+    }
+
     /// The lowest unfinished offset, if any (what a commit waits for).
     pub fn oldest_unfinished(&self) -> Option<i64> {
         self.slots.iter().find(|s| !s.1).map(|s| s.0)

@@ -209,3 +209,66 @@ fn the_metric_list_is_exactly_what_the_code_emits() {
         );
     }
 }
+
+/// The `expr:` values of a rules file (one line, or a folded `>-` block).
+fn rule_exprs(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some(rest) = l.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let rest = rest.trim();
+        if rest == ">-" {
+            let indent = l.len() - l.trim_start().len();
+            let block: Vec<&str> = lines[i + 1..]
+                .iter()
+                .take_while(|b| b.len() - b.trim_start().len() > indent)
+                .map(|b| b.trim())
+                .collect();
+            out.push(block.join(" "));
+        } else {
+            out.push(rest.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_rule_queries_documented_metrics_and_every_alert_has_a_firing_test() {
+    let rules = std::fs::read_to_string(repo().join("ops/prometheus/rules.yml")).unwrap();
+    let tests = std::fs::read_to_string(repo().join("ops/prometheus/rules_test.yml")).unwrap();
+    let documented = documented();
+    let exprs = rule_exprs(&rules);
+    assert!(exprs.len() >= 30, "{} rules", exprs.len());
+    for e in &exprs {
+        for q in names(e) {
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| q.strip_suffix(s).filter(|b| documented.contains(*b)))
+                .unwrap_or(&q)
+                .to_string();
+            assert!(
+                documented.contains(&base),
+                "a rule queries {q}, not in docs/metrics.md: {e}"
+            );
+        }
+    }
+    // Every alert is expected to fire in at least one test case: its name followed,
+    // before the next alertname, by an expected alert's labels.
+    let alerts: BTreeSet<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 20, "{alerts:?}");
+    for a in alerts {
+        let fires = tests.match_indices(&format!("alertname: {a}\n")).any(|(i, _)| {
+            let after = &tests[i..];
+            let case = after[1..]
+                .find("alertname: ")
+                .map_or(after, |end| &after[..end + 1]);
+            case.contains("exp_labels")
+        });
+        assert!(fires, "{a} has no promtool test in which it fires");
+    }
+}

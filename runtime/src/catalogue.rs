@@ -390,6 +390,11 @@ pub const CONSUMER: &[Metric] = &[
         &[("topic", RUNTIME), ("partition", RUNTIME)],
     ),
     gauge(
+        "reward_consumer_lag_records",
+        "Kafka: the broker's high watermark minus the first offset not finished here (records, measured every 5 s)",
+        &[("topic", RUNTIME), ("partition", RUNTIME)],
+    ),
+    gauge(
         "reward_consumer_rate_limit_per_second",
         "the reward type's rate limit in effect (0 while fused)",
         &[("type", RUNTIME)],

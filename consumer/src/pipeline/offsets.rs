@@ -101,8 +101,9 @@ impl Offsets {
             let (t, n) = (p.0.to_string(), p.1.to_string());
             metrics::gauge!("reward_consumer_window_occupancy_messages", "topic" => t.clone(), "partition" => n.clone())
                 .set(0.0);
-            metrics::gauge!("reward_consumer_commit_lag_messages", "topic" => t, "partition" => n)
+            metrics::gauge!("reward_consumer_commit_lag_messages", "topic" => t.clone(), "partition" => n.clone())
                 .set(0.0);
+            metrics::gauge!("reward_consumer_lag_records", "topic" => t, "partition" => n).set(0.0);
             if let Some(mut win) = w.remove(p)
                 && let Some(pos) = win.position()
             {
@@ -181,6 +182,15 @@ impl Offsets {
     /// Partitions (queues) this member holds a window for.
     pub fn assigned(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Each partition's first offset not finished here (see
+    /// [`Window::waiting_from`]), for the lag against the broker's high watermark.
+    pub fn waiting_from(&self) -> Vec<(PartKey, i64)> {
+        self.lock()
+            .iter()
+            .filter_map(|(p, w)| w.waiting_from().map(|o| (p.clone(), o)))
+            .collect()
     }
 
     /// Reports window occupancy and commit lag per partition as gauges.
