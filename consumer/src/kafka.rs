@@ -64,7 +64,9 @@ fn measure_lag(
     tokio::task::spawn_blocking(move || {
         for ((topic, partition), from) in waiting {
             // One partition at a time under the guard: a close waits 2 s at most.
-            let closing = guard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let closing = guard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let Some(consumer) = consumer.upgrade().filter(|_| !*closing) else {
                 return;
             };
@@ -218,7 +220,9 @@ impl KafkaSource {
                     tick.tick().await;
                     offsets.report();
                     if lag_measured.elapsed() >= LAG_EVERY
-                        && lag_task.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
+                        && lag_task
+                            .as_ref()
+                            .is_none_or(tokio::task::JoinHandle::is_finished)
                     {
                         lag_measured = tokio::time::Instant::now();
                         lag_task = Some(measure_lag(

@@ -262,13 +262,15 @@ fn every_rule_queries_documented_metrics_and_every_alert_has_a_firing_test() {
         .collect();
     assert!(alerts.len() >= 20, "{alerts:?}");
     for a in alerts {
-        let fires = tests.match_indices(&format!("alertname: {a}\n")).any(|(i, _)| {
-            let after = &tests[i..];
-            let case = after[1..]
-                .find("alertname: ")
-                .map_or(after, |end| &after[..end + 1]);
-            case.contains("exp_labels")
-        });
+        let fires = tests
+            .match_indices(&format!("alertname: {a}\n"))
+            .any(|(i, _)| {
+                let after = &tests[i..];
+                let case = after[1..]
+                    .find("alertname: ")
+                    .map_or(after, |end| &after[..end + 1]);
+                case.contains("exp_labels")
+            });
         assert!(fires, "{a} has no promtool test in which it fires");
     }
 }

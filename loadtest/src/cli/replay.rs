@@ -171,6 +171,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         ceilings,
         max_in_flight,
         metrics: None,
+        metrics_served: None,
     };
     Ok((opts, metrics_addr))
 }
@@ -230,11 +231,20 @@ async fn attach_metrics(
     // directory); the endpoint only with --metrics-addr.
     match reward_runtime::admin::install_metrics() {
         Ok(handle) => {
-            if let Some(addr) = metrics_addr {
+            // With the stack's Prometheus, served on a loopback port it is told of
+            // (loadtest::replay::discovery) when no address was given.
+            let served = metrics_addr.or_else(|| {
+                crate::replay::discovery::StackPrometheus::find()
+                    .map(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+            });
+            if let Some(addr) = served {
                 let ready: reward_runtime::admin::ReadyCheck =
                     std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
                 match reward_runtime::admin::serve(addr, handle.clone(), ready).await {
-                    Ok((bound, _)) => println!("metrics on http://{bound}/metrics"),
+                    Ok((bound, _)) => {
+                        println!("metrics on http://{bound}/metrics");
+                        opts.metrics_served = Some(bound);
+                    }
                     Err(e) => {
                         eprintln!("error: cannot serve metrics on {addr}: {e}");
                         return Err(ExitCode::from(2));

@@ -66,11 +66,23 @@ pub(super) async fn sweeper_granted(
     out
 }
 
-/// The grant credential the service's /metrics asks for.
+/// The credential the service's /metrics asks for: the stack Prometheus's metrics
+/// credential when the stack runs one (the services are given it), else the grant
+/// credential.
 pub(super) fn credential(setup: &Setup) -> Option<String> {
+    if let Some(p) = super::discovery::StackPrometheus::find() {
+        return p.token();
+    }
     std::fs::read_to_string(setup.credential_file())
         .map(|t| t.trim().to_string())
         .ok()
+}
+
+/// `host:port` of a child's `/metrics` (from its ready line).
+pub(super) fn http_addr(ready: &str) -> Option<String> {
+    let url = metrics_url(ready);
+    let addr = url.strip_prefix("http://")?.split('/').next()?;
+    (!addr.is_empty()).then(|| addr.to_string())
 }
 
 /// Consumers' counters, read from their stats files (summed over members and
@@ -262,20 +274,28 @@ async fn start_services(
         } else {
             format!("service-{i}")
         };
+        let mut child_env = vec![
+            (
+                "REWARD_SERVICE_TOKEN_FILE".into(),
+                setup.credential_file().display().to_string(),
+            ),
+            (
+                "REWARD_WALLET_TOKEN_FILE".into(),
+                setup.wallet_credential_file().display().to_string(),
+            ),
+        ];
+        if let Some(p) = super::discovery::StackPrometheus::find() {
+            // The stack's Prometheus scrapes /metrics with this credential.
+            child_env.push((
+                "REWARD_METRICS_TOKEN_FILE".into(),
+                p.token_file().display().to_string(),
+            ));
+        }
         let spec = Spec {
             name: name.clone(),
             program: crate::services::bin_dir().join("reward-service"),
             args: vec!["--config".into(), config.display().to_string()],
-            env: vec![
-                (
-                    "REWARD_SERVICE_TOKEN_FILE".into(),
-                    setup.credential_file().display().to_string(),
-                ),
-                (
-                    "REWARD_WALLET_TOKEN_FILE".into(),
-                    setup.wallet_credential_file().display().to_string(),
-                ),
-            ],
+            env: child_env,
             log: setup.dir.join(format!("{name}.log")),
             ready_line: "reward-service: gRPC on ".into(),
         };

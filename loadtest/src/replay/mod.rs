@@ -35,6 +35,7 @@
 mod assemble;
 mod children;
 mod collect;
+pub mod discovery;
 mod drain;
 pub mod hosts;
 mod inject;
@@ -94,6 +95,9 @@ pub struct ReplayOptions {
     /// This process's metrics recorder (`--metrics-addr`), scraped at the end into
     /// the run directory beside the children's.
     pub metrics: Option<reward_runtime::admin::PrometheusHandle>,
+    /// Where this process serves its metrics, if it does (`--metrics-addr`, or a
+    /// loopback port when the stack runs Prometheus): listed for Prometheus.
+    pub metrics_served: Option<std::net::SocketAddr>,
 }
 
 /// The parts' ceilings, measured right after the replay on the same stack.

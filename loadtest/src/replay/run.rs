@@ -50,6 +50,8 @@ pub(super) struct Run<'a> {
     cost: Option<crate::cost::Cost>,
     /// Topics, key prefixes, configs and the manifest of the run.
     setup: Setup,
+    /// The processes listed for the stack's Prometheus, while they run.
+    published: Option<super::discovery::Published>,
     env: &'a StackEnv,
     opts: &'a ReplayOptions,
 }
@@ -107,6 +109,12 @@ impl<'a> Run<'a> {
         let links = Arc::new(links);
         let (services, grpc) = children::start(env, &setup, opts, double.as_ref(), &links).await?;
         let services = Arc::new(tokio::sync::Mutex::new(services));
+        let published = super::discovery::StackPrometheus::find().map(|p| {
+            let run = dir
+                .file_name()
+                .map_or_else(|| "run".into(), |n| n.to_string_lossy().to_string());
+            super::discovery::Published::start(&p, &run, services.clone(), opts.metrics_served)
+        });
         let sdk = Arc::new(Self::start_sdk(env, opts, &setup, &links).await?);
         let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
         let start = Instant::now();
@@ -128,6 +136,7 @@ impl<'a> Run<'a> {
             probe,
             cost: None,
             setup,
+            published,
             env,
             opts,
         })
@@ -369,6 +378,10 @@ impl<'a> Run<'a> {
     /// Saves every process's final metrics and stops the consumers and the service;
     /// returns the consumers' final counters.
     pub(super) async fn stop_services(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        // Unlisted first: a process stopped on purpose is not a process down.
+        if let Some(p) = &self.published {
+            p.withdraw().await;
+        }
         children::stop(
             &self.services,
             &self.setup,
