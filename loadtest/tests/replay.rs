@@ -225,6 +225,10 @@ fn small_replay_as(
         "tokens_stored=1",
     ];
     args.extend_from_slice(extra);
+    if faults.is_empty() {
+        // No plan: a clean run.
+        args.drain(6..8);
+    }
     let (code, text, dir) = replay_as(env, &args, alone);
     assert_eq!(
         code,
@@ -640,11 +644,18 @@ fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() 
     // every real downstream call has. The service must resolve each (status or the same
     // key), never treat the timeout as "not credited".
     let env = stack_env();
-    let (_dir, r, text) = small_replay(
+    let start = unix_now() - 5.0;
+    let (dir, r, text) = small_replay(
         &env,
         "late",
         10,
         "[[faults]]\nat_secs = 2\naction = \"downstream-timeout-after-credit\"\nshare = 0.3\nfor_secs = 4\n",
+    );
+    // The stack's Prometheus saw it: the downstream alert's condition held for the run.
+    let held = alerts_held(&run_label(&dir), start, unix_now());
+    assert!(
+        held.iter().any(|a| a == "RewardDownstreamFailing"),
+        "alerts held: {held:?}"
     );
     let checks = r["reconciliation"]["checks"].as_array().unwrap();
     assert!(checks.iter().all(|c| c["pass"] == true), "{text}");
@@ -1102,7 +1113,8 @@ fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
 #[test]
 fn a_stopped_rocketmq_broker_fails_over_and_loses_nothing() {
     let env = stack_env();
-    let (_dir, r, _text) = small_replay_as(
+    let start = unix_now() - 5.0;
+    let (dir, r, _text) = small_replay_as(
         &env,
         "broker-stop",
         15,
@@ -1115,6 +1127,12 @@ fn a_stopped_rocketmq_broker_fails_over_and_loses_nothing() {
     assert!(
         v["sdk_failovers"].as_u64().unwrap() > 0,
         "no event failed over while RocketMQ was down: {v}"
+    );
+    // The stack's Prometheus saw it: the failover alert's condition held for the run.
+    let held = alerts_held(&run_label(&dir), start, unix_now());
+    assert!(
+        held.iter().any(|a| a == "RewardBrokerFailover"),
+        "alerts held: {held:?}"
     );
 }
 
@@ -1256,4 +1274,322 @@ fn a_narrow_link_between_the_service_and_redis_loses_nothing() {
         &[],
     );
     proxy(&r, "service->redis");
+}
+
+// ---------------------------------------------------------------- Prometheus
+
+/// A value percent-encoded for a URL query.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A GET of the stack Prometheus's HTTP API (`ops/stack up` runs it on
+/// PROMETHEUS_PORT); the `data.result` of its answer. Fails loudly when it does not
+/// answer or refuses the query.
+fn prometheus_api(path_and_query: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read as _, Write as _};
+    let port = reward_tools::stack::default_port("PROMETHEUS_PORT");
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
+        panic!("the stack's Prometheus on port {port} does not answer ({e}); run ops/stack up")
+    });
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        conn,
+        "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| {
+        panic!("Prometheus answered {path_and_query} with no JSON ({e}): {text}")
+    });
+    assert_eq!(v["status"], "success", "{path_and_query}: {v}");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// `expr` over `[start, end]` (Unix seconds), a point every 2 s: the series with at
+/// least one point.
+fn prometheus_range(expr: &str, start: f64, end: f64) -> Vec<serde_json::Value> {
+    prometheus_api(&format!(
+        "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step=2",
+        url_encode(expr)
+    ))
+}
+
+/// `expr` at `time`.
+fn prometheus_at(expr: &str, time: f64) -> Vec<serde_json::Value> {
+    prometheus_api(&format!(
+        "/api/v1/query?query={}&time={time:.3}",
+        url_encode(expr)
+    ))
+}
+
+/// A number of an instant answer's only series.
+fn only_value(result: &[serde_json::Value], what: &str) -> f64 {
+    assert_eq!(result.len(), 1, "{what}: {result:?}");
+    result[0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: {result:?}"))
+}
+
+/// The rules of ops/prometheus/rules.yml: `(record or alert name, expr)`.
+fn rules() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join("ops/prometheus/rules.yml")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut name = String::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim();
+        if let Some(n) = t
+            .strip_prefix("- record: ")
+            .or_else(|| t.strip_prefix("- alert: "))
+        {
+            name = n.to_string();
+        }
+        if let Some(rest) = t.strip_prefix("expr:") {
+            let rest = rest.trim();
+            let expr = if rest == ">-" {
+                let indent = l.len() - t.len();
+                lines[i + 1..]
+                    .iter()
+                    .take_while(|b| b.len() - b.trim_start().len() > indent)
+                    .map(|b| b.trim())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            } else {
+                rest.to_string()
+            };
+            out.push((name.clone(), expr));
+        }
+    }
+    out
+}
+
+/// `expr` about one run only: every recorded series is replaced by its rule's
+/// expression, and every selector of a pipeline metric (and `up`) gets the matcher
+/// `run="<run>"` (the label a replay's file discovery gives its processes). So the
+/// rules and panels are judged on this run's samples, whatever else runs beside it.
+fn scoped(expr: &str, run: &str, recorded: &[(String, String)]) -> String {
+    let mut expr = expr.to_string();
+    for (name, rule) in recorded.iter().filter(|(n, _)| n.contains(':')) {
+        expr = expr.replace(name.as_str(), &format!("({rule})"));
+    }
+    let b = expr.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i] as char;
+        if c == '"' {
+            let end = expr[i + 1..].find('"').map_or(b.len(), |e| i + 1 + e + 1);
+            out.push_str(&expr[i..end]);
+            i = end;
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == '_' {
+            let end = expr[i..]
+                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == ':'))
+                .map_or(b.len(), |e| i + e);
+            let word = &expr[i..end];
+            out.push_str(word);
+            let metric = word.starts_with("reward_") || word == "up";
+            let function = expr[end..].starts_with('(');
+            if metric && !function {
+                if expr[end..].starts_with('{') {
+                    out.push_str(&format!("{{run=\"{run}\","));
+                    i = end + 1;
+                    continue;
+                }
+                out.push_str(&format!("{{run=\"{run}\"}}"));
+            }
+            i = end;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn scoping_adds_the_run_to_every_selector_and_expands_recordings() {
+    let rec = vec![(
+        "reward:x:ratio".to_string(),
+        "sum(rate(reward_a_total[5m]))".to_string(),
+    )];
+    assert_eq!(
+        scoped(
+            "sum by (le) (rate(reward_b_bucket{le=\"0.05\"}[1m])) / reward:x:ratio and up{component=\"service\"} == 0",
+            "r1",
+            &rec
+        ),
+        "sum by (le) (rate(reward_b_bucket{run=\"r1\",le=\"0.05\"}[1m])) / (sum(rate(reward_a_total{run=\"r1\"}[5m]))) and up{run=\"r1\",component=\"service\"} == 0"
+    );
+}
+
+/// Unix time now, seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The alerts whose condition held at some point of `[start, end]` for run `run`
+/// (each rule's expression scoped to the run; a rule's `for` is promtool's to test).
+fn alerts_held(run: &str, start: f64, end: f64) -> Vec<String> {
+    let rules = rules();
+    let alerts = ops_alert_names();
+    let mut held = Vec::new();
+    for (name, expr) in &rules {
+        if alerts.contains(name)
+            && !prometheus_range(&scoped(expr, run, &rules), start, end).is_empty()
+        {
+            held.push(name.clone());
+        }
+    }
+    held.sort();
+    held.dedup();
+    held
+}
+
+fn ops_alert_names() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("ops/prometheus/rules.yml")).unwrap();
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The run label of a run directory (its name).
+fn run_label(dir: &Path) -> String {
+    dir.file_name().unwrap().to_string_lossy().to_string()
+}
+
+/// A clean replay with the stack's Prometheus scraping every process it started:
+/// every dashboard panel and every recording rule has data for the run, the
+/// Prometheus figures agree with the run's own report, and no alert's condition held.
+#[test]
+fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_alerts_nothing() {
+    let env = stack_env();
+    let start = unix_now() - 5.0;
+    let (dir, r, text) = small_replay(&env, "prometheus", 15, "");
+    let end = unix_now();
+    let run = run_label(&dir);
+    let rules = rules();
+    // Discovery found each kind of process, and each answered every scrape.
+    let up = prometheus_range(
+        &format!("min by (component) (up{{run=\"{run}\"}})"),
+        start,
+        end,
+    );
+    let components: Vec<&str> = up
+        .iter()
+        .filter_map(|s| s["metric"]["component"].as_str())
+        .collect();
+    assert_eq!(components.len(), 3, "components scraped: {up:?}\n{text}");
+    for s in &up {
+        let values = s["values"].as_array().unwrap();
+        assert!(
+            values.iter().all(|v| v[1] == "1"),
+            "a process missed a scrape: {s}"
+        );
+    }
+    // Every panel of the dashboard has data for this run.
+    let dash: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(repo().join("ops/grafana/reward-pipeline.json")).unwrap(),
+    )
+    .unwrap();
+    let mut empty = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let e = t["expr"].as_str().unwrap();
+            if prometheus_range(&scoped(e, &run, &rules), start, end).is_empty() {
+                empty.push(format!("{}: {e}", p["title"]));
+            }
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "panels with no data for run {run}: {empty:#?}"
+    );
+    // Every recording rule has a value for this run (each SLO had traffic).
+    for (name, expr) in rules.iter().filter(|(n, _)| n.contains(':')) {
+        assert!(
+            !prometheus_range(&scoped(expr, &run, &rules), start, end).is_empty(),
+            "recording rule {name} has no value for run {run}"
+        );
+    }
+    // The figures agree with the report: counts exactly (the run waits one scrape
+    // after its drain before it takes its processes off the lists), the latency
+    // quantiles within one bucket of the report's exact figures.
+    let count = |expr: &str| only_value(&prometheus_at(&scoped(expr, &run, &rules), end), expr);
+    let credited = r["credited"].as_f64().unwrap();
+    assert_eq!(
+        count("sum(max_over_time(reward_consumer_granted_total[10m]))"),
+        credited
+    );
+    assert_eq!(
+        count("sum(max_over_time(reward_service_grants_total{outcome=\"GRANTED\"}[10m]))"),
+        credited
+    );
+    let sdk = &r["sdk"];
+    assert_eq!(
+        count("sum(max_over_time(reward_sdk_calls_total{outcome=\"accepted\"}[10m]))"),
+        sdk["events accepted"].as_f64().unwrap()
+    );
+    assert_eq!(
+        count("sum(max_over_time(reward_sdk_tokens_stored_total[10m]))"),
+        sdk["tokens written"].as_f64().unwrap()
+    );
+    assert_eq!(
+        count("sum(max_over_time(reward_sdk_failovers_total[10m]))"),
+        sdk["events failed over"].as_f64().unwrap()
+    );
+    let consumers = &r["consumers"];
+    let requeued: f64 = ["failed", "limited", "fused", "early", "direct"]
+        .iter()
+        .map(|w| consumers[format!("requeued_{w}")].as_f64().unwrap())
+        .sum();
+    assert_eq!(
+        count("sum(max_over_time(reward_consumer_requeued_total[10m]))"),
+        requeued
+    );
+    let buckets = reward_runtime::admin::SECONDS_BUCKETS;
+    let bucket_of = |secs: f64| {
+        buckets
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(buckets.len())
+    };
+    for (expr, report, what) in [
+        (
+            "histogram_quantile(0.99, sum by (le) (increase(reward_sdk_send_reward_seconds_bucket[10m])))",
+            r["call_latency_us"]["p99"].as_f64().unwrap() / 1e6,
+            "send_reward p99",
+        ),
+        (
+            "histogram_quantile(0.99, sum by (le) (increase(reward_service_event_age_seconds_bucket[10m])))",
+            r["end_to_end_ms"]["p99"].as_f64().unwrap() / 1e3,
+            "end-to-end p99",
+        ),
+    ] {
+        let prom = count(expr);
+        assert!(
+            bucket_of(prom).abs_diff(bucket_of(report)) <= 1,
+            "{what}: Prometheus says {prom} s, the report {report} s: more than a bucket apart"
+        );
+    }
+    // A clean run: no alert's condition held at any point.
+    let held = alerts_held(&run, start, end);
+    assert!(held.is_empty(), "alerts held on a clean run: {held:?}");
 }

@@ -24,6 +24,8 @@ pub(super) fn spool_thread(
     sync_every: Duration,
 ) {
     let mut pending: Vec<Envelope> = Vec::new();
+    // What the spool holds at start (a previous run's events), before any command.
+    metrics::gauge!("reward_sdk_spool_bytes").set(spool.bytes() as f64);
     while let Some(cmd) = rx.blocking_recv() {
         let cmds = gather(&mut rx, cmd, sync_every);
         for cmd in cmds {
