@@ -1589,6 +1589,31 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
             "{what}: Prometheus says {prom} s, the report {report} s: more than a bucket apart"
         );
     }
+    // Every process's final scrape passes promtool's lint (HELP on every metric,
+    // units in names, counters ending in _total).
+    let mut linted = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !(name.starts_with("metrics-") && name.ends_with(".prom")) {
+            continue;
+        }
+        let out = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(e.path()).unwrap())
+            .output()
+            .expect("promtool (Debian's prometheus package; ops/stack installs it)");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "promtool check metrics {name}: {said}"
+        );
+        linted += 1;
+    }
+    assert_eq!(linted, 4, "service, two consumers and the load tester");
     // A clean run: no alert's condition held at any point.
     let held = alerts_held(&run, start, end);
     assert!(held.is_empty(), "alerts held on a clean run: {held:?}");
