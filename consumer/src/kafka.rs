@@ -59,10 +59,11 @@ const LAG_EVERY: Duration = Duration::from_secs(5);
 fn measure_lag(
     consumer: std::sync::Weak<StreamConsumer<Ctx>>,
     guard: Arc<std::sync::Mutex<bool>>,
-    waiting: Vec<(PartKey, i64)>,
+    offsets: Arc<Offsets>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
-        for ((topic, partition), from) in waiting {
+        for (part, generation, from) in offsets.waiting_from() {
+            let (topic, partition) = (&part.0, part.1);
             // One partition at a time under the guard: a close waits 2 s at most.
             let closing = guard
                 .lock()
@@ -70,15 +71,8 @@ fn measure_lag(
             let Some(consumer) = consumer.upgrade().filter(|_| !*closing) else {
                 return;
             };
-            match consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2)) {
-                Ok((_low, high)) => {
-                    metrics::gauge!(
-                        "reward_consumer_lag_records",
-                        "topic" => topic.to_string(),
-                        "partition" => partition.to_string()
-                    )
-                    .set(high.saturating_sub(from).max(0) as f64);
-                }
+            match consumer.fetch_watermarks(topic, partition, Duration::from_secs(2)) {
+                Ok((_low, high)) => offsets.set_lag(&part, generation, high.saturating_sub(from)),
                 Err(e) => {
                     tracing::debug!(%topic, partition, error = %e, "lag: no high watermark");
                 }
@@ -228,7 +222,7 @@ impl KafkaSource {
                         lag_task = Some(measure_lag(
                             Arc::downgrade(&consumer),
                             lag_guard.clone(),
-                            offsets.waiting_from(),
+                            offsets.clone(),
                         ));
                     }
                     let commits = offsets.advance_all();

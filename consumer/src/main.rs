@@ -116,7 +116,13 @@ async fn run(args: Args) -> Result<ExitCode, ExitCode> {
     let running = bin.start(reward_consumer::start(&cfg).await)?;
     let assigned = Arc::new(AtomicUsize::new(0));
     if let (Some(addr), Some(handle)) = (args.metrics_addr, metrics) {
-        serve_admin(addr, handle, assigned.clone()).await?;
+        // A Kafka member is ready once the group gave it partitions; RocketMQ's push
+        // consumer keeps its queue assignment to itself, so it is ready once started.
+        let kafka = matches!(
+            cfg.source,
+            reward_consumer::config::SourceConfig::Kafka { .. }
+        );
+        serve_admin(addr, handle, assigned.clone(), kafka).await?;
     }
     println!("reward-consumer: started");
     tokio::select! {
@@ -144,16 +150,18 @@ async fn run(args: Args) -> Result<ExitCode, ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Serves /metrics, /healthz and /readyz (ready once a partition is assigned).
+/// Serves /metrics, /healthz and /readyz (a Kafka member: ready once a partition is
+/// assigned; RocketMQ: once started).
 async fn serve_admin(
     addr: std::net::SocketAddr,
     handle: reward_runtime::admin::PrometheusHandle,
     assigned: Arc<AtomicUsize>,
+    kafka: bool,
 ) -> Result<(), ExitCode> {
     let ready: reward_runtime::admin::ReadyCheck = Arc::new(move || {
         let n = assigned.load(Ordering::Relaxed);
         Box::pin(async move {
-            if n > 0 {
+            if n > 0 || !kafka {
                 Ok(())
             } else {
                 Err("no partitions assigned yet".to_string())

@@ -223,8 +223,13 @@ pub async fn refresh_gauges(service: &Service, scenes: &[String]) {
         Ok(n) => metrics::gauge!("reward_service_in_doubt").set(n as f64),
         Err(e) => tracing::warn!(error = %e, "in-doubt gauge: cannot read the count"),
     }
-    for scene in scenes {
-        match (claims.spent(scene).await, claims.budget(scene).await) {
+    // Every scene at once: a slow store costs one round of reads, not one per scene.
+    let reads = futures_util::future::join_all(scenes.iter().map(|scene| async move {
+        (scene, claims.spent(scene).await, claims.budget(scene).await)
+    }))
+    .await;
+    for (scene, spent, total) in reads {
+        match (spent, total) {
             (Ok(spent), Ok(total)) => {
                 metrics::gauge!("reward_service_budget_spent", "scene" => scene.clone())
                     .set(spent as f64);

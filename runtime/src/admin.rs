@@ -87,20 +87,43 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle
 /// stale value, and nothing reads the store while nobody scrapes.
 pub type Refresh = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-/// `/metrics` alone, running `refresh` (bounded by `within`) before each render.
+/// `/metrics` alone, running `refresh` before a render: at most one refresh at a
+/// time and one a second (several scrapers cost the store no more than one), waited
+/// for at most `within`. A refresh that takes longer goes on in the background and the
+/// scrape gets the last values on time, with a warning in the log.
 pub fn metrics_router_refreshing<S: Clone + Send + Sync + 'static>(
     handle: PrometheusHandle,
     refresh: Refresh,
     within: std::time::Duration,
 ) -> Router<S> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let running = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
     Router::new().route(
         "/metrics",
         get(move || {
             let (handle, refresh) = (handle.clone(), refresh.clone());
+            let (running, last) = (running.clone(), last.clone());
             async move {
-                // A store that does not answer leaves the last values (and the scrape
-                // on time); the gauges' owner logs why.
-                let _ = tokio::time::timeout(within, refresh()).await;
+                let due = last
+                    .lock()
+                    .map(|l| l.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)))
+                    .unwrap_or(true);
+                if due && !running.swap(true, Ordering::AcqRel) {
+                    let task = tokio::spawn(async move {
+                        refresh().await;
+                        if let Ok(mut l) = last.lock() {
+                            *l = Some(std::time::Instant::now());
+                        }
+                        running.store(false, Ordering::Release);
+                    });
+                    if tokio::time::timeout(within, task).await.is_err() {
+                        tracing::warn!(
+                            waited_ms = within.as_millis() as u64,
+                            "gauges read from the store were not refreshed in time; this scrape shows their last values"
+                        );
+                    }
+                }
                 handle.render()
             }
         }),

@@ -155,6 +155,7 @@ pub const CALL_OUTCOMES: &[&str] = &[
     "store_refused",
     "seal_failed",
     "closed",
+    "cancelled",
 ];
 
 /// The reward service's APIs (`api` label).
@@ -376,7 +377,12 @@ pub const CONSUMER: &[Metric] = &[
     ),
     gauge(
         "reward_consumer_assigned_partitions",
-        "partitions (queues) this member holds",
+        "Kafka partitions this member holds (RocketMQ's push consumer does not say: 0)",
+        &[],
+    ),
+    gauge(
+        "reward_consumer_in_flight_events",
+        "events read and not yet settled (each event of a compound record counts)",
         &[],
     ),
     gauge(

@@ -6,8 +6,12 @@
 //!
 //! The handles are process-wide (one set however many SDKs a process starts, as the
 //! recorder is) and registered once, so counting a call is two atomic adds and one
-//! histogram record. A call whose future the caller dropped before it answered is not
-//! counted: it had no answer.
+//! histogram record. A call whose future the caller dropped before its answer (the
+//! caller's own timeout, a client gone) is counted `cancelled` and timed up to the
+//! drop: those are the slowest calls, and a latency SLO that left them out would
+//! stay green while every caller gave up. Its reward may still go on (the event of a
+//! token write in flight is sent anyway), so it counts against the accepted share as
+//! a call whose caller never heard the answer.
 
 use std::sync::LazyLock;
 use std::time::Instant;
@@ -31,6 +35,36 @@ static LATENCY: LazyLock<Timing> = LazyLock::new(|| Timing::new("reward_sdk_send
 pub(crate) static TOKENS_STORED: LazyLock<Counted> =
     LazyLock::new(|| Counted::new("reward_sdk_tokens_stored_total", &[]));
 
+/// One `send_reward` call being timed: answered, or counted `cancelled` when dropped
+/// first.
+pub(crate) struct Call {
+    started: Instant,
+    answered: bool,
+}
+
+impl Call {
+    pub(crate) fn start() -> Self {
+        Self {
+            started: Instant::now(),
+            answered: false,
+        }
+    }
+
+    /// Counts and times the call by its answer.
+    pub(crate) fn answered(mut self, answer: &Result<IssuedToken, SendError>) {
+        self.answered = true;
+        record(self.started, outcome_of(answer));
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.answered {
+            record(self.started, "cancelled");
+        }
+    }
+}
+
 /// The outcome label of an answer (one of [`CALL_OUTCOMES`]).
 pub(crate) fn outcome_of(answer: &Result<IssuedToken, SendError>) -> &'static str {
     match answer {
@@ -44,10 +78,9 @@ pub(crate) fn outcome_of(answer: &Result<IssuedToken, SendError>) -> &'static st
     }
 }
 
-/// Counts and times one answered call.
-pub(crate) fn answered(started: Instant, answer: &Result<IssuedToken, SendError>) {
+/// Counts and times one call.
+fn record(started: Instant, outcome: &str) {
     LATENCY.record(started.elapsed().as_secs_f64());
-    let outcome = outcome_of(answer);
     if let Some(c) = CALL_OUTCOMES
         .iter()
         .position(|o| *o == outcome)
@@ -60,6 +93,24 @@ pub(crate) fn answered(started: Instant, answer: &Result<IssuedToken, SendError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn count(outcome: &str) -> u64 {
+        let i = CALL_OUTCOMES.iter().position(|o| *o == outcome).unwrap();
+        CALLS[i].get()
+    }
+
+    #[test]
+    fn a_call_dropped_before_its_answer_counts_cancelled_and_an_answered_one_does_not() {
+        let before = count("cancelled");
+        drop(Call::start());
+        assert!(count("cancelled") > before);
+        let (cancelled, closed) = (count("cancelled"), count("closed"));
+        Call::start().answered(&Err(SendError::Closed));
+        assert!(count("closed") > closed);
+        // No other unit test of this crate drops a call: an answered call is not also
+        // counted cancelled.
+        assert_eq!(count("cancelled"), cancelled);
+    }
 
     #[test]
     fn every_outcome_is_a_listed_label_value() {

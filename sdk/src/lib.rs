@@ -247,9 +247,9 @@ impl Sdk {
     /// to answer (`reward_sdk_send_reward_seconds`): the two SLOs an activity service
     /// answers for (`docs/metrics.md`).
     pub async fn send_reward(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
-        let started = std::time::Instant::now();
+        let call = calls::Call::start();
         let answer = self.send_reward_timed(req).await;
-        calls::answered(started, &answer);
+        call.answered(&answer);
         answer
     }
 

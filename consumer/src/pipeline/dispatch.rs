@@ -275,11 +275,15 @@ impl Pipeline {
     /// Unpacks a fetched record into its events ([`proto::pack`]; an old
     /// single-event record is one event) and admits each.
     fn admit(&self, item: Item, queues: &mut BTreeMap<std::cmp::Reverse<u8>, VecDeque<Ready>>) {
+        let in_flight = &self.inner.in_flight_events;
         if !proto::pack::is_pack(&item.raw) {
+            in_flight.increment(1.0);
             return self.admit_event(item, queues);
         }
         match proto::pack::unpack(item.raw.clone()) {
             Ok(events) => {
+                // Each event settles (and calls `done`) on its own.
+                in_flight.increment(events.len() as f64);
                 let parts = Arc::new(AtomicUsize::new(events.len()));
                 for e in events {
                     let ack = item.ack.shared(&parts);
@@ -294,7 +298,8 @@ impl Pipeline {
             }
             Err(e) => {
                 // The whole record, raw, to the dead-letter topic: nothing in it can
-                // be trusted to be an event boundary.
+                // be trusted to be an event boundary. It settles once.
+                in_flight.increment(1.0);
                 self.inner.stats.consumed();
                 self.inner.stats.decode_error();
                 let me = self.clone();

@@ -130,6 +130,11 @@ struct Inner {
     /// Side tasks spawned and not finished (the final drain waits for zero).
     side_pending: AtomicU64,
     side_done: Notify,
+    /// `reward_consumer_in_flight_events`: events read and not yet settled (each
+    /// event of a compound record counts; a record that does not unpack counts once).
+    /// Added to on admission, taken from on every settle, so it is exact and falls to
+    /// 0 when the work is done.
+    in_flight_events: metrics::Gauge,
 }
 
 /// Why the pipeline could not start.
@@ -205,6 +210,11 @@ impl Pipeline {
                 side: Arc::new(Semaphore::new(SIDE_TASKS)),
                 side_pending: AtomicU64::new(0),
                 side_done: Notify::new(),
+                in_flight_events: {
+                    let g = metrics::gauge!("reward_consumer_in_flight_events");
+                    g.increment(0.0);
+                    g
+                },
             }),
         })
     }
@@ -212,6 +222,7 @@ impl Pipeline {
     /// A message is settled: its offset may be committed, its source told (for an
     /// event of a compound record, once all of the record's events are settled).
     fn done(&self, ack: &Ack) {
+        self.inner.in_flight_events.decrement(1.0);
         if !ack.settle_part() {
             return;
         }

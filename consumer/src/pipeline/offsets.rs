@@ -186,11 +186,29 @@ impl Offsets {
 
     /// Each partition's first offset not finished here (see
     /// [`Window::waiting_from`]), for the lag against the broker's high watermark.
-    pub fn waiting_from(&self) -> Vec<(PartKey, i64)> {
+    pub fn waiting_from(&self) -> Vec<(PartKey, Generation, i64)> {
         self.lock()
             .iter()
-            .filter_map(|(p, w)| w.waiting_from().map(|o| (p.clone(), o)))
+            .filter_map(|(p, w)| w.waiting_from().map(|o| (p.clone(), w.generation(), o)))
             .collect()
+    }
+
+    /// Sets `reward_consumer_lag_records` of `part` to `lag`, only while this member
+    /// still holds the partition in the same assignment (`generation`): under the
+    /// windows' lock, which [`Offsets::revoke`] takes to set it to 0, so a measurement
+    /// that finishes after a revocation never writes over that 0.
+    pub fn set_lag(&self, part: &PartKey, generation: Generation, lag: i64) {
+        let w = self.lock();
+        if w.get(part)
+            .is_some_and(|win| win.generation() == generation)
+        {
+            metrics::gauge!(
+                "reward_consumer_lag_records",
+                "topic" => part.0.to_string(),
+                "partition" => part.1.to_string()
+            )
+            .set(lag.max(0) as f64);
+        }
     }
 
     /// Reports window occupancy and commit lag per partition as gauges.

@@ -19,6 +19,10 @@
 //!   pid no longer alive) are removed by the next replay.
 //!
 //! Without that directory nothing of this happens (the replay runs as before).
+//!
+//! Not listed: `--sdk-hosts` child processes (they serve no metrics), so a run with
+//! SDK hosts has the SDK's SLO recordings only from what the reward services' and
+//! consumers' own SDKs send, not from the hosts' calls.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,9 +31,10 @@ use std::time::Duration;
 
 use super::children::{Services, http_addr};
 
-/// One scrape interval of the stack's Prometheus (`ops/prometheus/prometheus.yml`)
-/// and a margin: what a run waits before taking its processes off the lists.
-const FINAL_SCRAPE: Duration = Duration::from_millis(2_500);
+/// The longest a run waits for Prometheus to scrape its processes once more after
+/// the drain, and again for it to drop them after their lists are gone (its discovery
+/// passes changes on every 5 s).
+const PROMETHEUS_WAIT: Duration = Duration::from_secs(15);
 
 /// The stack's Prometheus directory, when `ops/stack up` made one.
 #[derive(Debug, Clone)]
@@ -69,7 +74,11 @@ impl StackPrometheus {
 /// A run's published target lists.
 #[derive(Debug)]
 pub(super) struct Published {
+    run: String,
     files: [PathBuf; 2],
+    /// True once the lists are taken away: the writer checks it under this lock
+    /// before each write, so a write in flight never brings them back.
+    withdrawn: Arc<std::sync::Mutex<bool>>,
     stop: tokio::sync::watch::Sender<bool>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -85,13 +94,19 @@ impl Published {
     ) -> Self {
         let targets = prom.targets();
         remove_orphans(&targets);
-        let stem = format!("{run}-{}", std::process::id());
+        let stem = format!(
+            "{run}-{}-{}",
+            std::process::id(),
+            start_time(std::process::id())
+        );
         let files = [
             targets.join(format!("{stem}.service.json")),
             targets.join(format!("{stem}.open.json")),
         ];
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let (paths, run) = (files.clone(), run.to_string());
+        let (paths, run, run_label) = (files.clone(), run.to_string(), run.to_string());
+        let withdrawn = Arc::new(std::sync::Mutex::new(false));
+        let gate = withdrawn.clone();
         let task = tokio::spawn(async move {
             let mut last = (String::new(), String::new());
             loop {
@@ -100,8 +115,13 @@ impl Published {
                     lists(&s, own, &run)
                 };
                 if now != last {
+                    let Ok(gone) = gate.lock() else { break };
+                    if *gone {
+                        break;
+                    }
                     let written = write_atomic(&paths[0], &now.0)
                         .and_then(|()| write_atomic(&paths[1], &now.1));
+                    drop(gone);
                     match written {
                         Ok(()) => last = now,
                         Err(e) => eprintln!("replay: cannot write Prometheus targets: {e}"),
@@ -114,23 +134,136 @@ impl Published {
             }
         });
         Self {
+            run: run_label,
+            withdrawn,
             files,
             stop,
             task: std::sync::Mutex::new(Some(task)),
         }
     }
 
-    /// Waits one scrape (the stack scrapes every 2 s), so Prometheus's last sample
-    /// of every process is taken after the drain ended and its counters agree with
-    /// the run's report; then stops publishing and removes the lists (Prometheus drops
-    /// the targets at its next read of the directory).
+    /// Waits until Prometheus has scraped every listed process once more (so its
+    /// last samples come after the drain and its counters agree with the run's
+    /// report), stops publishing, removes the lists, and waits until Prometheus has
+    /// dropped the targets, so the processes stopped next are never scraped as down.
+    /// Each wait ends after [`PROMETHEUS_WAIT`] (said on stderr).
     pub(super) async fn withdraw(&self) {
-        tokio::time::sleep(FINAL_SCRAPE).await;
+        let asked = unix_secs();
+        let scraped = format!("min(timestamp(up{{run=\"{}\"}}))", self.run);
+        let fresh = wait_for(|| async {
+            let v = query(&scraped).await?;
+            let t = v["data"]["result"][0]["value"][1]
+                .as_str()
+                .and_then(|s| s.parse::<f64>().ok())?;
+            (t >= asked).then_some(())
+        })
+        .await;
+        if fresh.is_none() {
+            eprintln!(
+                "replay: Prometheus did not scrape the run's processes again within {} s; its last figures may miss the end of the run",
+                PROMETHEUS_WAIT.as_secs()
+            );
+        }
         let _ = self.stop.send(true);
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = task {
             let _ = t.await;
         }
+        self.remove();
+        let run = self.run.clone();
+        let gone = wait_for(|| {
+            let run = run.clone();
+            async move {
+                let v = api("/api/v1/targets?state=active").await?;
+                let listed = v["data"]["activeTargets"]
+                    .as_array()?
+                    .iter()
+                    .any(|t| t["labels"]["run"] == run.as_str());
+                (!listed).then_some(())
+            }
+        })
+        .await;
+        if gone.is_none() {
+            eprintln!(
+                "replay: Prometheus still scrapes the run's processes after {} s; stopping them may count as down",
+                PROMETHEUS_WAIT.as_secs()
+            );
+        }
+    }
+}
+
+/// Polls `check` every 250 ms until it answers, for at most [`PROMETHEUS_WAIT`].
+async fn wait_for<F, Fut>(mut check: F) -> Option<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    let until = tokio::time::Instant::now() + PROMETHEUS_WAIT;
+    loop {
+        if check().await.is_some() {
+            return Some(());
+        }
+        if tokio::time::Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A GET of the stack Prometheus's API (`REWARD_PROMETHEUS_PORT`, else the address
+/// book's port), as JSON; `None` when it does not answer.
+async fn api(path: &str) -> Option<serde_json::Value> {
+    let port = std::env::var("REWARD_PROMETHEUS_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| reward_tools::stack::default_port("PROMETHEUS_PORT"));
+    let body = super::children::scrape(&format!("http://127.0.0.1:{port}{path}"), None)
+        .await
+        .ok()?;
+    serde_json::from_str(&body).ok()
+}
+
+/// An instant query.
+async fn query(expr: &str) -> Option<serde_json::Value> {
+    let encoded: String = expr
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    api(&format!("/api/v1/query?query={encoded}")).await
+}
+
+fn unix_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A process's start time (clock ticks since boot, `/proc/PID/stat` field 22): with
+/// the pid, names one process even when pids are reused. 0 when unreadable.
+fn start_time(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the parenthesised command name (which may hold spaces).
+            let rest = s.rsplit_once(')')?.1;
+            rest.split_whitespace().nth(19)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+impl Published {
+    /// Marks the lists withdrawn and removes them (under the writer's lock).
+    fn remove(&self) {
+        let mut gone = self
+            .withdrawn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *gone = true;
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
@@ -143,9 +276,7 @@ impl Drop for Published {
         if let Some(t) = self.task.lock().ok().and_then(|mut t| t.take()) {
             t.abort();
         }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
+        self.remove();
     }
 }
 
@@ -197,11 +328,14 @@ fn remove_orphans(targets: &Path) {
         else {
             continue;
         };
-        let alive = stem
-            .rsplit('-')
-            .next()
-            .and_then(|p| p.parse::<u32>().ok())
-            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        // `<run>-<pid>-<start time>`: alive only if that pid is the same process.
+        let mut parts = stem.rsplit('-');
+        let started = parts.next().and_then(|t| t.parse::<u64>().ok());
+        let pid = parts.next().and_then(|p| p.parse::<u32>().ok());
+        let alive = match (pid, started) {
+            (Some(pid), Some(t)) => start_time(pid) == t && t != 0,
+            _ => false,
+        };
         if !alive {
             let _ = std::fs::remove_file(e.path());
         }
@@ -216,15 +350,18 @@ mod tests {
     fn orphans_of_dead_replays_go_and_live_ones_stay() {
         let dir = std::env::temp_dir().join(format!("discovery-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let live = dir.join(format!("run-a-{}.open.json", std::process::id()));
-        let dead = dir.join("run-b-4294967.service.json");
+        let me = std::process::id();
+        let live = dir.join(format!("run-a-{me}-{}.open.json", start_time(me)));
+        let dead = dir.join("run-b-4294967-5.service.json");
+        let reused = dir.join(format!("run-c-{me}-{}.open.json", start_time(me) + 1));
         let other = dir.join("static.json");
-        for f in [&live, &dead, &other] {
+        for f in [&live, &dead, &reused, &other] {
             std::fs::write(f, "[]").unwrap();
         }
         remove_orphans(&dir);
         assert!(live.exists());
         assert!(!dead.exists());
+        assert!(!reused.exists(), "a pid now running another process");
         assert!(other.exists(), "files not ours are left alone");
         std::fs::remove_dir_all(&dir).unwrap();
     }

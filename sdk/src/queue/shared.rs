@@ -86,6 +86,18 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+impl Drop for Shared {
+    /// Events an engine still held when it went (a close that ran out of time) leave
+    /// the process's `reward_sdk_buffer_events` with it, so a process that starts
+    /// SDKs again does not carry a phantom backlog.
+    fn drop(&mut self) {
+        let left = self.unsettled.load(Ordering::Acquire);
+        if left > 0 {
+            self.buffer_gauge.decrement(left as f64);
+        }
+    }
+}
+
 impl Shared {
     pub(super) fn elapsed_ms(&self) -> i64 {
         i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
