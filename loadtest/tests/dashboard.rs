@@ -42,12 +42,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The metric components (name prefixes).
-const COMPONENTS: [&str; 5] = [
+const COMPONENTS: [&str; 6] = [
     "reward_sdk_",
     "reward_consumer_",
     "reward_service_",
     "reward_config_",
     "reward_redis_",
+    "reward_audit_",
 ];
 
 /// Metric names in the code: string literals `"reward_<component>_…"` (the macros'
@@ -59,6 +60,7 @@ fn emitted() -> BTreeSet<String> {
         "sdk/src",
         "consumer/src",
         "reward-service/src",
+        "tools/src",
     ] {
         rust_files(&repo().join(d), &mut files);
     }

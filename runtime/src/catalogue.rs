@@ -82,16 +82,19 @@ pub enum Component {
     Config,
     /// `reward_redis_`: every process that loads a script.
     Redis,
+    /// `reward_audit_`: `reward-ctl audit --every` (the live audit).
+    Audit,
 }
 
 impl Component {
     /// Every component.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Sdk,
         Self::Consumer,
         Self::Service,
         Self::Config,
         Self::Redis,
+        Self::Audit,
     ];
 
     /// Its metrics.
@@ -102,6 +105,7 @@ impl Component {
             Self::Service => SERVICE,
             Self::Config => CONFIG,
             Self::Redis => REDIS,
+            Self::Audit => AUDIT,
         }
     }
 }
@@ -566,6 +570,46 @@ pub const REDIS: &[Metric] = &[counter(
     &[],
 )];
 
+/// Kinds of `reward_audit_findings` (`reward_tools::audit::Kind`).
+pub const AUDIT_KINDS: &[&str] = &[
+    "granted_without_receipt",
+    "spent_differs",
+    "credited_token_pending",
+    "stale_due_entry",
+    "in_doubt_past_hold",
+];
+
+/// The live audit's metrics (`reward-ctl audit --every N --metrics-addr A`).
+pub const AUDIT: &[Metric] = &[
+    gauge(
+        "reward_audit_findings",
+        "inconsistencies the last audit found in the books, by kind",
+        &[("kind", AUDIT_KINDS)],
+    ),
+    counter("reward_audit_runs_total", "audits completed", &[]),
+    counter(
+        "reward_audit_failures_total",
+        "audits that could not complete (Redis failed)",
+        &[],
+    ),
+    counter(
+        "reward_audit_claims_read_total",
+        "claim records the audits read",
+        &[],
+    ),
+    gauge(
+        "reward_audit_busy_shards",
+        "budget shards the last audit could not judge because they changed during its walk",
+        &[],
+    ),
+    gauge(
+        "reward_audit_last_run_timestamp_seconds",
+        "Unix time the last audit completed",
+        &[],
+    ),
+    histogram("reward_audit_run_seconds", "wall time of an audit", &[]),
+];
+
 /// Describes every metric of `component` to the installed recorder and registers its
 /// counters and histograms at 0 for every combination of fixed label values (a metric
 /// with a label whose values come from configuration is left to its owner:
@@ -655,6 +699,7 @@ mod tests {
                 Component::Service => "reward_service_",
                 Component::Config => "reward_config_",
                 Component::Redis => "reward_redis_",
+                Component::Audit => "reward_audit_",
             };
             for m in c.metrics() {
                 assert!(seen.insert(m.name), "{} listed twice", m.name);

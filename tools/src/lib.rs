@@ -19,6 +19,8 @@
 //! off.
 
 #[cfg(feature = "ctl")]
+pub mod audit;
+#[cfg(feature = "ctl")]
 pub mod books;
 pub mod clean;
 #[cfg(feature = "ctl")]

@@ -104,7 +104,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     let (_, shown) = ctl(&key, &["show"]);
     assert_eq!(shown.trim(), "limits.types.cash.rate = 50");
     assert_eq!(consumer.limits().limit_of("cash").rate, 50.0);
-    let (_, audit) = ctl(&key, &["audit"]);
+    let (_, audit) = ctl(&key, &["changes"]);
     let lines: Vec<&str> = audit.lines().collect();
     assert_eq!(lines.len(), 1, "{audit}");
     assert!(

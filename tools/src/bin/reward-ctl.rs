@@ -9,7 +9,7 @@ use reward_tools::control::{Control, ControlError, Known, schema};
 /// Changes the settings operators turn during an event, on every running instance at
 /// once (they poll the shared document every 500 ms), after checking the change the
 /// way the instances will. A refused change writes nothing (exit 2). Every change is
-/// recorded (who, when, old, new) in Redis (`reward-ctl audit`) and in --audit-log.
+/// recorded (who, when, old, new) in Redis (`reward-ctl changes`) and in --audit-log.
 ///
 /// Knobs: listed below (`reward-ctl set KEY VALUE`).
 /// Budgets (`reward-ctl budget SCENE TOTAL`): a configured "activity/scene" budget in
@@ -22,6 +22,9 @@ use reward_tools::control::{Control, ControlError, Known, schema};
 /// service or SDK that refused to start names; needs no config.
 /// The books (`reward-ctl books --sent FILE ...`): every reward sent credited once,
 /// within budget, its token stored; a PASS/FAIL table, exit 1 on FAIL; needs no config.
+/// The live audit (`reward-ctl audit`): the books of a running system from Redis
+/// alone, at a bounded read rate; once, or every N s exporting its findings as
+/// metrics (`--every N --metrics-addr A`).
 ///
 /// Reward types, queues, producers and scenes must exist in the configs the instances
 /// run with (--consumer-config, --service-config).
@@ -97,11 +100,58 @@ enum Cmd {
         #[arg(long)]
         not_credited: bool,
     },
-    /// The last changes, newest first.
-    Audit {
+    /// The last changes, newest first (who, when, old, new).
+    Changes {
         /// How many.
         #[arg(long, default_value_t = 20)]
         last: i64,
+    },
+    /// Audit the books of a running system from its Redis alone.
+    ///
+    /// Checks every claim record (a GRANTED one needs a receipt), each configured
+    /// scene's spent against its claims per shard, that no credited reward's token is
+    /// still pending, that no due index entry is older than the sweeper's grace and no
+    /// grant in doubt older than --doubt-hold-secs (reward_tools::audit). Reads at most
+    /// --keys-per-sec claim records a second, on a single Redis or a cluster. The
+    /// stores come from --service-config unless named here. Exit 0 clean, 1 findings,
+    /// 2 bad input, 3 Redis failed. With --every N: runs every N s until SIGTERM,
+    /// printing a line per run and exporting reward_audit_* on --metrics-addr.
+    Audit {
+        /// The claim store's key prefix [default: the service config's].
+        #[arg(long)]
+        claims_prefix: Option<String>,
+        /// The claim store's shards [default: the service config's].
+        #[arg(long)]
+        claims_shards: Option<u32>,
+        /// The token store's key prefix [default: the service config's [sdk.store]].
+        #[arg(long)]
+        token_prefix: Option<String>,
+        /// The due index's shards [default: the service config's [sdk.store]].
+        #[arg(long)]
+        due_shards: Option<u32>,
+        /// A scene with a budget, activity/scene (repeatable) [default: the service
+        /// config's [budgets]].
+        #[arg(long = "scene")]
+        scenes: Vec<String>,
+        /// A due entry older than this is stale [default: the service config's
+        /// [sweeper] grace_ms].
+        #[arg(long)]
+        grace_ms: Option<u64>,
+        /// An in-doubt grant older than this is a finding.
+        #[arg(long, default_value_t = 600)]
+        doubt_hold_secs: u64,
+        /// Claim records read per second at most.
+        #[arg(long, default_value_t = 50_000)]
+        keys_per_sec: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Run every this many seconds until SIGTERM (watch mode).
+        #[arg(long)]
+        every: Option<u64>,
+        /// Serve the findings as Prometheus metrics here (watch mode).
+        #[arg(long, requires = "every")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Restore a lost shard pin after checking every key of the store against it.
     ///
@@ -212,6 +262,9 @@ async fn main() -> ExitCode {
             ledger_prefix: ledger_prefix.clone(),
         };
         return books(at, sent, budgets, *token_write_failures).await;
+    }
+    if let Cmd::Audit { .. } = &args.command {
+        return audit(&args).await;
     }
     let known = match Known::load(&args.consumer_config, &args.service_config) {
         Ok(k) => k,
@@ -391,8 +444,8 @@ async fn run(ctl: &Control, command: &Cmd) -> Result<(), ControlError> {
             not_credited: _,
         } => settle(ctl, trade_no, credited.as_deref()).await?,
         // Handled before the configs are read (they need none).
-        Cmd::Layout { .. } | Cmd::Books { .. } => {}
-        Cmd::Audit { last } => {
+        Cmd::Layout { .. } | Cmd::Books { .. } | Cmd::Audit { .. } => {}
+        Cmd::Changes { last } => {
             for e in ctl.audit_log(*last).await? {
                 println!(
                     "{} {} {}: {} -> {}",
@@ -434,4 +487,217 @@ async fn settle(ctl: &Control, trade_no: &str, credited: Option<&str>) -> Result
         ),
     }
     Ok(())
+}
+
+/// The audit's settings: the flags, else the configs the instances run with.
+fn audit_config(args: &Args) -> Result<reward_tools::audit::AuditConfig, String> {
+    let Cmd::Audit {
+        claims_prefix,
+        claims_shards,
+        token_prefix,
+        due_shards,
+        scenes,
+        grace_ms,
+        doubt_hold_secs,
+        keys_per_sec,
+        ..
+    } = &args.command
+    else {
+        return Err("not an audit".into());
+    };
+    let all_given = claims_prefix.is_some()
+        && claims_shards.is_some()
+        && token_prefix.is_some()
+        && due_shards.is_some()
+        && grace_ms.is_some();
+    let known = if all_given {
+        None
+    } else {
+        Some(
+            Known::load(&args.consumer_config, &args.service_config)
+                .map_err(|e| format!("{e:#} (or name the stores: --claims-prefix --claims-shards --token-prefix --due-shards --grace-ms)"))?,
+        )
+    };
+    let grace = match grace_ms {
+        Some(g) => *g,
+        None => sweeper_grace(&args.service_config)?,
+    };
+    let pick = |given: &Option<String>, from: &dyn Fn(&Known) -> String| {
+        given
+            .clone()
+            .or_else(|| known.as_ref().map(from))
+            .unwrap_or_default()
+    };
+    let mut cfg = reward_tools::audit::AuditConfig::new(
+        &pick(claims_prefix, &|k| k.claims.key_prefix.clone()),
+        claims_shards
+            .or_else(|| known.as_ref().map(|k| k.claims.shards))
+            .unwrap_or(0),
+        &pick(token_prefix, &|k| k.sdk.store.key_prefix.clone()),
+        due_shards
+            .or_else(|| known.as_ref().map(|k| k.sdk.store.due_shards))
+            .unwrap_or(0),
+    );
+    cfg.scenes = if scenes.is_empty() {
+        known
+            .as_ref()
+            .map(|k| k.scenes.iter().cloned().collect())
+            .unwrap_or_default()
+    } else {
+        scenes.clone()
+    };
+    cfg.due_grace = std::time::Duration::from_millis(grace);
+    cfg.doubt_hold = std::time::Duration::from_secs(*doubt_hold_secs);
+    cfg.keys_per_sec = *keys_per_sec;
+    if cfg.claims_prefix.is_empty() || cfg.token_prefix.is_empty() {
+        return Err("the claim and token store prefixes must not be empty".into());
+    }
+    Ok(cfg)
+}
+
+/// `[sweeper] grace_ms` of the service config, else the sweeper's default.
+fn sweeper_grace(path: &std::path::Path) -> Result<u64, String> {
+    let default = reward_service::sweeper::SweepConfig::default().grace_ms;
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(default);
+    };
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match table.get("sweeper").and_then(|s| s.get("grace_ms")) {
+        None => Ok(default),
+        Some(v) => v
+            .as_integer()
+            .and_then(|g| u64::try_from(g).ok())
+            .ok_or_else(|| {
+                format!(
+                    "{}: sweeper.grace_ms {v} is not a number of ms",
+                    path.display()
+                )
+            }),
+    }
+}
+
+/// `reward-ctl audit`: once (exit 0 clean, 1 findings, 3 Redis failed), or every N s.
+async fn audit(args: &Args) -> ExitCode {
+    let cfg = match audit_config(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reward-ctl audit: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Cmd::Audit {
+        json,
+        every,
+        metrics_addr,
+        ..
+    } = &args.command
+    else {
+        return ExitCode::from(2);
+    };
+    let client =
+        match reward_runtime::redis::builder(&args.redis, std::time::Duration::from_secs(10))
+            .and_then(|b| b.build())
+        {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("reward-ctl audit: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    if let Err(e) = fred::prelude::ClientLike::init(&client).await {
+        eprintln!("reward-ctl audit: redis: {e}");
+        return ExitCode::from(3);
+    }
+    let Some(every) = every else {
+        let report = reward_tools::audit::audit(&client, &cfg, |n| {
+            if n % 100_000 < cfg.page as u64 {
+                eprintln!("reward-ctl audit: {n} claim records read");
+            }
+        })
+        .await;
+        return match report {
+            Ok(r) => {
+                if *json {
+                    println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                } else {
+                    print!("{}", r.table());
+                }
+                if r.clean() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                eprintln!("reward-ctl audit: {e}");
+                ExitCode::from(3)
+            }
+        };
+    };
+    watch(&client, &cfg, *every, *metrics_addr).await
+}
+
+/// The watch mode: an audit every `every` seconds, its findings on /metrics.
+async fn watch(
+    client: &fred::prelude::Client,
+    cfg: &reward_tools::audit::AuditConfig,
+    every: u64,
+    addr: Option<std::net::SocketAddr>,
+) -> ExitCode {
+    if let Some(addr) = addr {
+        let handle = match reward_runtime::admin::install_metrics() {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("reward-ctl audit: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        reward_runtime::catalogue::register(reward_runtime::catalogue::Component::Audit);
+        let ready: reward_runtime::admin::ReadyCheck =
+            std::sync::Arc::new(|| Box::pin(async { Ok(()) }));
+        match reward_runtime::admin::serve(addr, handle, ready).await {
+            Ok((bound, _)) => println!("reward-ctl audit: metrics on http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("reward-ctl audit: cannot serve metrics on {addr}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(every.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = reward_runtime::service::stop_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return ExitCode::SUCCESS,
+            _ = tick.tick() => {}
+        }
+        match reward_tools::audit::audit(client, cfg, |_| {}).await {
+            Ok(r) => {
+                reward_tools::audit::export(&r);
+                let found: Vec<String> = r
+                    .findings
+                    .iter()
+                    .filter(|(_, f)| f.count > 0)
+                    .map(|(k, f)| format!("{}={}", k.as_str(), f.count))
+                    .collect();
+                println!(
+                    "reward-ctl audit: {} claim records in {} ms; {}",
+                    r.claims_read,
+                    r.took_ms,
+                    if found.is_empty() {
+                        "clean".to_string()
+                    } else {
+                        found.join(" ")
+                    }
+                );
+            }
+            Err(e) => {
+                metrics::counter!("reward_audit_failures_total").increment(1);
+                eprintln!("reward-ctl audit: this run failed: {e}");
+            }
+        }
+    }
 }

@@ -22,7 +22,7 @@
 //! # Audit
 //! Every change appends a JSON line `{at_unix_ms, who, key, old, new}` to a Redis
 //! sorted set beside the document (`<key>:audit`, by time, the last 10 000, so every operator sees the same
-//! history: `reward-ctl audit`) and to a local file. `who` is `--who`, else
+//! history: `reward-ctl changes`) and to a local file. `who` is `--who`, else
 //! `REWARD_CTL_USER`, `SUDO_USER` or `USER`.
 
 pub mod schema;

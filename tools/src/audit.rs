@@ -1,0 +1,599 @@
+//! The live audit (`reward-ctl audit`): the books of a running system, read from its
+//! Redis alone (no load tester's files), at a bounded cost.
+//!
+//! What it checks, each a typed [`Kind`] of finding with a count and examples:
+//!
+//! | kind | what is wrong | read |
+//! | --- | --- | --- |
+//! | `granted_without_receipt` | a claim record says `GRANTED` but holds no receipt: a credit nobody can trace to the downstream's transaction | every claim record (`SCAN`, pages of `page` keys, `HMGET`) |
+//! | `spent_differs` | a scene shard's `spent` is not the sum of the amounts of its live (`IN_PROGRESS`, `IN_DOUBT`) and `GRANTED` claims: a hand edit, a lost record, or money counted twice | the budget hash of every configured scene in every shard, before and after the walk |
+//! | `credited_token_pending` | a `GRANTED` reward's token is still in its user's pending hash: the wallet shows as waiting what was paid (looked at twice, `recheck` apart, so a move in flight is not counted) | `HEXISTS` per granted claim |
+//! | `stale_due_entry` | a due index entry older than the sweeper's grace: a stored reward nobody credited | `ZCOUNT` / `ZRANGEBYSCORE` of every due shard |
+//! | `in_doubt_past_hold` | a grant held `IN_DOUBT` longer than `doubt_hold`: money that may have moved, waiting on an operator | `ZRANGEBYSCORE` of every shard's doubt index |
+//!
+//! **Bounded cost.** The walk reads claim records `page` keys at a time and never
+//! faster than `keys_per_sec` (it sleeps between pages), on a single Redis or on every
+//! primary of a cluster (`reward_runtime::keyspace`); the other checks read one key
+//! per shard. The figures for a store of a million claims are in `BENCHMARKS.md`.
+//!
+//! **A running system moves under the walk.** Claims are created and settled while
+//! the pages are read, so a shard's `spent` is judged only when it did not change
+//! between the reads before and after the walk (a quiet shard); the others are
+//! counted busy and not judged, and the next run looks again (`--every`). A record
+//! that expired (`[claims] retention_secs`) leaves its amount in `spent`: on a store
+//! older than the retention `spent_differs` reports it, with the shard and both sums.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use reward_runtime::keyspace::{glob_escape, nodes, scan_page};
+
+/// What to audit and how fast.
+#[derive(Debug, Clone)]
+pub struct AuditConfig {
+    /// The claim store's key prefix (`[claims] key_prefix`).
+    pub claims_prefix: String,
+    /// Its shard count (`[claims] shards`).
+    pub claims_shards: u32,
+    /// The token store's key prefix (`[sdk.store] key_prefix`).
+    pub token_prefix: String,
+    /// The due index's shard count (`[sdk.store] due_shards`).
+    pub due_shards: u32,
+    /// The sweeper's grace (`[sweeper] grace_ms`): a due entry older is stale.
+    pub due_grace: Duration,
+    /// How long an in-doubt grant may wait for an operator before it is a finding.
+    pub doubt_hold: Duration,
+    /// The scenes with budgets (`activity/scene`).
+    pub scenes: Vec<String>,
+    /// Claim records read per second at most.
+    pub keys_per_sec: u64,
+    /// `SCAN` page size.
+    pub page: u32,
+    /// Examples kept per kind.
+    pub examples: usize,
+    /// The wait before a pending token of a granted claim is looked at again.
+    pub recheck: Duration,
+}
+
+impl AuditConfig {
+    /// The defaults for the stores of `claims_prefix` and `token_prefix`.
+    pub fn new(
+        claims_prefix: &str,
+        claims_shards: u32,
+        token_prefix: &str,
+        due_shards: u32,
+    ) -> Self {
+        Self {
+            claims_prefix: claims_prefix.to_string(),
+            claims_shards,
+            token_prefix: token_prefix.to_string(),
+            due_shards,
+            due_grace: Duration::from_secs(30),
+            doubt_hold: Duration::from_secs(600),
+            scenes: Vec::new(),
+            keys_per_sec: 50_000,
+            page: 1_000,
+            examples: 5,
+            recheck: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A kind of inconsistency (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A `GRANTED` claim with no receipt.
+    GrantedWithoutReceipt,
+    /// A scene shard's `spent` differs from its claims' sum.
+    SpentDiffers,
+    /// A granted reward's token still listed pending.
+    CreditedTokenPending,
+    /// A due index entry older than the sweeper's grace.
+    StaleDueEntry,
+    /// An in-doubt grant older than its hold.
+    InDoubtPastHold,
+}
+
+impl Kind {
+    /// Every kind, in report order.
+    pub const ALL: [Self; 5] = [
+        Self::GrantedWithoutReceipt,
+        Self::SpentDiffers,
+        Self::CreditedTokenPending,
+        Self::StaleDueEntry,
+        Self::InDoubtPastHold,
+    ];
+
+    /// Its name (the `kind` label of `reward_audit_findings`; the catalogue's
+    /// `AUDIT_KINDS`, which a test compares).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GrantedWithoutReceipt => "granted_without_receipt",
+            Self::SpentDiffers => "spent_differs",
+            Self::CreditedTokenPending => "credited_token_pending",
+            Self::StaleDueEntry => "stale_due_entry",
+            Self::InDoubtPastHold => "in_doubt_past_hold",
+        }
+    }
+}
+
+/// One kind's findings.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Finding {
+    /// How many.
+    pub count: u64,
+    /// Up to `examples` of them, each naming the key or trade number and what is off.
+    pub examples: Vec<String>,
+}
+
+/// What an audit found and what it read.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct AuditReport {
+    /// Findings by kind (every kind, 0 when clean).
+    pub findings: BTreeMap<Kind, Finding>,
+    /// Claim records read.
+    pub claims_read: u64,
+    /// Scene shards whose `spent` was judged (quiet during the walk).
+    pub shards_judged: u64,
+    /// Scene shards that changed during the walk (not judged this time).
+    pub shards_busy: u64,
+    /// Wall time of the audit, ms.
+    pub took_ms: u64,
+}
+
+impl AuditReport {
+    /// Whether nothing was found.
+    pub fn clean(&self) -> bool {
+        self.findings.values().all(|f| f.count == 0)
+    }
+
+    fn add(&mut self, kind: Kind, example: String, keep: usize) {
+        let f = self.findings.entry(kind).or_default();
+        f.count += 1;
+        if f.examples.len() < keep {
+            f.examples.push(example);
+        }
+    }
+
+    /// A table for a terminal: one line per kind, then the examples.
+    pub fn table(&self) -> String {
+        let mut out = String::from("finding                   count  example\n");
+        for k in Kind::ALL {
+            let f = self.findings.get(&k).cloned().unwrap_or_default();
+            out.push_str(&format!(
+                "{:<25} {:>6}  {}\n",
+                k.as_str(),
+                f.count,
+                f.examples.first().map_or("-", String::as_str)
+            ));
+            for e in f.examples.iter().skip(1) {
+                out.push_str(&format!("{:<33}{e}\n", ""));
+            }
+        }
+        out.push_str(&format!(
+            "read {} claim records in {} ms; budget shards judged {}, busy during the walk {}\n",
+            self.claims_read, self.took_ms, self.shards_judged, self.shards_busy
+        ));
+        out
+    }
+}
+
+/// Why an audit could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// Redis refused or did not answer.
+    #[error("redis: {0}")]
+    Redis(#[from] fred::error::Error),
+    /// A setting is unusable.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A claim record's fields the audit reads, in `HMGET` order.
+const FIELDS: [&str; 6] = ["scene", "user", "activity", "amount", "state", "result"];
+
+/// Audits the stores `cfg` names through `client`; `progress` hears the claim records
+/// read so far after each page.
+pub async fn audit(
+    client: &Client,
+    cfg: &AuditConfig,
+    mut progress: impl FnMut(u64),
+) -> Result<AuditReport, AuditError> {
+    if cfg.claims_shards == 0 || cfg.due_shards == 0 || cfg.page == 0 {
+        return Err(AuditError::Config(
+            "shard counts and the page size must be at least 1".into(),
+        ));
+    }
+    let started = Instant::now();
+    let keep = cfg.examples;
+    let mut report = AuditReport::default();
+    for k in Kind::ALL {
+        report.findings.insert(k, Finding::default());
+    }
+    let before = spent_all(client, cfg).await?;
+    // Claims: every record, page by page, at most keys_per_sec.
+    let p = glob_escape(&cfg.claims_prefix);
+    let pattern = format!("{p}:{{{p}.*}}:t:*");
+    let mut sums: HashMap<(u32, String), i64> = HashMap::new();
+    let mut granted: Vec<(String, String, String)> = Vec::new();
+    for node in nodes(client).await? {
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys) =
+                scan_page(client, node.as_ref(), &cursor, &pattern, cfg.page).await?;
+            if !keys.is_empty() {
+                let page = read_records(client, &keys).await?;
+                for (key, rec) in keys.iter().zip(page) {
+                    report.claims_read += 1;
+                    judge_record(cfg, key, &rec, &mut report, &mut sums, &mut granted);
+                }
+                progress(report.claims_read);
+                pace(cfg.keys_per_sec, report.claims_read, started).await;
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    let after = spent_all(client, cfg).await?;
+    for ((shard, scene), spent_after) in &after {
+        let Some(spent_before) = before.get(&(*shard, scene.clone())) else {
+            continue;
+        };
+        if spent_before != spent_after {
+            report.shards_busy += 1;
+            continue;
+        }
+        report.shards_judged += 1;
+        let sum = sums.get(&(*shard, scene.clone())).copied().unwrap_or(0);
+        if sum != *spent_after {
+            report.add(
+                Kind::SpentDiffers,
+                format!(
+                    "{scene} shard {shard}: spent {spent_after}, claims sum {sum} ({})",
+                    budget_key(cfg, *shard, scene)
+                ),
+                keep,
+            );
+        }
+    }
+    pending_tokens(client, cfg, &granted, &mut report).await?;
+    stale_due(client, cfg, &mut report).await?;
+    old_doubts(client, cfg, &mut report).await?;
+    report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(report)
+}
+
+/// Sleeps as long as reading `read` records since `started` ran ahead of the rate.
+async fn pace(keys_per_sec: u64, read: u64, started: Instant) {
+    if keys_per_sec == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(read as f64 / keys_per_sec as f64);
+    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        tokio::time::sleep(ahead).await;
+    }
+}
+
+/// The records' fields, one pipelined `HMGET` each (a record gone meanwhile: all
+/// `None`).
+async fn read_records(
+    client: &Client,
+    keys: &[String],
+) -> Result<Vec<Vec<Option<String>>>, AuditError> {
+    let pipe = client.pipeline();
+    for k in keys {
+        let _: () = pipe.hmget(k.as_str(), FIELDS.to_vec()).await?;
+    }
+    let answers: Vec<Value> = pipe.all().await?;
+    Ok(answers
+        .into_iter()
+        .map(|v| match v {
+            Value::Array(fields) => fields.into_iter().map(|f| f.into_string()).collect(),
+            _ => vec![None; FIELDS.len()],
+        })
+        .collect())
+}
+
+/// Judges one record: a granted one needs a receipt; live and granted amounts count
+/// toward their scene shard's sum; granted ones go on to the pending-token check.
+fn judge_record(
+    cfg: &AuditConfig,
+    key: &str,
+    rec: &[Option<String>],
+    report: &mut AuditReport,
+    sums: &mut HashMap<(u32, String), i64>,
+    granted: &mut Vec<(String, String, String)>,
+) {
+    let field = |i: usize| rec.get(i).and_then(Option::as_deref).unwrap_or("");
+    let (scene, user, activity, amount, state, result) =
+        (field(0), field(1), field(2), field(3), field(4), field(5));
+    let Some(shard) = shard_of_key(&cfg.claims_prefix, key) else {
+        return;
+    };
+    let trade = key.rsplit_once(":t:").map_or("", |(_, t)| t);
+    if state == "GRANTED" && result.is_empty() {
+        report.add(
+            Kind::GrantedWithoutReceipt,
+            format!("{trade} ({key})"),
+            cfg.examples,
+        );
+    }
+    if matches!(state, "IN_PROGRESS" | "IN_DOUBT" | "GRANTED") {
+        let amount = amount.parse::<i64>().unwrap_or(0);
+        *sums.entry((shard, scene.to_string())).or_default() += amount;
+    }
+    if state == "GRANTED" && !user.is_empty() {
+        granted.push((user.to_string(), activity.to_string(), trade.to_string()));
+    }
+}
+
+/// The shard of a claim key `{p}:{{p}.N}:t:...`.
+fn shard_of_key(prefix: &str, key: &str) -> Option<u32> {
+    let rest = key.strip_prefix(&format!("{prefix}:{{{prefix}."))?;
+    let (n, _) = rest.split_once('}')?;
+    reward_runtime::keyspace::shard_number(n)
+}
+
+fn budget_key(cfg: &AuditConfig, shard: u32, scene: &str) -> String {
+    let p = &cfg.claims_prefix;
+    format!("{p}:{{{p}.{shard}}}:b:{scene}")
+}
+
+/// Every configured scene's `spent` in every shard (shards with no budget hash left
+/// out).
+async fn spent_all(
+    client: &Client,
+    cfg: &AuditConfig,
+) -> Result<HashMap<(u32, String), i64>, AuditError> {
+    let mut out = HashMap::new();
+    for scene in &cfg.scenes {
+        let pipe = client.pipeline();
+        for shard in 0..cfg.claims_shards {
+            let _: () = pipe.hget(budget_key(cfg, shard, scene), "spent").await?;
+        }
+        let spent: Vec<Option<i64>> = pipe.all().await?;
+        for (shard, s) in (0..cfg.claims_shards).zip(spent) {
+            if let Some(s) = s {
+                out.insert((shard, scene.clone()), s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The pending hash of a user's tokens in an activity (the token store's layout,
+/// `sdk::store`).
+fn pending_key(cfg: &AuditConfig, user: &str, activity: &str) -> String {
+    format!("{}:{{{user}}}:{activity}", cfg.token_prefix)
+}
+
+/// Granted rewards whose token is still pending, looked at twice `recheck` apart.
+async fn pending_tokens(
+    client: &Client,
+    cfg: &AuditConfig,
+    granted: &[(String, String, String)],
+    report: &mut AuditReport,
+) -> Result<(), AuditError> {
+    let mut suspects: Vec<&(String, String, String)> = Vec::new();
+    for chunk in granted.chunks(cfg.page as usize) {
+        let found = still_pending(client, cfg, chunk.iter()).await?;
+        suspects.extend(chunk.iter().zip(found).filter(|(_, f)| *f).map(|(g, _)| g));
+    }
+    if suspects.is_empty() {
+        return Ok(());
+    }
+    tokio::time::sleep(cfg.recheck).await;
+    let again = still_pending(client, cfg, suspects.iter().copied()).await?;
+    for ((user, activity, trade), pending) in suspects.into_iter().zip(again) {
+        if pending {
+            report.add(
+                Kind::CreditedTokenPending,
+                format!("{trade}: still in {}", pending_key(cfg, user, activity)),
+                cfg.examples,
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn still_pending<'a>(
+    client: &Client,
+    cfg: &AuditConfig,
+    rewards: impl Iterator<Item = &'a (String, String, String)>,
+) -> Result<Vec<bool>, AuditError> {
+    let pipe = client.pipeline();
+    let mut n = 0;
+    for (user, activity, trade) in rewards {
+        let _: () = pipe
+            .hexists(pending_key(cfg, user, activity), trade.as_str())
+            .await?;
+        n += 1;
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    Ok(pipe.all().await?)
+}
+
+fn now_ms() -> i64 {
+    reward_runtime::clock::now_ms()
+}
+
+fn cutoff(age: Duration) -> f64 {
+    (now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX)) as f64
+}
+
+/// Due index entries older than the sweeper's grace.
+async fn stale_due(
+    client: &Client,
+    cfg: &AuditConfig,
+    report: &mut AuditReport,
+) -> Result<(), AuditError> {
+    let before = cutoff(cfg.due_grace);
+    for shard in 0..cfg.due_shards {
+        let key = format!("{}:{{due.{shard}}}", cfg.token_prefix);
+        old_members(
+            client,
+            &key,
+            before,
+            Kind::StaleDueEntry,
+            cfg.examples,
+            report,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// In-doubt grants older than their hold.
+async fn old_doubts(
+    client: &Client,
+    cfg: &AuditConfig,
+    report: &mut AuditReport,
+) -> Result<(), AuditError> {
+    let before = cutoff(cfg.doubt_hold);
+    let p = &cfg.claims_prefix;
+    for shard in 0..cfg.claims_shards {
+        let key = format!("{p}:{{{p}.{shard}}}:doubt");
+        old_members(
+            client,
+            &key,
+            before,
+            Kind::InDoubtPastHold,
+            cfg.examples,
+            report,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Members of the sorted set `key` scored (ms) before `before`: counted, the oldest
+/// kept as examples with their age.
+async fn old_members(
+    client: &Client,
+    key: &str,
+    before: f64,
+    kind: Kind,
+    keep: usize,
+    report: &mut AuditReport,
+) -> Result<(), AuditError> {
+    let n: u64 = client.zcount(key, f64::NEG_INFINITY, before).await?;
+    if n == 0 {
+        return Ok(());
+    }
+    let room = keep.saturating_sub(report.findings.get(&kind).map_or(0, |f| f.examples.len()));
+    let oldest: Vec<(String, f64)> = if room > 0 {
+        client
+            .zrangebyscore(
+                key,
+                f64::NEG_INFINITY,
+                before,
+                true,
+                Some((0, i64::try_from(room).unwrap_or(1))),
+            )
+            .await?
+    } else {
+        Vec::new()
+    };
+    let f = report.findings.entry(kind).or_default();
+    f.count += n;
+    let now = now_ms() as f64;
+    for (member, since) in oldest {
+        f.examples.push(format!(
+            "{member} in {key}, {:.0} s old",
+            (now - since) / 1000.0
+        ));
+    }
+    Ok(())
+}
+
+/// Publishes a report as the `reward_audit_*` metrics (the watch mode of
+/// `reward-ctl audit --every`).
+pub fn export(report: &AuditReport) {
+    for k in Kind::ALL {
+        let n = report.findings.get(&k).map_or(0, |f| f.count);
+        metrics::gauge!("reward_audit_findings", "kind" => k.as_str()).set(n as f64);
+    }
+    metrics::counter!("reward_audit_runs_total").increment(1);
+    metrics::counter!("reward_audit_claims_read_total").increment(report.claims_read);
+    metrics::gauge!("reward_audit_busy_shards").set(report.shards_busy as f64);
+    metrics::gauge!("reward_audit_last_run_timestamp_seconds")
+        .set(reward_runtime::clock::now_ms() as f64 / 1000.0);
+    metrics::histogram!("reward_audit_run_seconds").record(report.took_ms as f64 / 1000.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kinds_are_the_catalogues() {
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names, reward_runtime::catalogue::AUDIT_KINDS);
+    }
+
+    #[test]
+    fn a_claim_key_names_its_shard_and_nothing_else_does() {
+        assert_eq!(shard_of_key("rc", "rc:{rc.7}:t:T1"), Some(7));
+        assert_eq!(shard_of_key("rc", "rc:{rc.07}:t:T1"), None);
+        assert_eq!(shard_of_key("rc", "other:{rc.7}:t:T1"), None);
+        assert_eq!(shard_of_key("rc", "rc:{rc.x}:t:T1"), None);
+    }
+
+    #[test]
+    fn records_are_judged_by_state_receipt_and_amount() {
+        let cfg = AuditConfig::new("rc", 4, "tok", 2);
+        let mut report = AuditReport::default();
+        let (mut sums, mut granted) = (HashMap::new(), Vec::new());
+        let rec = |state: &str, amount: &str, result: &str| -> Vec<Option<String>> {
+            ["a/s", "u1", "a", amount, state, result]
+                .iter()
+                .map(|s| (!s.is_empty()).then(|| s.to_string()))
+                .collect()
+        };
+        judge_record(
+            &cfg,
+            "rc:{rc.1}:t:T1",
+            &rec("GRANTED", "5", "tx1"),
+            &mut report,
+            &mut sums,
+            &mut granted,
+        );
+        judge_record(
+            &cfg,
+            "rc:{rc.1}:t:T2",
+            &rec("GRANTED", "7", ""),
+            &mut report,
+            &mut sums,
+            &mut granted,
+        );
+        judge_record(
+            &cfg,
+            "rc:{rc.1}:t:T3",
+            &rec("FAILED", "100", "why"),
+            &mut report,
+            &mut sums,
+            &mut granted,
+        );
+        judge_record(
+            &cfg,
+            "rc:{rc.1}:t:T4",
+            &rec("IN_DOUBT", "11", ""),
+            &mut report,
+            &mut sums,
+            &mut granted,
+        );
+        assert_eq!(report.findings[&Kind::GrantedWithoutReceipt].count, 1);
+        assert_eq!(
+            sums[&(1, "a/s".to_string())],
+            5 + 7 + 11,
+            "failed claims are refunded"
+        );
+        assert_eq!(granted.len(), 2);
+    }
+}
