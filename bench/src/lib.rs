@@ -21,6 +21,7 @@
 // when proving `Send`.
 #![recursion_limit = "256"]
 
+pub mod audit;
 pub mod cli;
 pub mod consumer;
 pub mod grant;

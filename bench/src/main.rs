@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use reward_bench::cli::benches::{
-    BenchArgs, ConsumerBenchArgs, GrantBenchArgs, bench_cmd, consumer_bench_cmd, grant_bench_cmd,
+    AuditBenchArgs, BenchArgs, ConsumerBenchArgs, GrantBenchArgs, audit_bench_cmd, bench_cmd,
+    consumer_bench_cmd, grant_bench_cmd,
 };
 use reward_bench::cli::smoke::{SmokeArgs, smoke_cmd};
 
@@ -51,6 +52,12 @@ enum Command {
     /// read every one back, check exact counts, print rates. Exits non-zero on any
     /// failure, naming the server and the command that starts it.
     Smoke(SmokeArgs),
+    /// Measure the live audit (`reward-ctl audit`) on a store of N claim records
+    /// written for it (consistent: every record granted with a receipt, each shard's
+    /// budget spent exactly): wall time and Redis CPU, in all and per record. Needs a
+    /// single Redis; exits non-zero unless the audit read every record and found
+    /// nothing. The keys are removed afterwards.
+    Audit(AuditBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +68,7 @@ fn main() -> ExitCode {
             Command::Grant(args) => grant_bench_cmd(args).await,
             Command::Consumer(args) => consumer_bench_cmd(args).await,
             Command::Smoke(args) => smoke_cmd(args).await,
+            Command::Audit(args) => audit_bench_cmd(args).await,
         }
     })
 }

@@ -1628,7 +1628,10 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
             explained.push(alert.to_string());
         }
     }
-    assert_eq!(held, explained, "alerts held on a run without faults; its sdk counts: {sdk}");
+    assert_eq!(
+        held, explained,
+        "alerts held on a run without faults; its sdk counts: {sdk}"
+    );
 
     // The live audit reads the run's books from Redis alone, through the configs the
     // run's processes ran with: clean. Then one inconsistency of each kind is planted

@@ -44,7 +44,9 @@ use fred::prelude::*;
 /// Key families of a replay (see the module doc).
 pub const REPLAY_FAMILIES: [&str; 5] = ["ltt-", "ltc-", "ltl-", "ltd-", "ltcfg-"];
 /// Key families of the benches.
-pub const BENCH_FAMILIES: [&str; 6] = ["gb-", "gbl-", "gbt-", "cbd-", "cbcfg-", "ceiling-"];
+pub const BENCH_FAMILIES: [&str; 8] = [
+    "gb-", "gbl-", "gbt-", "cbd-", "cbcfg-", "ceiling-", "aud-", "audt-",
+];
 
 /// Keys looked at per `SCAN` page. Redis runs each page to its end before anything
 /// else: a larger page keeps it busy too long per call, and 1 000 is short enough to

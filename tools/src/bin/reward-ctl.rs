@@ -611,8 +611,10 @@ async fn audit(args: &Args) -> ExitCode {
         return ExitCode::from(3);
     }
     let Some(every) = every else {
+        let mut shown = 0u64;
         let report = reward_tools::audit::audit(&client, &cfg, |n| {
-            if n % 100_000 < cfg.page as u64 {
+            if n >= shown + 100_000 {
+                shown = n;
                 eprintln!("reward-ctl audit: {n} claim records read");
             }
         })

@@ -1,0 +1,154 @@
+//! `reward-bench audit`: what the live audit (`reward-ctl audit`, `reward_tools::audit`)
+//! costs on a large claim store: wall time and the Redis CPU it takes.
+//!
+//! It fills the single Redis with `claims` claim records in the claim store's layout
+//! (state `GRANTED` with a receipt, amount 5, spread over the shards; written by a Lua
+//! loop, 10 000 records a call) and each shard's budget with exactly what its records
+//! spent, so the store is consistent; audits it at `keys_per_sec` (0: unpaced); reports
+//! the records read, the wall time, Redis's CPU seconds (`INFO cpu`, before and after)
+//! and both per record; fails unless the audit read every record and found nothing.
+//! The keys (families `aud-`, `audt-`) are removed afterwards. A cluster is not filled
+//! (one script may not write many slots): run it on the single node.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fred::prelude::*;
+use reward_tools::stack::StackEnv;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct AuditBenchOptions {
+    /// Claim records in the store.
+    pub claims: u64,
+    /// The claim store's shards.
+    pub shards: u32,
+    /// The audit's read rate (0: as fast as Redis answers).
+    pub keys_per_sec: u64,
+}
+
+/// The figures.
+#[derive(Debug, Clone)]
+pub struct AuditBenchReport {
+    /// Claim records the audit read.
+    pub read: u64,
+    /// Wall time of the audit.
+    pub took: Duration,
+    /// Redis CPU seconds the audit took (every client of that Redis counts: run it on
+    /// a quiet stack).
+    pub redis_cpu_secs: f64,
+}
+
+/// Records written per Lua call.
+const FILL_CHUNK: u64 = 10_000;
+
+const FILL_LUA: &str = r"
+local p, shards, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+for n = from, to do
+  local s = n % shards
+  redis.call('HSET', p .. ':{' .. p .. '.' .. s .. '}:t:T' .. n,
+    'scene', 'act/rain', 'activity', 'act', 'user', 'u' .. n, 'type', 'cash',
+    'amount', '5', 'state', 'GRANTED', 'result', 'tx' .. n)
+end
+return to - from + 1
+";
+
+/// Fills, audits, cleans.
+pub async fn run(env: &StackEnv, opts: &AuditBenchOptions) -> anyhow::Result<AuditBenchReport> {
+    if env.redis_url.starts_with("redis-cluster://") {
+        anyhow::bail!(
+            "the audit bench fills a single Redis (one script writes many slots); unset REDIS_URL's cluster"
+        );
+    }
+    let client =
+        reward_runtime::redis::builder(&env.redis_url, Duration::from_secs(30))?.build()?;
+    client.init().await.context("redis")?;
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let (claims_prefix, token_prefix) = (format!("aud-{tag}"), format!("audt-{tag}"));
+    let result = measure(&client, opts, &claims_prefix, &token_prefix).await;
+    reward_tools::clean::bench_run(&env.redis_url, &tag).await;
+    result
+}
+
+async fn measure(
+    client: &Client,
+    opts: &AuditBenchOptions,
+    claims_prefix: &str,
+    token_prefix: &str,
+) -> anyhow::Result<AuditBenchReport> {
+    let shards = opts.shards.max(1);
+    let started = Instant::now();
+    let mut from = 0u64;
+    while from < opts.claims {
+        let to = (from + FILL_CHUNK).min(opts.claims) - 1;
+        let _: i64 = client
+            .eval(
+                FILL_LUA,
+                Vec::<String>::new(),
+                vec![
+                    claims_prefix.to_string(),
+                    shards.to_string(),
+                    from.to_string(),
+                    to.to_string(),
+                ],
+            )
+            .await?;
+        from = to + 1;
+    }
+    for s in 0..shards {
+        let records = (0..opts.claims)
+            .filter(|n| n % u64::from(shards) == u64::from(s))
+            .count() as i64;
+        let key = format!("{claims_prefix}:{{{claims_prefix}.{s}}}:b:act/rain");
+        let _: () = client
+            .hset(key, [("cap", i64::MAX / 4), ("spent", records * 5)])
+            .await?;
+    }
+    eprintln!(
+        "audit-bench: {} claim records written in {:.1} s",
+        opts.claims,
+        started.elapsed().as_secs_f64()
+    );
+    let mut cfg = reward_tools::audit::AuditConfig::new(claims_prefix, shards, token_prefix, 16);
+    cfg.scenes = vec!["act/rain".into()];
+    cfg.keys_per_sec = opts.keys_per_sec;
+    let cpu_before = redis_cpu(client).await?;
+    let t0 = Instant::now();
+    let mut shown = 0u64;
+    let report = reward_tools::audit::audit(client, &cfg, |n| {
+        if n >= shown + 200_000 {
+            shown = n;
+            eprintln!("audit-bench: {n} read");
+        }
+    })
+    .await?;
+    let took = t0.elapsed();
+    let redis_cpu_secs = redis_cpu(client).await? - cpu_before;
+    if report.claims_read != opts.claims || !report.clean() {
+        anyhow::bail!(
+            "the audit read {} of {} records and found:\n{}",
+            report.claims_read,
+            opts.claims,
+            report.table()
+        );
+    }
+    Ok(AuditBenchReport {
+        read: report.claims_read,
+        took,
+        redis_cpu_secs,
+    })
+}
+
+/// `used_cpu_sys + used_cpu_user` of the Redis, seconds.
+async fn redis_cpu(client: &Client) -> anyhow::Result<f64> {
+    let info: String = client.info(Some(fred::types::InfoKind::Cpu)).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("used_cpu_sys:")
+                .or_else(|| l.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum())
+}
