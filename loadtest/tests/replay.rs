@@ -1663,6 +1663,77 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
         found["findings"]["in_doubt_past_hold"]["count"], 0,
         "{found}"
     );
+    // Beside an event (--every): the same findings as metrics, until SIGTERM.
+    let metrics = audit_watch_once(&dir);
+    for kind in [
+        "granted_without_receipt",
+        "spent_differs",
+        "credited_token_pending",
+        "stale_due_entry",
+    ] {
+        assert!(
+            metrics.contains(&format!("reward_audit_findings{{kind=\"{kind}\"}} 1")),
+            "{kind}: {metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("reward_audit_findings{kind=\"in_doubt_past_hold\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# HELP reward_audit_findings "),
+        "{metrics}"
+    );
+}
+
+/// `reward-ctl audit --every 1 --metrics-addr 127.0.0.1:0` of a run: its /metrics
+/// once the first audit has completed; then SIGTERM, which it must obey with exit 0.
+fn audit_watch_once(dir: &Path) -> String {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let env = stack_env();
+    let mut child = Command::new(loadtest::services::bin_dir().join("reward-ctl"))
+        .arg("--service-config")
+        .arg(dir.join("service.toml"))
+        .arg("--consumer-config")
+        .arg(dir.join("consumer-kafka-0.toml"))
+        .args(["audit", "--every", "1", "--metrics-addr", "127.0.0.1:0"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut addr = None;
+    let mut audited = false;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(a) = line
+            .strip_prefix("reward-ctl audit: metrics on http://")
+            .and_then(|r| r.strip_suffix("/metrics"))
+        {
+            addr = Some(a.to_string());
+        }
+        if line.contains("claim records in") {
+            audited = true;
+            break;
+        }
+    }
+    assert!(audited, "no audit completed");
+    let addr = addr.expect("the metrics address was printed first");
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM: {status}");
+    text
 }
 
 /// `reward-ctl audit --json` of a run, with the configs its service and consumer ran
