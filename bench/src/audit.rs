@@ -109,13 +109,23 @@ async fn measure(
         opts.claims,
         started.elapsed().as_secs_f64()
     );
+    // The stores' shard pins, which the audit reads first.
+    let _: () = client
+        .hset(
+            format!("{claims_prefix}:meta"),
+            ("shards", i64::from(shards)),
+        )
+        .await?;
+    let _: () = client
+        .set(format!("{token_prefix}:due-shards"), 16, None, None, false)
+        .await?;
     let mut cfg = reward_tools::audit::AuditConfig::new(claims_prefix, shards, token_prefix, 16);
     cfg.scenes = vec!["act/rain".into()];
     cfg.keys_per_sec = opts.keys_per_sec;
     let cpu_before = redis_cpu(client).await?;
     let t0 = Instant::now();
     let mut shown = 0u64;
-    let report = reward_tools::audit::audit(client, &cfg, |n| {
+    let report = reward_tools::audit::audit(client, client, &cfg, |n| {
         if n >= shown + 200_000 {
             shown = n;
             eprintln!("audit-bench: {n} read");

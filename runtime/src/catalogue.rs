@@ -573,7 +573,8 @@ pub const REDIS: &[Metric] = &[counter(
 /// Kinds of `reward_audit_findings` (`reward_tools::audit::Kind`).
 pub const AUDIT_KINDS: &[&str] = &[
     "granted_without_receipt",
-    "spent_differs",
+    "spent_below_claims",
+    "spent_above_claims",
     "credited_token_pending",
     "stale_due_entry",
     "in_doubt_past_hold",

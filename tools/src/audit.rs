@@ -6,9 +6,10 @@
 //! | kind | what is wrong | read |
 //! | --- | --- | --- |
 //! | `granted_without_receipt` | a claim record says `GRANTED` but holds no receipt: a credit nobody can trace to the downstream's transaction | every claim record (`SCAN`, pages of `page` keys, `HMGET`) |
-//! | `spent_differs` | a scene shard's `spent` is not the sum of the amounts of its live (`IN_PROGRESS`, `IN_DOUBT`) and `GRANTED` claims: a hand edit, a lost record, or money counted twice | the budget hash of every configured scene in every shard, before and after the walk |
-//! | `credited_token_pending` | a `GRANTED` reward's token is still in its user's pending hash: the wallet shows as waiting what was paid (looked at twice, `recheck` apart, so a move in flight is not counted) | `HEXISTS` per granted claim |
-//! | `stale_due_entry` | a due index entry older than the sweeper's grace: a stored reward nobody credited | `ZCOUNT` / `ZRANGEBYSCORE` of every due shard |
+//! | `spent_below_claims` | a scene shard's `spent` is less than the sum of the amounts of its live (`IN_PROGRESS`, `IN_DOUBT`) and `GRANTED` claims: the shard can spend past its cap (a hand edit, a lost budget key) | the budget hash of every scene in every shard, before and after the walk |
+//! | `spent_above_claims` | `spent` is more than that sum: records are gone while their money stays counted. Expected once records outlive `[claims] retention_secs` and expire (a ticket, not a page) | same |
+//! | `credited_token_pending` | a `GRANTED` reward's token is still in its user's pending hash and no due entry will make the sweeper move it: the wallet shows as waiting what was paid (looked at twice, `recheck` apart) | `HEXISTS` per granted claim, page by page; `ZSCORE` of a suspect's due entry |
+//! | `stale_due_entry` | a due index entry older than `stale_after` (the sweeper's grace, plus its retry wait and two passes): a stored reward nobody credited | `ZCOUNT` / `ZRANGEBYSCORE` of every due shard |
 //! | `in_doubt_past_hold` | a grant held `IN_DOUBT` longer than `doubt_hold`: money that may have moved, waiting on an operator | `ZRANGEBYSCORE` of every shard's doubt index |
 //!
 //! **Bounded cost.** The walk reads claim records `page` keys at a time and never
@@ -19,9 +20,19 @@
 //! **A running system moves under the walk.** Claims are created and settled while
 //! the pages are read, so a shard's `spent` is judged only when it did not change
 //! between the reads before and after the walk (a quiet shard); the others are
-//! counted busy and not judged, and the next run looks again (`--every`). A record
-//! that expired (`[claims] retention_secs`) leaves its amount in `spent`: on a store
-//! older than the retention `spent_differs` reports it, with the shard and both sums.
+//! counted busy and not judged, and the next run looks again (`--every`). A claim and a
+//! refund of the same amount during the walk leave `spent` equal while the walk saw
+//! one and not the other, and `SCAN` may hand a key over twice (keys are counted
+//! once): so a quiet shard whose sums differ is walked again, and reported only if
+//! the second walk finds the same difference with `spent` still unchanged.
+//!
+//! **Budget moves do not touch `spent`.** Borrowing between shards moves `cap` only;
+//! `spent` changes in a claim (+amount) and a permanent failure's refund (−amount),
+//! both in the record's own shard, so the per-shard sum is the invariant.
+//!
+//! **Before anything is judged** the stores' shard pins are read (`{claims}:meta`,
+//! `{tokens}:due-shards`): a prefix with no store, or a shard count other than the
+//! store's, is refused ([`AuditError::Config`]) rather than audited clean.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -40,8 +51,10 @@ pub struct AuditConfig {
     pub token_prefix: String,
     /// The due index's shard count (`[sdk.store] due_shards`).
     pub due_shards: u32,
-    /// The sweeper's grace (`[sweeper] grace_ms`): a due entry older is stale.
-    pub due_grace: Duration,
+    /// A due entry older than this is stale: the sweeper's grace, its retry wait and
+    /// two of its passes (`[sweeper] grace_ms + retry_ms + 2 × interval_ms`), so
+    /// entries it keeps on purpose (budget exhausted, a live claim) are not counted.
+    pub stale_after: Duration,
     /// How long an in-doubt grant may wait for an operator before it is a finding.
     pub doubt_hold: Duration,
     /// The scenes with budgets (`activity/scene`).
@@ -54,6 +67,8 @@ pub struct AuditConfig {
     pub examples: usize,
     /// The wait before a pending token of a granted claim is looked at again.
     pub recheck: Duration,
+    /// Suspect pending tokens kept between the two looks (the rest are counted).
+    pub max_suspects: usize,
 }
 
 impl AuditConfig {
@@ -69,13 +84,14 @@ impl AuditConfig {
             claims_shards,
             token_prefix: token_prefix.to_string(),
             due_shards,
-            due_grace: Duration::from_secs(30),
+            stale_after: Duration::from_secs(67),
             doubt_hold: Duration::from_secs(600),
             scenes: Vec::new(),
             keys_per_sec: 50_000,
             page: 1_000,
             examples: 5,
             recheck: Duration::from_secs(2),
+            max_suspects: 10_000,
         }
     }
 }
@@ -86,8 +102,10 @@ impl AuditConfig {
 pub enum Kind {
     /// A `GRANTED` claim with no receipt.
     GrantedWithoutReceipt,
-    /// A scene shard's `spent` differs from its claims' sum.
-    SpentDiffers,
+    /// A scene shard's `spent` below its claims' sum (it can overspend).
+    SpentBelowClaims,
+    /// A scene shard's `spent` above its claims' sum (records gone).
+    SpentAboveClaims,
     /// A granted reward's token still listed pending.
     CreditedTokenPending,
     /// A due index entry older than the sweeper's grace.
@@ -98,9 +116,10 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::GrantedWithoutReceipt,
-        Self::SpentDiffers,
+        Self::SpentBelowClaims,
+        Self::SpentAboveClaims,
         Self::CreditedTokenPending,
         Self::StaleDueEntry,
         Self::InDoubtPastHold,
@@ -111,7 +130,8 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::GrantedWithoutReceipt => "granted_without_receipt",
-            Self::SpentDiffers => "spent_differs",
+            Self::SpentBelowClaims => "spent_below_claims",
+            Self::SpentAboveClaims => "spent_above_claims",
             Self::CreditedTokenPending => "credited_token_pending",
             Self::StaleDueEntry => "stale_due_entry",
             Self::InDoubtPastHold => "in_doubt_past_hold",
@@ -139,6 +159,9 @@ pub struct AuditReport {
     pub shards_judged: u64,
     /// Scene shards that changed during the walk (not judged this time).
     pub shards_busy: u64,
+    /// Granted rewards pending at the first look past `max_suspects`: not looked at
+    /// again, not counted as findings.
+    pub suspects_unchecked: u64,
     /// Wall time of the audit, ms.
     pub took_ms: u64,
 }
@@ -176,6 +199,12 @@ impl AuditReport {
             "read {} claim records in {} ms; budget shards judged {}, busy during the walk {}\n",
             self.claims_read, self.took_ms, self.shards_judged, self.shards_busy
         ));
+        if self.suspects_unchecked > 0 {
+            out.push_str(&format!(
+                "{} more granted rewards had a pending token at the first look and were not looked at again\n",
+                self.suspects_unchecked
+            ));
+        }
         out
     }
 }
@@ -194,10 +223,31 @@ pub enum AuditError {
 /// A claim record's fields the audit reads, in `HMGET` order.
 const FIELDS: [&str; 6] = ["scene", "user", "activity", "amount", "state", "result"];
 
-/// Audits the stores `cfg` names through `client`; `progress` hears the claim records
-/// read so far after each page.
+/// A granted reward: user, activity, trade number.
+type Reward = (String, String, String);
+
+/// What a walk over the claim records adds up.
+#[derive(Default)]
+struct Walk {
+    /// Live and granted amounts by (shard, scene).
+    sums: HashMap<(u32, String), i64>,
+    /// Keys seen (hashed): `SCAN` may hand a key over twice.
+    seen: std::collections::HashSet<u64>,
+    /// Granted rewards whose token was still pending at the first look.
+    suspects: Vec<Reward>,
+    /// Suspects past `max_suspects`, counted unexamined.
+    suspects_over: u64,
+    /// Work charged against the read rate (keys a `SCAN` page looks at, records,
+    /// token checks).
+    units: u64,
+}
+
+/// Audits the stores `cfg` names: the claim store through `claims`, the token store
+/// through `tokens` (the same client when both live in one Redis); `progress` hears
+/// the claim records read so far after each page.
 pub async fn audit(
-    client: &Client,
+    claims: &Client,
+    tokens: &Client,
     cfg: &AuditConfig,
     mut progress: impl FnMut(u64),
 ) -> Result<AuditReport, AuditError> {
@@ -206,73 +256,206 @@ pub async fn audit(
             "shard counts and the page size must be at least 1".into(),
         ));
     }
+    check_pins(claims, tokens, cfg).await?;
     let started = Instant::now();
     let keep = cfg.examples;
     let mut report = AuditReport::default();
     for k in Kind::ALL {
         report.findings.insert(k, Finding::default());
     }
-    let before = spent_all(client, cfg).await?;
-    // Claims: every record, page by page, at most keys_per_sec.
+    let before = spent_all(claims, cfg).await?;
+    let mut walk = Walk::default();
+    walk_claims(
+        claims,
+        tokens,
+        cfg,
+        None,
+        &mut walk,
+        &mut report,
+        started,
+        &mut progress,
+    )
+    .await?;
+    let after = spent_all(claims, cfg).await?;
+    // Quiet shards whose sums differ: walked again (those shards only), reported if
+    // the difference stands with `spent` still unchanged.
+    let mut suspect_shards: Vec<(u32, String, i64)> = Vec::new();
+    let mut judged: std::collections::BTreeSet<(u32, String)> = walk.sums.keys().cloned().collect();
+    judged.extend(after.keys().cloned());
+    for (shard, scene) in judged {
+        let key = (shard, scene.clone());
+        if before.get(&key) != after.get(&key) {
+            report.shards_busy += 1;
+            continue;
+        }
+        report.shards_judged += 1;
+        let spent = after.get(&key).copied().unwrap_or(0);
+        let sum = walk.sums.get(&key).copied().unwrap_or(0);
+        if sum != spent {
+            suspect_shards.push((shard, scene, spent - sum));
+        }
+    }
+    if !suspect_shards.is_empty() {
+        let shards: std::collections::BTreeSet<u32> = suspect_shards.iter().map(|s| s.0).collect();
+        let mut again = Walk::default();
+        let mut quiet = AuditReport::default();
+        walk_claims(
+            claims,
+            tokens,
+            cfg,
+            Some(&shards),
+            &mut again,
+            &mut quiet,
+            started,
+            &mut |_| {},
+        )
+        .await?;
+        let after2 = spent_all(claims, cfg).await?;
+        for (shard, scene, gap) in suspect_shards {
+            let key = (shard, scene.clone());
+            let spent = after2.get(&key).copied().unwrap_or(0);
+            let sum = again.sums.get(&key).copied().unwrap_or(0);
+            if after2.get(&key) != after.get(&key) || spent - sum != gap {
+                // It moved, or the difference did not stand: busy after all.
+                report.shards_judged -= 1;
+                report.shards_busy += 1;
+                continue;
+            }
+            let kind = if gap < 0 {
+                Kind::SpentBelowClaims
+            } else {
+                Kind::SpentAboveClaims
+            };
+            report.add(
+                kind,
+                format!(
+                    "{scene} shard {shard}: spent {spent}, claims sum {sum} ({})",
+                    budget_key(cfg, shard, &scene)
+                ),
+                keep,
+            );
+        }
+    }
+    pending_tokens(tokens, cfg, &walk, &mut report).await?;
+    stale_due(tokens, cfg, &mut report).await?;
+    old_doubts(claims, cfg, &mut report).await?;
+    report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(report)
+}
+
+/// Refuses a prefix with no store, or a shard count other than the store's pin.
+async fn check_pins(claims: &Client, tokens: &Client, cfg: &AuditConfig) -> Result<(), AuditError> {
+    let meta = format!("{}:meta", cfg.claims_prefix);
+    let pinned: Option<String> = claims.hget(&meta, "shards").await?;
+    match pinned.as_deref().map(str::parse::<u32>) {
+        Some(Ok(n)) if n == cfg.claims_shards => {}
+        Some(_) => {
+            return Err(AuditError::Config(format!(
+                "{meta} pins {} shards, not {}: audit the store with its own count",
+                pinned.unwrap_or_default(),
+                cfg.claims_shards
+            )));
+        }
+        None => {
+            return Err(AuditError::Config(format!(
+                "no claim store under prefix {:?} ({meta} is missing): wrong prefix or Redis?",
+                cfg.claims_prefix
+            )));
+        }
+    }
+    let pin = format!("{}:due-shards", cfg.token_prefix);
+    let due: Option<String> = tokens.get(&pin).await?;
+    match due.as_deref().map(str::parse::<u32>) {
+        Some(Ok(n)) if n == cfg.due_shards => Ok(()),
+        Some(_) => Err(AuditError::Config(format!(
+            "{pin} pins {} due shards, not {}",
+            due.unwrap_or_default(),
+            cfg.due_shards
+        ))),
+        None => Err(AuditError::Config(format!(
+            "no token store under prefix {:?} ({pin} is missing): wrong prefix or Redis?",
+            cfg.token_prefix
+        ))),
+    }
+}
+
+/// Walks the claim records (of `only` these shards, or all), page by page at the
+/// read rate: judges each record and looks up the page's granted rewards' tokens.
+#[allow(clippy::too_many_arguments)]
+async fn walk_claims(
+    claims: &Client,
+    tokens: &Client,
+    cfg: &AuditConfig,
+    only: Option<&std::collections::BTreeSet<u32>>,
+    walk: &mut Walk,
+    report: &mut AuditReport,
+    started: Instant,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), AuditError> {
     let p = glob_escape(&cfg.claims_prefix);
     let pattern = format!("{p}:{{{p}.*}}:t:*");
-    let mut sums: HashMap<(u32, String), i64> = HashMap::new();
-    let mut granted: Vec<(String, String, String)> = Vec::new();
-    for node in nodes(client).await? {
+    for node in nodes(claims).await? {
         let mut cursor = "0".to_string();
         loop {
             let (next, keys) =
-                scan_page(client, node.as_ref(), &cursor, &pattern, cfg.page).await?;
+                scan_page(claims, node.as_ref(), &cursor, &pattern, cfg.page).await?;
+            walk.units += u64::from(cfg.page);
+            let keys: Vec<String> = keys
+                .into_iter()
+                .filter(|k| {
+                    shard_of_key(&cfg.claims_prefix, k)
+                        .is_some_and(|s| only.is_none_or(|o| o.contains(&s)))
+                })
+                .filter(|k| walk.seen.insert(key_hash(k)))
+                .collect();
             if !keys.is_empty() {
-                let page = read_records(client, &keys).await?;
+                let page = read_records(claims, &keys).await?;
+                let mut granted = Vec::new();
                 for (key, rec) in keys.iter().zip(page) {
                     report.claims_read += 1;
-                    judge_record(cfg, key, &rec, &mut report, &mut sums, &mut granted);
+                    judge_record(cfg, key, &rec, report, &mut walk.sums, &mut granted);
+                }
+                walk.units += keys.len() as u64 + granted.len() as u64;
+                if only.is_none() && !granted.is_empty() {
+                    let pending = still_pending(tokens, cfg, granted.iter()).await?;
+                    for (g, p) in granted.into_iter().zip(pending) {
+                        if !p {
+                            continue;
+                        }
+                        if walk.suspects.len() < cfg.max_suspects {
+                            walk.suspects.push(g);
+                        } else {
+                            walk.suspects_over += 1;
+                        }
+                    }
                 }
                 progress(report.claims_read);
-                pace(cfg.keys_per_sec, report.claims_read, started).await;
             }
+            pace(cfg.keys_per_sec, walk.units, started).await;
             if next == "0" {
                 break;
             }
             cursor = next;
         }
     }
-    let after = spent_all(client, cfg).await?;
-    for ((shard, scene), spent_after) in &after {
-        let Some(spent_before) = before.get(&(*shard, scene.clone())) else {
-            continue;
-        };
-        if spent_before != spent_after {
-            report.shards_busy += 1;
-            continue;
-        }
-        report.shards_judged += 1;
-        let sum = sums.get(&(*shard, scene.clone())).copied().unwrap_or(0);
-        if sum != *spent_after {
-            report.add(
-                Kind::SpentDiffers,
-                format!(
-                    "{scene} shard {shard}: spent {spent_after}, claims sum {sum} ({})",
-                    budget_key(cfg, *shard, scene)
-                ),
-                keep,
-            );
-        }
-    }
-    pending_tokens(client, cfg, &granted, &mut report).await?;
-    stale_due(client, cfg, &mut report).await?;
-    old_doubts(client, cfg, &mut report).await?;
-    report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(report)
+    Ok(())
 }
 
-/// Sleeps as long as reading `read` records since `started` ran ahead of the rate.
-async fn pace(keys_per_sec: u64, read: u64, started: Instant) {
-    if keys_per_sec == 0 {
+/// A hash of a key (the walk's duplicate filter: 8 bytes a key; two keys of a
+/// million collide with odds of about 3 in 100 million, and then one is skipped).
+fn key_hash(key: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// Sleeps as long as `units` of work since `started` ran ahead of the rate.
+async fn pace(per_sec: u64, units: u64, started: Instant) {
+    if per_sec == 0 {
         return;
     }
-    let due = Duration::from_secs_f64(read as f64 / keys_per_sec as f64);
+    let due = Duration::from_secs_f64(units as f64 / per_sec as f64);
     if let Some(ahead) = due.checked_sub(started.elapsed()) {
         tokio::time::sleep(ahead).await;
     }
@@ -306,7 +489,7 @@ fn judge_record(
     rec: &[Option<String>],
     report: &mut AuditReport,
     sums: &mut HashMap<(u32, String), i64>,
-    granted: &mut Vec<(String, String, String)>,
+    granted: &mut Vec<Reward>,
 ) {
     let field = |i: usize| rec.get(i).and_then(Option::as_deref).unwrap_or("");
     let (scene, user, activity, amount, state, result) =
@@ -314,7 +497,7 @@ fn judge_record(
     let Some(shard) = shard_of_key(&cfg.claims_prefix, key) else {
         return;
     };
-    let trade = key.rsplit_once(":t:").map_or("", |(_, t)| t);
+    let trade = trade_of_key(&cfg.claims_prefix, shard, key).unwrap_or("");
     if state == "GRANTED" && result.is_empty() {
         report.add(
             Kind::GrantedWithoutReceipt,
@@ -336,6 +519,11 @@ fn shard_of_key(prefix: &str, key: &str) -> Option<u32> {
     let rest = key.strip_prefix(&format!("{prefix}:{{{prefix}."))?;
     let (n, _) = rest.split_once('}')?;
     reward_runtime::keyspace::shard_number(n)
+}
+
+/// The trade number of a claim key of shard `shard` (which may itself hold `:t:`).
+fn trade_of_key<'a>(prefix: &str, shard: u32, key: &'a str) -> Option<&'a str> {
+    key.strip_prefix(&format!("{prefix}:{{{prefix}.{shard}}}:t:"))
 }
 
 fn budget_key(cfg: &AuditConfig, shard: u32, scene: &str) -> String {
@@ -371,33 +559,45 @@ fn pending_key(cfg: &AuditConfig, user: &str, activity: &str) -> String {
     format!("{}:{{{user}}}:{activity}", cfg.token_prefix)
 }
 
-/// Granted rewards whose token is still pending, looked at twice `recheck` apart.
+/// Granted rewards whose token was pending at the walk's look and still is
+/// `recheck` later, with no due entry left for the sweeper to repair it by.
 async fn pending_tokens(
     client: &Client,
     cfg: &AuditConfig,
-    granted: &[(String, String, String)],
+    walk: &Walk,
     report: &mut AuditReport,
 ) -> Result<(), AuditError> {
-    let mut suspects: Vec<&(String, String, String)> = Vec::new();
-    for chunk in granted.chunks(cfg.page as usize) {
-        let found = still_pending(client, cfg, chunk.iter()).await?;
-        suspects.extend(chunk.iter().zip(found).filter(|(_, f)| *f).map(|(g, _)| g));
-    }
-    if suspects.is_empty() {
+    report.suspects_unchecked = walk.suspects_over;
+    if walk.suspects.is_empty() {
         return Ok(());
     }
     tokio::time::sleep(cfg.recheck).await;
-    let again = still_pending(client, cfg, suspects.iter().copied()).await?;
-    for ((user, activity, trade), pending) in suspects.into_iter().zip(again) {
-        if pending {
-            report.add(
-                Kind::CreditedTokenPending,
-                format!("{trade}: still in {}", pending_key(cfg, user, activity)),
-                cfg.examples,
-            );
+    for chunk in walk.suspects.chunks(cfg.page as usize) {
+        let again = still_pending(client, cfg, chunk.iter()).await?;
+        let pipe = client.pipeline();
+        for (user, activity, trade) in chunk {
+            let _: () = pipe
+                .zscore(due_key(cfg, user), format!("{user}|{activity}|{trade}"))
+                .await?;
+        }
+        let due: Vec<Option<f64>> = pipe.all().await?;
+        for (((user, activity, trade), pending), due) in chunk.iter().zip(again).zip(due) {
+            if pending && due.is_none() {
+                report.add(
+                    Kind::CreditedTokenPending,
+                    format!("{trade}: still in {}", pending_key(cfg, user, activity)),
+                    cfg.examples,
+                );
+            }
         }
     }
     Ok(())
+}
+
+/// The due index shard key of a user's rewards (`sdk::store`'s layout).
+fn due_key(cfg: &AuditConfig, user: &str) -> String {
+    let shard = crc32fast::hash(user.as_bytes()) % cfg.due_shards.max(1);
+    format!("{}:{{due.{shard}}}", cfg.token_prefix)
 }
 
 async fn still_pending<'a>(
@@ -433,7 +633,7 @@ async fn stale_due(
     cfg: &AuditConfig,
     report: &mut AuditReport,
 ) -> Result<(), AuditError> {
-    let before = cutoff(cfg.due_grace);
+    let before = cutoff(cfg.stale_after);
     for shard in 0..cfg.due_shards {
         let key = format!("{}:{{due.{shard}}}", cfg.token_prefix);
         old_members(
@@ -558,7 +758,7 @@ mod tests {
         };
         judge_record(
             &cfg,
-            "rc:{rc.1}:t:T1",
+            "rc:{rc.1}:t:T1:t:x",
             &rec("GRANTED", "5", "tx1"),
             &mut report,
             &mut sums,
@@ -595,5 +795,6 @@ mod tests {
             "failed claims are refunded"
         );
         assert_eq!(granted.len(), 2);
+        assert_eq!(granted[0].2, "T1:t:x", "a trade number may hold :t:");
     }
 }

@@ -14,7 +14,7 @@ use super::{
 ///
 /// | answer | becomes |
 /// | --- | --- |
-/// | 2xx | credited; the receipt is the body's `ref` field, else the trade number |
+/// | 2xx | credited; the receipt is the body's `ref` field, else (absent or empty) the trade number |
 /// | no answer within the timeout, connection reset | [`ErrorCode::Timeout`] / [`ErrorCode::Unavailable`], **in doubt** |
 /// | connection refused (nothing sent) | [`ErrorCode::Unavailable`], not credited |
 /// | 5xx with body `{"code": "NOT_CREDITED"}` | [`ErrorCode::Unavailable`], not credited |
@@ -169,7 +169,10 @@ impl Http {
                 .map(str::to_string)
         };
         if status.is_success() {
-            return Ok(field("ref").unwrap_or_else(|| c.trade_no.clone()));
+            // An empty `ref` is no receipt: the trade number stands in, as for none.
+            return Ok(field("ref")
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| c.trade_no.clone()));
         }
         let mut shown = text;
         shown.truncate(shown.floor_char_boundary(200));
@@ -223,7 +226,9 @@ impl Http {
         };
         match (status.as_u16(), field("state").as_deref()) {
             (200, Some("CREDITED")) => Ok(CreditStatus::Credited(
-                field("ref").unwrap_or_else(|| c.trade_no.clone()),
+                field("ref")
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or_else(|| c.trade_no.clone()),
             )),
             (200, Some("NOT_CREDITED")) => Ok(CreditStatus::NotCredited),
             _ => Err(CreditError::new(

@@ -89,11 +89,12 @@ enum Cmd {
     Settle {
         /// Its trade number.
         trade_no: String,
-        /// The downstream credited it, with this receipt (transaction id).
+        /// The downstream credited it, with this receipt (transaction id, not empty).
         #[arg(
             long,
             conflicts_with = "not_credited",
-            required_unless_present = "not_credited"
+            required_unless_present = "not_credited",
+            value_parser = non_empty
         )]
         credited: Option<String>,
         /// The downstream never credited it: the next delivery credits it.
@@ -134,9 +135,14 @@ enum Cmd {
         #[arg(long = "scene")]
         scenes: Vec<String>,
         /// A due entry older than this is stale [default: the service config's
-        /// [sweeper] grace_ms].
+        /// [sweeper] grace_ms + retry_ms + 2 x interval_ms: what the sweeper keeps on
+        /// purpose is not counted].
         #[arg(long)]
-        grace_ms: Option<u64>,
+        stale_after_ms: Option<u64>,
+        /// The token store's Redis, when not --redis (the service config's
+        /// [sdk.store] redis_url, if it names another).
+        #[arg(long)]
+        token_redis: Option<String>,
         /// An in-doubt grant older than this is a finding.
         #[arg(long, default_value_t = 600)]
         doubt_hold_secs: u64,
@@ -205,6 +211,15 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         token_write_failures: u64,
     },
+}
+
+/// A value that is not empty or blank (a receipt).
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty: a credit's receipt names the downstream's transaction".into())
+    } else {
+        Ok(s.to_string())
+    }
 }
 
 /// `activity/scene=TOTAL`.
@@ -497,7 +512,7 @@ fn audit_config(args: &Args) -> Result<reward_tools::audit::AuditConfig, String>
         token_prefix,
         due_shards,
         scenes,
-        grace_ms,
+        stale_after_ms,
         doubt_hold_secs,
         keys_per_sec,
         ..
@@ -509,18 +524,18 @@ fn audit_config(args: &Args) -> Result<reward_tools::audit::AuditConfig, String>
         && claims_shards.is_some()
         && token_prefix.is_some()
         && due_shards.is_some()
-        && grace_ms.is_some();
+        && stale_after_ms.is_some();
     let known = if all_given {
         None
     } else {
         Some(
             Known::load(&args.consumer_config, &args.service_config)
-                .map_err(|e| format!("{e:#} (or name the stores: --claims-prefix --claims-shards --token-prefix --due-shards --grace-ms)"))?,
+                .map_err(|e| format!("{e:#} (or name the stores: --claims-prefix --claims-shards --token-prefix --due-shards --stale-after-ms)"))?,
         )
     };
-    let grace = match grace_ms {
+    let stale_after = match stale_after_ms {
         Some(g) => *g,
-        None => sweeper_grace(&args.service_config)?,
+        None => sweeper_stale_after(&args.service_config)?,
     };
     let pick = |given: &Option<String>, from: &dyn Fn(&Known) -> String| {
         given
@@ -546,7 +561,7 @@ fn audit_config(args: &Args) -> Result<reward_tools::audit::AuditConfig, String>
     } else {
         scenes.clone()
     };
-    cfg.due_grace = std::time::Duration::from_millis(grace);
+    cfg.stale_after = std::time::Duration::from_millis(stale_after);
     cfg.doubt_hold = std::time::Duration::from_secs(*doubt_hold_secs);
     cfg.keys_per_sec = *keys_per_sec;
     if cfg.claims_prefix.is_empty() || cfg.token_prefix.is_empty() {
@@ -555,27 +570,42 @@ fn audit_config(args: &Args) -> Result<reward_tools::audit::AuditConfig, String>
     Ok(cfg)
 }
 
-/// `[sweeper] grace_ms` of the service config, else the sweeper's default.
-fn sweeper_grace(path: &std::path::Path) -> Result<u64, String> {
-    let default = reward_service::sweeper::SweepConfig::default().grace_ms;
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(default);
+/// When a due entry is stale, from the service config's `[sweeper]` (else the
+/// sweeper's defaults): its grace, its retry wait and two of its passes, past which
+/// even an entry the sweeper keeps on purpose would have been looked at again.
+fn sweeper_stale_after(path: &std::path::Path) -> Result<u64, String> {
+    let d = reward_service::sweeper::SweepConfig::default();
+    let table: Option<toml::Table> = match std::fs::read_to_string(path) {
+        Ok(text) => Some(
+            text.parse()
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        ),
+        Err(_) => None,
     };
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    match table.get("sweeper").and_then(|s| s.get("grace_ms")) {
-        None => Ok(default),
-        Some(v) => v
-            .as_integer()
-            .and_then(|g| u64::try_from(g).ok())
-            .ok_or_else(|| {
-                format!(
-                    "{}: sweeper.grace_ms {v} is not a number of ms",
-                    path.display()
-                )
-            }),
-    }
+    let setting = |key: &str, default: u64| -> Result<u64, String> {
+        match table
+            .as_ref()
+            .and_then(|t| t.get("sweeper"))
+            .and_then(|s| s.get(key))
+        {
+            None => Ok(default),
+            Some(v) => v
+                .as_integer()
+                .and_then(|g| u64::try_from(g).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{}: sweeper.{key} {v} is not a number of ms",
+                        path.display()
+                    )
+                }),
+        }
+    };
+    let grace = setting("grace_ms", d.grace_ms)?;
+    let retry = setting("retry_ms", d.retry_ms)?;
+    let interval = setting("interval_ms", d.interval_ms)?;
+    Ok(grace
+        .saturating_add(retry)
+        .saturating_add(interval.saturating_mul(2)))
 }
 
 /// `reward-ctl audit`: once (exit 0 clean, 1 findings, 3 Redis failed), or every N s.
@@ -596,23 +626,38 @@ async fn audit(args: &Args) -> ExitCode {
     else {
         return ExitCode::from(2);
     };
-    let client =
-        match reward_runtime::redis::builder(&args.redis, std::time::Duration::from_secs(10))
+    let Cmd::Audit { token_redis, .. } = &args.command else {
+        return ExitCode::from(2);
+    };
+    let connect = |url: &str| {
+        reward_runtime::redis::builder(url, std::time::Duration::from_secs(10))
             .and_then(|b| b.build())
-        {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("reward-ctl audit: {e}");
-                return ExitCode::from(2);
-            }
-        };
-    if let Err(e) = fred::prelude::ClientLike::init(&client).await {
+    };
+    let (client, tokens) = match (
+        connect(&args.redis),
+        connect(token_redis.as_deref().unwrap_or(&args.redis)),
+    ) {
+        (Ok(c), Ok(t)) => (c, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("reward-ctl audit: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let ready = async {
+        fred::prelude::ClientLike::init(&client).await?;
+        fred::prelude::ClientLike::init(&tokens).await
+    };
+    if let Err(e) = ready.await {
+        // Once: a failure to answer. Watch mode: the next run tries again (fred
+        // reconnects), so a Redis down at start does not end the watch.
         eprintln!("reward-ctl audit: redis: {e}");
-        return ExitCode::from(3);
+        if every.is_none() {
+            return ExitCode::from(3);
+        }
     }
     let Some(every) = every else {
         let mut shown = 0u64;
-        let report = reward_tools::audit::audit(&client, &cfg, |n| {
+        let report = reward_tools::audit::audit(&client, &tokens, &cfg, |n| {
             if n >= shown + 100_000 {
                 shown = n;
                 eprintln!("reward-ctl audit: {n} claim records read");
@@ -632,18 +677,23 @@ async fn audit(args: &Args) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+            Err(e @ reward_tools::audit::AuditError::Config(_)) => {
+                eprintln!("reward-ctl audit: {e}");
+                ExitCode::from(2)
+            }
             Err(e) => {
                 eprintln!("reward-ctl audit: {e}");
                 ExitCode::from(3)
             }
         };
     };
-    watch(&client, &cfg, *every, *metrics_addr).await
+    watch(&client, &tokens, &cfg, *every, *metrics_addr).await
 }
 
 /// The watch mode: an audit every `every` seconds, its findings on /metrics.
 async fn watch(
     client: &fred::prelude::Client,
+    tokens: &fred::prelude::Client,
     cfg: &reward_tools::audit::AuditConfig,
     every: u64,
     addr: Option<std::net::SocketAddr>,
@@ -672,11 +722,19 @@ async fn watch(
     let stop = reward_runtime::service::stop_signal();
     tokio::pin!(stop);
     loop {
+        // The stop signal first, before a tick and during a run: SIGTERM never waits
+        // for a run of a large store, nor starts another.
         tokio::select! {
+            biased;
             () = &mut stop => return ExitCode::SUCCESS,
             _ = tick.tick() => {}
         }
-        match reward_tools::audit::audit(client, cfg, |_| {}).await {
+        let run = tokio::select! {
+            biased;
+            () = &mut stop => return ExitCode::SUCCESS,
+            r = reward_tools::audit::audit(client, tokens, cfg, |_| {}) => r,
+        };
+        match run {
             Ok(r) => {
                 reward_tools::audit::export(&r);
                 let found: Vec<String> = r
