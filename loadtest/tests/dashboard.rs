@@ -85,6 +85,16 @@ fn emitted() -> BTreeSet<String> {
     out
 }
 
+/// The metric a queried series belongs to: a histogram's `_bucket`, `_sum` and
+/// `_count` series are its documented name's.
+fn base_name(q: &str, documented: &BTreeSet<String>) -> String {
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .find_map(|s| q.strip_suffix(s).filter(|b| documented.contains(*b)))
+        .unwrap_or(q)
+        .to_string()
+}
+
 /// The names in docs/metrics.md's tables (first column).
 fn documented() -> BTreeSet<String> {
     let text = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
@@ -114,11 +124,7 @@ fn every_dashboard_metric_is_documented_and_emitted() {
         let queried = names(e);
         assert!(!queried.is_empty(), "no metric in {e}");
         for q in queried {
-            let base = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| q.strip_suffix(s).filter(|b| documented.contains(*b)))
-                .unwrap_or(&q)
-                .to_string();
+            let base = base_name(&q, &documented);
             assert!(
                 documented.contains(&base),
                 "the dashboard queries {q}, not in docs/metrics.md"
@@ -245,11 +251,7 @@ fn every_rule_queries_documented_metrics_and_every_alert_has_a_firing_test() {
     assert!(exprs.len() >= 30, "{} rules", exprs.len());
     for e in &exprs {
         for q in names(e) {
-            let base = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| q.strip_suffix(s).filter(|b| documented.contains(*b)))
-                .unwrap_or(&q)
-                .to_string();
+            let base = base_name(&q, &documented);
             assert!(
                 documented.contains(&base),
                 "a rule queries {q}, not in docs/metrics.md: {e}"

@@ -1902,29 +1902,23 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
         .hincrby(format!("{claims}:{{{claims}.0}}:b:{scene}"), "spent", 1)
         .await
         .unwrap();
-    let old = (reward_runtime::clock::now_ms() - 600_000) as f64;
-    let _: i64 = client
-        .zadd(
+    // A due entry ten minutes old; a grant in doubt for twelve (the hold is ten).
+    for (key, member, age_ms) in [
+        (
             format!("{tokens}:{{due.0}}"),
-            None,
-            None,
-            false,
-            false,
-            (old, "planted|by|audit-test"),
-        )
-        .await
-        .unwrap();
-    // A grant in doubt for twelve minutes (the audit's hold is ten).
-    let doubted = (reward_runtime::clock::now_ms() - 720_000) as f64;
-    let _: i64 = client
-        .zadd(
+            "planted|by|audit-test",
+            600_000,
+        ),
+        (
             format!("{claims}:{{{claims}.1}}:doubt"),
-            None,
-            None,
-            false,
-            false,
-            (doubted, "planted-doubt"),
-        )
-        .await
-        .unwrap();
+            "planted-doubt",
+            720_000,
+        ),
+    ] {
+        let since = (reward_runtime::clock::now_ms() - age_ms) as f64;
+        let _: i64 = client
+            .zadd(key, None, None, false, false, (since, member))
+            .await
+            .unwrap();
+    }
 }
