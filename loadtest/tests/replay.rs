@@ -1582,24 +1582,28 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
             .position(|b| secs <= *b)
             .unwrap_or(buckets.len())
     };
-    for (expr, report, what) in [
-        (
-            "histogram_quantile(0.99, sum by (le) (increase(reward_sdk_send_reward_seconds_bucket[10m])))",
-            r["call_latency_us"]["p99"].as_f64().unwrap() / 1e6,
-            "send_reward p99",
-        ),
-        (
-            "histogram_quantile(0.99, sum by (le) (increase(reward_service_event_age_seconds_bucket[10m])))",
-            r["end_to_end_ms"]["p99"].as_f64().unwrap() / 1e3,
-            "end-to-end p99",
-        ),
-    ] {
-        let prom = count(expr);
-        assert!(
-            bucket_of(prom).abs_diff(bucket_of(report)) <= 1,
-            "{what}: Prometheus says {prom} s, the report {report} s: more than a bucket apart"
-        );
-    }
+    // The SDK times a call from its first poll to its answer; the load tester from
+    // before the call, which on a busy machine includes the wait for a runtime
+    // thread to poll it at all. So the SDK's p99 is at most the tester's (plus a
+    // bucket of interpolation), and on a quiet machine within a bucket of it.
+    let send = count(
+        "histogram_quantile(0.99, sum by (le) (increase(reward_sdk_send_reward_seconds_bucket[10m])))",
+    );
+    let call_p99 = r["call_latency_us"]["p99"].as_f64().unwrap() / 1e6;
+    assert!(
+        send > 0.0 && bucket_of(send) <= bucket_of(call_p99) + 1,
+        "send_reward p99: Prometheus says {send} s, above the load tester's {call_p99} s by more than a bucket"
+    );
+    // End to end: the service times each first credit from the event's creation;
+    // the tester from its send to the credit it reads back: within a bucket.
+    let e2e = count(
+        "histogram_quantile(0.99, sum by (le) (increase(reward_service_event_age_seconds_bucket[10m])))",
+    );
+    let e2e_p99 = r["end_to_end_ms"]["p99"].as_f64().unwrap() / 1e3;
+    assert!(
+        bucket_of(e2e).abs_diff(bucket_of(e2e_p99)) <= 1,
+        "end-to-end p99: Prometheus says {e2e} s, the report {e2e_p99} s: more than a bucket apart"
+    );
     // Every process's final scrape passes promtool's lint (HELP on every metric,
     // units in names, counters ending in _total).
     let mut linted = 0;
