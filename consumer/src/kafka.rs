@@ -245,7 +245,7 @@ impl KafkaSource {
                 _ = &mut stopped => break,
                 m = self.consumer.recv() => m,
             };
-            let (part, offset, raw) = match msg {
+            let (part, offset, raw, stored_ms) = match msg {
                 Ok(m) => {
                     // One shared name per topic, not an allocation per message.
                     if &*topic != m.topic() {
@@ -255,6 +255,7 @@ impl KafkaSource {
                         (topic.clone(), m.partition()),
                         m.offset(),
                         Bytes::copy_from_slice(m.payload().unwrap_or_default()),
+                        m.timestamp().to_millis(),
                     )
                 }
                 Err(e) => {
@@ -267,6 +268,8 @@ impl KafkaSource {
                 _ = &mut stopped => break,
                 g = self.offsets.track(&part, offset) => g,
             };
+            // Before the pipeline has it, so its settlement finds it.
+            self.offsets.lag.fetched(&part, offset, stored_ms, None);
             let item = Item {
                 raw,
                 ack: Ack {

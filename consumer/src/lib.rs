@@ -255,7 +255,7 @@ async fn open_source(
                 pull_batch: *pull_batch,
             };
             AnySource::RocketMq(Box::new(
-                rocketmq::RocketMqSource::start(&settings)
+                rocketmq::RocketMqSource::start(&settings, offsets.clone())
                     .await
                     .map_err(StartError::RocketMq)?,
             ))
@@ -310,6 +310,12 @@ impl Running {
     /// Partitions (or RocketMQ queues) assigned to this member now.
     pub fn assigned(&self) -> usize {
         self.offsets.assigned()
+    }
+
+    /// Each partition's (or queue's) lag now, as the gauges
+    /// `reward_consumer_lag_seconds` and (RocketMQ) `reward_consumer_lag_records` say.
+    pub fn lag(&self) -> Vec<(pipeline::PartKey, pipeline::lag::PartFigures)> {
+        self.offsets.lag.figures(pipeline::lag::now_ms())
     }
 
     /// Stops fetching, lets in-flight work finish within the grace period, commits,

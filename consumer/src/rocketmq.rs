@@ -26,14 +26,26 @@ use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use tokio::sync::mpsc;
 
-use crate::pipeline::{Ack, Item};
+use crate::pipeline::{Ack, Item, Offsets};
 
 /// How long a listener call waits for its messages before it gives them back to the
 /// broker (`ReconsumeLater`); only a stuck pipeline gets there.
 const SETTLE_WAIT: Duration = Duration::from_secs(300);
 
+/// How often the lag gauges are set.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
 struct Listener {
     tx: mpsc::UnboundedSender<Item>,
+    offsets: Arc<Offsets>,
+}
+
+/// The queue's max offset the broker sent with the pull that brought `m`.
+fn max_offset(m: &MessageExt) -> Option<i64> {
+    m.properties()
+        .iter()
+        .find(|(k, _)| k.as_str() == "MAX_OFFSET")
+        .and_then(|(_, v)| v.as_str().parse().ok())
 }
 
 impl MessageListenerConcurrently for Listener {
@@ -46,10 +58,17 @@ impl MessageListenerConcurrently for Listener {
         let mut sent = 0usize;
         for m in msgs {
             let topic: Arc<str> = Arc::from(m.topic().as_str());
+            let part = (topic, m.queue_id());
+            self.offsets.lag.fetched(
+                &part,
+                m.queue_offset(),
+                Some(m.store_timestamp()),
+                max_offset(m),
+            );
             let item = Item {
                 raw: m.body().unwrap_or_else(Bytes::new),
                 ack: Ack {
-                    part: (topic, m.queue_id()),
+                    part,
                     generation: 0,
                     offset: m.queue_offset(),
                     signal: Some(done_tx.clone()),
@@ -98,6 +117,8 @@ pub struct RocketMqSource {
     consumer: Option<DefaultMQPushConsumer>,
     /// What the listener sends; drained into the pipeline by `feed`.
     rx: mpsc::UnboundedReceiver<Item>,
+    /// The lag gauges' bookkeeping (the client keeps the offsets themselves).
+    offsets: Arc<Offsets>,
 }
 
 impl std::fmt::Debug for RocketMqSource {
@@ -111,7 +132,7 @@ impl RocketMqSource {
     /// The listener runs on the client's threads and cannot await a bounded channel,
     /// so it sends into an unbounded one; the client's own flow control (threads x
     /// batch, each call waiting for its messages) bounds it.
-    pub async fn start(s: &RocketMqSettings) -> Result<Self, String> {
+    pub async fn start(s: &RocketMqSettings, offsets: Arc<Offsets>) -> Result<Self, String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let rt = sdk::queue::rocketmq_runtime("reward-consumer")?;
         let mut consumer = DefaultMQPushConsumer::builder(rt)
@@ -129,7 +150,10 @@ impl RocketMqSource {
                 .await
                 .map_err(|e| format!("subscribe {t}: {e}"))?;
         }
-        consumer.register_message_listener_concurrently(Listener { tx });
+        consumer.register_message_listener_concurrently(Listener {
+            tx,
+            offsets: offsets.clone(),
+        });
         consumer
             .start()
             .await
@@ -137,6 +161,7 @@ impl RocketMqSource {
         Ok(RocketMqSource {
             consumer: Some(consumer),
             rx,
+            offsets,
         })
     }
 }
@@ -149,6 +174,14 @@ impl crate::Source for RocketMqSource {
         let Some(mut consumer) = self.consumer.take() else {
             return;
         };
+        let offsets = self.offsets.clone();
+        let reporter = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(LAG_EVERY);
+            loop {
+                tick.tick().await;
+                offsets.lag.report();
+            }
+        });
         let closing = tokio::spawn(async move {
             let _ = stop.wait_for(|s| *s).await;
             consumer.shutdown().await;
@@ -160,6 +193,7 @@ impl crate::Source for RocketMqSource {
             }
         }
         let _ = closing.await;
+        reporter.abort();
     }
 
     async fn finish(self) -> bool {

@@ -68,6 +68,20 @@ async fn rocketmq_source_credits_everything_once() {
         consumer.stats().dead_lettered == 1
     })
     .await;
+    // Lag: every queue it read from is caught up, in records (from the max offset
+    // the broker sends with each pull) and in time.
+    wait_for(30, "the lag figures settle at 0", || async {
+        let lag = consumer.lag();
+        let ours: Vec<_> = lag
+            .iter()
+            .filter(|(p, _)| *p.0 == *special_topic(&tag))
+            .collect();
+        !ours.is_empty()
+            && ours
+                .iter()
+                .all(|(_, f)| f.records == Some(0) && f.seconds == 0.0)
+    })
+    .await;
     let report = consumer.shutdown().await;
     assert_eq!(report.unsettled, 0, "{report:?}");
     assert_eq!(report.sdk_left, 0, "{report:?}");

@@ -401,7 +401,12 @@ pub const CONSUMER: &[Metric] = &[
     ),
     gauge(
         "reward_consumer_lag_records",
-        "Kafka: the broker's high watermark minus the first offset not finished here (records, measured every 5 s)",
+        "the partition's last offset on the broker minus the first offset not finished here (records; every 5 s)",
+        &[("topic", RUNTIME), ("partition", RUNTIME)],
+    ),
+    gauge(
+        "reward_consumer_lag_seconds",
+        "how long the oldest record fetched and not settled here has been on the broker (0: none)",
         &[("topic", RUNTIME), ("partition", RUNTIME)],
     ),
     gauge(

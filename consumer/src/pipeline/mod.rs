@@ -56,6 +56,7 @@
 
 mod dispatch;
 mod grant;
+pub mod lag;
 mod mover;
 mod offsets;
 mod settle;

@@ -56,6 +56,8 @@ pub struct Offsets {
     room: Notify,
     next_generation: AtomicU64,
     capacity: usize,
+    /// Lag in time (and RocketMQ's in records), fed by the sources and settlements.
+    pub lag: super::lag::Lag,
 }
 
 impl Offsets {
@@ -66,6 +68,7 @@ impl Offsets {
             room: Notify::new(),
             next_generation: AtomicU64::new(1),
             capacity,
+            lag: super::lag::Lag::default(),
         }
     }
 
@@ -111,6 +114,7 @@ impl Offsets {
                 out.push((p.clone(), pos));
             }
         }
+        self.lag.forget(parts);
         self.room.notify_one();
         out
     }
@@ -143,6 +147,7 @@ impl Offsets {
 
     /// Marks an offset done.
     pub fn complete(&self, ack: &Ack) {
+        self.lag.settled(&ack.part, ack.offset);
         if ack.generation == 0 {
             return;
         }
@@ -211,8 +216,9 @@ impl Offsets {
         }
     }
 
-    /// Reports window occupancy and commit lag per partition as gauges.
+    /// Reports window occupancy, commit lag and lag in time per partition as gauges.
     pub fn report(&self) {
+        self.lag.report();
         for ((topic, partition), win) in self.lock().iter() {
             let (t, p) = (topic.to_string(), partition.to_string());
             metrics::gauge!("reward_consumer_window_occupancy_messages", "topic" => t.clone(), "partition" => p.clone())
