@@ -334,6 +334,13 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
         "{before} of {calls} calls refused before the failover: {}",
         r["timeline"]
     );
+    // The live audit walks every primary of the cluster (the slots moved and a primary
+    // changed during the run) and finds the books clean.
+    let (code, out) = audit_run(&env, &dir);
+    assert_eq!(code, Some(0), "audit on the cluster: {out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let credited = r["credited"].as_u64().unwrap();
+    assert!(v["claims_read"].as_u64().unwrap() >= credited, "{out}");
 }
 
 /// Two reward service instances behind the consumers (their GrantBatch calls are
@@ -1707,7 +1714,7 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
     // The live audit reads the run's books from Redis alone, through the configs the
     // run's processes ran with: clean. Then one inconsistency of each kind is planted
     // in the real records the run left, and the audit names each exactly once.
-    let (code, clean) = audit_run(&dir);
+    let (code, clean) = audit_run(&stack_env(), &dir);
     assert_eq!(code, Some(0), "{clean}");
     let clean: serde_json::Value = serde_json::from_str(&clean).unwrap();
     assert!(
@@ -1719,7 +1726,7 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(plant_inconsistencies(&env, &dir));
-    let (code, found) = audit_run(&dir);
+    let (code, found) = audit_run(&stack_env(), &dir);
     assert_eq!(code, Some(1), "{found}");
     let found: serde_json::Value = serde_json::from_str(&found).unwrap();
     for kind in [
@@ -1815,14 +1822,13 @@ fn audit_watch_once(dir: &Path) -> String {
 
 /// `reward-ctl audit --json` of a run, with the configs its service and consumer ran
 /// with: exit code and stdout.
-fn audit_run(dir: &Path) -> (Option<i32>, String) {
+fn audit_run(env: &[(String, String)], dir: &Path) -> (Option<i32>, String) {
     let bin = loadtest::services::bin_dir().join("reward-ctl");
     assert!(
         bin.exists(),
         "{} is not built (cargo build --workspace builds it)",
         bin.display()
     );
-    let env = stack_env();
     let out = Command::new(bin)
         .arg("--service-config")
         .arg(dir.join("service.toml"))

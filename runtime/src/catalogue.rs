@@ -381,7 +381,7 @@ pub const CONSUMER: &[Metric] = &[
     ),
     gauge(
         "reward_consumer_assigned_partitions",
-        "Kafka partitions this member holds (RocketMQ's push consumer does not say: 0)",
+        "Kafka partitions this member holds; RocketMQ: queues it read from in the last 60 s",
         &[],
     ),
     gauge(

@@ -79,6 +79,17 @@ impl Lag {
         p.last_fetch = Instant::now();
     }
 
+    /// Partitions (queues) known now: read from in the last [`FORGET_AFTER`], or
+    /// holding unsettled records.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// No partition known.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// A record was settled (all of its events).
     pub fn settled(&self, part: &PartKey, offset: i64) {
         if let Some(p) = self.lock().get_mut(part) {

@@ -184,9 +184,11 @@ impl Offsets {
         self.lock().values().map(Window::unfinished).sum()
     }
 
-    /// Partitions (queues) this member holds a window for.
+    /// Partitions this member holds a window for (Kafka), or, for a source whose
+    /// client keeps the offsets (RocketMQ's push consumer, which does not say what it
+    /// holds), the queues it read from lately (see [`super::lag`]).
     pub fn assigned(&self) -> usize {
-        self.lock().len()
+        self.lock().len().max(self.lag.len())
     }
 
     /// Each partition's first offset not finished here (see
