@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(grpc)
         .build_server(grpc)
         .build_transport(grpc)
+        // INVALID_ARGUMENT for a request that does not decode (src/codec.rs).
+        .codec_path("crate::codec::ContractCodec")
         .emit_rerun_if_changed(false)
         .compile_fds(fds)?;
     Ok(())

@@ -23,7 +23,8 @@ pub struct AuditBenchOptions {
     pub claims: u64,
     /// The claim store's shards.
     pub shards: u32,
-    /// The audit's read rate (0: as fast as Redis answers).
+    /// The audit's pace in Redis reads a second (see `reward_tools::audit`; 0: as
+    /// fast as Redis answers).
     pub keys_per_sec: u64,
 }
 

@@ -123,6 +123,7 @@ fn event(i: u64, users: u64) -> RewardEvent {
         scene_id: "rain".into(),
         reward_type: "cash".into(),
         amount: 1,
+        created_at_ms: reward_runtime::clock::now_ms(),
         ..Default::default()
     }
 }

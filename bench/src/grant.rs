@@ -146,6 +146,7 @@ fn event(i: u64, users: u64, scene: &str) -> RewardEvent {
         scene_id: scene.into(),
         reward_type: "cash".into(),
         amount: 1,
+        created_at_ms: reward_runtime::clock::now_ms(),
         ..Default::default()
     }
 }

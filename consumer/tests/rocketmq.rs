@@ -82,7 +82,10 @@ async fn rocketmq_source_credits_everything_once() {
                 .all(|(_, f)| f.records == Some(0) && f.seconds == 0.0)
     })
     .await;
-    assert!(consumer.assigned() >= 1, "the queues it read from count as held");
+    assert!(
+        consumer.assigned() >= 1,
+        "the queues it read from count as held"
+    );
     let report = consumer.shutdown().await;
     assert_eq!(report.unsettled, 0, "{report:?}");
     assert_eq!(report.sdk_left, 0, "{report:?}");

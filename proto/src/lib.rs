@@ -35,6 +35,8 @@
 //! assert_eq!(RewardEvent::decode(bytes.as_slice()).unwrap(), event);
 //! ```
 
+#[cfg(feature = "grpc")]
+pub mod codec;
 pub mod edits;
 pub mod ids;
 pub mod limits;

@@ -13,6 +13,7 @@
 //! | extension | [`MAX_EXTENSION_FIELDS`] entries, keys 1..=[`MAX_EXTENSION_LEN`] bytes, values up to [`MAX_EXTENSION_LEN`] |
 //! | proof | at most [`MAX_PROOF_LEN`] bytes (a valid one is [`PROOF_LEN`]; any other length is a proof that does not verify, `PROOF_FORGED`) |
 //! | `not_before_ms` | at most [`MAX_NOT_BEFORE_AHEAD_MS`] ahead of the reader's clock |
+//! | `created_at_ms` | set (> 0), at most [`MAX_CREATED_AHEAD_MS`] ahead of the reader's clock ([`check_created`]) |
 //! | one encoded event | [`MAX_EVENT_BYTES`] (every field above at its largest) |
 //!
 //! Ids were allowed up to 256 bytes when an SDK raised its own limit; such ids are
@@ -69,6 +70,9 @@ pub const MAX_PROOF_LEN: usize = 64;
 /// longer than any backoff the pipeline itself sets, short enough that a record
 /// written by a stranger cannot park events in the delay queue for days.
 pub const MAX_NOT_BEFORE_AHEAD_MS: i64 = 3_600_000;
+/// Furthest ahead of a reader's clock an event's `created_at_ms` may lie (5 minutes of
+/// clock skew between hosts; the SDK stamps it from its host's clock).
+pub const MAX_CREATED_AHEAD_MS: i64 = 300_000;
 
 /// A length-delimited field of `n` bytes: tag (1 byte), length prefix (up to 3 bytes
 /// for these sizes), the bytes.
@@ -121,6 +125,8 @@ pub enum Field {
     Proof,
     /// `not_before_ms`.
     NotBefore,
+    /// `created_at_ms`.
+    CreatedAt,
 }
 
 impl Field {
@@ -139,6 +145,7 @@ impl Field {
             Self::Extension => "extension",
             Self::Proof => "proof",
             Self::NotBefore => "not_before_ms",
+            Self::CreatedAt => "created_at_ms",
         }
     }
 }
@@ -173,11 +180,15 @@ pub enum Problem {
     },
     /// A proof longer than [`MAX_PROOF_LEN`].
     ProofLength(usize),
-    /// `not_before_ms` lies too far ahead.
+    /// A time lies too far ahead of the reader's clock.
     TooFarAhead {
         /// How far, in ms.
         ahead_ms: i64,
+        /// The limit, in ms.
+        max_ms: i64,
     },
+    /// A required time is 0 or negative (not set).
+    NotSet,
 }
 
 /// An event over a limit: which field, and why.
@@ -199,10 +210,13 @@ impl std::fmt::Display for Problem {
             Problem::EmptyKey => write!(f, "has an empty key"),
             Problem::Amount { amount, max } => write!(f, "is {amount}, not in 1..={max}"),
             Problem::ProofLength(n) => write!(f, "is {n} bytes, more than {MAX_PROOF_LEN}"),
-            Problem::TooFarAhead { ahead_ms } => write!(
-                f,
-                "lies {ahead_ms} ms ahead, more than {MAX_NOT_BEFORE_AHEAD_MS}"
-            ),
+            Problem::TooFarAhead { ahead_ms, max_ms } => {
+                write!(
+                    f,
+                    "lies {ahead_ms} ms ahead of this clock, more than {max_ms}"
+                )
+            }
+            Problem::NotSet => write!(f, "is not set (0 or negative)"),
         }
     }
 }
@@ -275,7 +289,29 @@ pub fn check_event(ev: &RewardEvent) -> Result<(), LimitError> {
 pub fn check_not_before(ev: &RewardEvent, now_ms: i64) -> Result<(), LimitError> {
     let ahead_ms = ev.not_before_ms.saturating_sub(now_ms);
     if ahead_ms > MAX_NOT_BEFORE_AHEAD_MS {
-        return Err(at(Field::NotBefore)(Problem::TooFarAhead { ahead_ms }));
+        return Err(at(Field::NotBefore)(Problem::TooFarAhead {
+            ahead_ms,
+            max_ms: MAX_NOT_BEFORE_AHEAD_MS,
+        }));
+    }
+    Ok(())
+}
+
+/// Checks that an event says when it was created (`created_at_ms` > 0) and that this
+/// lies at most [`MAX_CREATED_AHEAD_MS`] ahead of `now_ms` (clock skew between the
+/// SDK's host and the reader). The age checks that follow (grant records' retention,
+/// the SLO's end-to-end latency) read it, so an event without one, or dated in the
+/// future, would slip past them.
+pub fn check_created(ev: &RewardEvent, now_ms: i64) -> Result<(), LimitError> {
+    if ev.created_at_ms <= 0 {
+        return Err(at(Field::CreatedAt)(Problem::NotSet));
+    }
+    let ahead_ms = ev.created_at_ms.saturating_sub(now_ms);
+    if ahead_ms > MAX_CREATED_AHEAD_MS {
+        return Err(at(Field::CreatedAt)(Problem::TooFarAhead {
+            ahead_ms,
+            max_ms: MAX_CREATED_AHEAD_MS,
+        }));
     }
     Ok(())
 }
@@ -400,10 +436,46 @@ mod tests {
         assert_eq!(
             check_not_before(&ev, now).unwrap_err().problem,
             Problem::TooFarAhead {
-                ahead_ms: MAX_NOT_BEFORE_AHEAD_MS + 1
+                ahead_ms: MAX_NOT_BEFORE_AHEAD_MS + 1,
+                max_ms: MAX_NOT_BEFORE_AHEAD_MS,
             }
         );
         ev.not_before_ms = i64::MAX;
         assert!(check_not_before(&ev, i64::MIN).is_err());
+    }
+
+    #[test]
+    fn created_at_must_be_set_and_at_most_five_minutes_ahead() {
+        let now = 1_800_000_000_000;
+        let mut ev = largest();
+        for unset in [0, -1, i64::MIN] {
+            ev.created_at_ms = unset;
+            let e = check_created(&ev, now).unwrap_err();
+            assert_eq!((e.field, e.problem), (Field::CreatedAt, Problem::NotSet));
+        }
+        ev.created_at_ms = 1;
+        assert!(
+            check_created(&ev, now).is_ok(),
+            "old is the retention check's"
+        );
+        ev.created_at_ms = now + MAX_CREATED_AHEAD_MS;
+        assert!(check_created(&ev, now).is_ok());
+        ev.created_at_ms += 1;
+        assert_eq!(
+            check_created(&ev, now).unwrap_err().problem,
+            Problem::TooFarAhead {
+                ahead_ms: MAX_CREATED_AHEAD_MS + 1,
+                max_ms: MAX_CREATED_AHEAD_MS,
+            }
+        );
+        ev.created_at_ms = i64::MAX;
+        assert!(check_created(&ev, i64::MIN).is_err());
+        assert_eq!(
+            check_created(&ev, now).unwrap_err().to_string(),
+            format!(
+                "created_at_ms lies {} ms ahead of this clock, more than 300000",
+                i64::MAX - now
+            )
+        );
     }
 }

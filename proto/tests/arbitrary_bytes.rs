@@ -38,6 +38,7 @@ fn decode_all(bytes: &[u8]) {
         let _ = proto::ids::check_event(&ev);
         let _ = proto::limits::check_event(&ev);
         let _ = proto::limits::check_not_before(&ev, 1_700_000_000_000);
+        let _ = proto::limits::check_created(&ev, 1_700_000_000_000);
     }
     if let Ok(dl) = DeadLetter::decode(bytes)
         && let Some(ev) = dl.event

@@ -1182,3 +1182,182 @@ async fn the_grant_credential_cannot_pass_a_types_ceiling_or_credit_an_event_pas
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Raw bytes as a gRPC message: what a client with a broken encoder sends.
+#[derive(Debug, Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// The contract's rules on the wire: undecodable bytes are INVALID_ARGUMENT (never
+/// INTERNAL); an event without a creation time, or dated ahead of the service's clock
+/// by more than the skew, is INVALID; a trade number repeated in one batch is claimed
+/// once, its identical copy answered DUPLICATE with the first copy's receipt and a
+/// differing copy CONFLICT; every batch result carries its request's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_rules_hold_on_the_wire() {
+    let tag = format!("w{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 10_000).await;
+    let mut c = client(&r).await;
+
+    // Undecodable: a field header with a wire type protobuf does not have.
+    let channel = Channel::from_shared(format!("http://{}", r.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    for path in [
+        "/reward.v1.RewardService/Grant",
+        "/reward.v1.RewardService/GrantAsync",
+        "/reward.v1.RewardService/GrantBatch",
+    ] {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.unwrap();
+        let e = grpc
+            .unary(
+                authed(vec![0x0f, 0xff, 0xff]),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                RawCodec,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{path}: {e:?}");
+    }
+
+    // created_at_ms: required, and at most 5 minutes ahead.
+    let now = reward_runtime::clock::now_ms();
+    let res = |resp: tonic::Response<proto::v1::GrantResponse>| resp.into_inner().result.unwrap();
+    for (what, created, want) in [
+        ("unset", 0, GrantOutcome::Invalid),
+        ("negative", -5, GrantOutcome::Invalid),
+        ("10 min ahead", now + 600_000, GrantOutcome::Invalid),
+        ("1 min ahead", now + 60_000, GrantOutcome::Granted),
+    ] {
+        let ev = RewardEvent {
+            created_at_ms: created,
+            ..event(
+                &format!("w:created:{}", what.replace(' ', "_")),
+                "9",
+                "cash",
+                1,
+            )
+        };
+        let got = res(c
+            .grant(authed(GrantRequest { event: Some(ev) }))
+            .await
+            .unwrap());
+        assert_eq!(outcome_of(&got), want, "{what}: {got:?}");
+        if want == GrantOutcome::Invalid {
+            assert!(got.message.starts_with("created_at_ms"), "{what}: {got:?}");
+        }
+    }
+
+    // One batch: a reward, its copy, a differing copy, another reward, an empty trade
+    // number, and the first reward once more.
+    let a = event("w:a", "10", "cash", 5);
+    let batch = vec![
+        a.clone(),
+        a.clone(),
+        RewardEvent {
+            amount: 6,
+            ..a.clone()
+        },
+        event("w:b", "10", "cash", 7),
+        event("", "10", "cash", 1),
+        a.clone(),
+    ];
+    let results = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: batch,
+            require_proof: false,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let got: Vec<(u32, &str, GrantOutcome, &str)> = results
+        .iter()
+        .map(|r| {
+            (
+                r.index,
+                r.trade_no.as_str(),
+                outcome_of(r),
+                r.error_code.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, "w:a", GrantOutcome::Granted, ""),
+            (1, "w:a", GrantOutcome::Duplicate, ""),
+            (2, "w:a", GrantOutcome::Conflict, "CONFLICT"),
+            (3, "w:b", GrantOutcome::Granted, ""),
+            (4, "", GrantOutcome::Invalid, "INVALID"),
+            (5, "w:a", GrantOutcome::Duplicate, ""),
+        ]
+    );
+    assert!(!results[0].downstream_ref.is_empty());
+    assert_eq!(results[1].downstream_ref, results[0].downstream_ref);
+    assert_eq!(results[5].downstream_ref, results[0].downstream_ref);
+    // Credited once: 5 + 7, and the one-minute-ahead grant's 1.
+    assert_eq!(ledger(&tag).await.balance("10", "cash").await.unwrap(), 12);
+    assert_eq!(ledger(&tag).await.balance("9", "cash").await.unwrap(), 1);
+    // The same batch again: every copy of a credited reward is DUPLICATE.
+    let again = c
+        .grant_batch(authed(GrantBatchRequest {
+            events: vec![a.clone(), a.clone()],
+            require_proof: false,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert!(
+        again
+            .iter()
+            .all(|r| outcome_of(r) == GrantOutcome::Duplicate
+                && r.downstream_ref == results[0].downstream_ref),
+        "{again:?}"
+    );
+    assert_eq!(spent(&r).await, 13);
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

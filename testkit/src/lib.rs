@@ -59,8 +59,16 @@ pub fn event(trade_no: &str, user: &str, reward_type: &str, amount: i64) -> prot
         scene_id: "rain".into(),
         reward_type: reward_type.into(),
         amount,
+        created_at_ms: now_ms(),
         ..Default::default()
     }
+}
+
+/// Milliseconds since the epoch, as the SDK stamps `created_at_ms`.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The stack's Redis URL; panics (never skips) if Redis is down.

@@ -13,7 +13,9 @@
 //! | `in_doubt_past_hold` | a grant held `IN_DOUBT` longer than `doubt_hold`: money that may have moved, waiting on an operator | `ZRANGEBYSCORE` of every shard's doubt index |
 //!
 //! **Bounded cost.** The walk reads claim records `page` keys at a time and never
-//! faster than `keys_per_sec` (it sleeps between pages), on a single Redis or on every
+//! makes more than `keys_per_sec` reads a second (it sleeps between pages; each key a
+//! page looks at, claim or not, each record and each token check counts one), on a
+//! single Redis or on every
 //! primary of a cluster (`reward_runtime::keyspace`); the other checks read one key
 //! per shard. The figures for a store of a million claims are in `BENCHMARKS.md`.
 //!
@@ -59,7 +61,8 @@ pub struct AuditConfig {
     pub doubt_hold: Duration,
     /// The scenes with budgets (`activity/scene`).
     pub scenes: Vec<String>,
-    /// Claim records read per second at most.
+    /// Redis reads per second at most: each key a `SCAN` page looks at (claim or
+    /// not), each record read and each token check counts one.
     pub keys_per_sec: u64,
     /// `SCAN` page size.
     pub page: u32,

@@ -345,9 +345,12 @@ impl Pipeline {
             .contains_key(&event.reward_type);
         // Over a limit of the pipeline (`proto::limits`): the service would refuse it
         // (an oversized one would fail its whole batch), and a `not_before_ms` far
-        // ahead would park it in Redis for as long as a stranger likes.
+        // ahead would park it in Redis for as long as a stranger likes; one without a
+        // creation time, or dated ahead, would slip past the service's age checks.
+        let now = now_ms();
         let over = proto::limits::check_event(&event)
-            .and_then(|()| proto::limits::check_not_before(&event, now_ms()));
+            .and_then(|()| proto::limits::check_not_before(&event, now))
+            .and_then(|()| proto::limits::check_created(&event, now));
         if let Err(e) = over {
             let me = self.clone();
             let why = e.to_string();

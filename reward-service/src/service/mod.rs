@@ -274,6 +274,7 @@ impl Service {
     fn checked(&self, ev: &RewardEvent, proofs: Proofs) -> Result<Grant, Refusal> {
         let g = grant_of(ev).map_err(Refusal::invalid)?;
         let now = now_ms();
+        proto::limits::check_created(ev, now).map_err(|e| Refusal::invalid(e.to_string()))?;
         self.proven(ev, proofs, now).inspect_err(|r| {
             metrics::counter!("reward_service_events_refused_total", "code" => r.code).increment(1);
         })?;
@@ -281,7 +282,7 @@ impl Service {
         let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
-        if ev.created_at_ms > 0 && now >= ev.created_at_ms.saturating_add(retention_ms) {
+        if now >= ev.created_at_ms.saturating_add(retention_ms) {
             return Err(Refusal::invalid(format!(
                 "the event was created at {} (Unix ms), longer ago than grant records are kept",
                 ev.created_at_ms
@@ -443,20 +444,31 @@ impl Service {
             tracing::warn!(refused = n, first_code = code, first_trade_no = %trade_no,
                 "events without a valid proof refused (a record nobody with the token keys issued)");
         }
+        // A trade number twice in the batch: only its first copy is claimed. A later
+        // copy of the same reward answers what the first got (GRANTED as DUPLICATE,
+        // with its receipt), one that differs is a CONFLICT, as a later call would be.
+        let (grants, at, copies) = split_copies(grants, at);
         let results = self.granter.grant_many(&grants).await;
-        for ((i, g), r) in at.into_iter().zip(&grants).zip(results) {
-            out[i] = Some(result_of(&g.trade_no, r));
+        for ((i, g), r) in at.iter().zip(&grants).zip(results) {
+            out[*i] = Some(result_of(&g.trade_no, r));
+        }
+        for (i, first, same) in copies {
+            let answer = out[at[first]].clone();
+            out[i] = answer.map(|first| copy_answer(first, same));
         }
         out.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| {
+            .enumerate()
+            .map(|(i, r)| {
+                let mut r = r.unwrap_or_else(|| {
                     failed(
-                        "",
+                        &events[i].trade_no,
                         GrantOutcome::FailedRetryable,
                         "INTERNAL",
                         "the grant ended without an answer; send it again".into(),
                     )
-                })
+                });
+                r.index = u32::try_from(i).unwrap_or(u32::MAX);
+                r
             })
             .collect()
     }
@@ -465,5 +477,58 @@ impl Service {
     pub async fn ready(&self) -> Result<(), ServiceError> {
         self.granter.claims().ping().await?;
         Ok(())
+    }
+}
+
+/// Splits a batch's grants into the first copy of each trade number (with their
+/// request positions) and the later copies: (request position, position of the
+/// first copy among the kept grants, whether the copy is the same reward: user,
+/// type, amount and scene, what a claim record compares).
+#[allow(clippy::type_complexity)]
+fn split_copies(
+    grants: Vec<Grant>,
+    at: Vec<usize>,
+) -> (Vec<Grant>, Vec<usize>, Vec<(usize, usize, bool)>) {
+    let mut first: std::collections::HashMap<String, usize> =
+        std::collections::HashMap::with_capacity(grants.len());
+    let mut kept: Vec<Grant> = Vec::with_capacity(grants.len());
+    let mut kept_at = Vec::with_capacity(grants.len());
+    let mut copies = Vec::new();
+    for (g, i) in grants.into_iter().zip(at) {
+        if let Some(&p) = first.get(g.trade_no.as_str()) {
+            let f = &kept[p];
+            let same = f.user_id == g.user_id
+                && f.reward_type == g.reward_type
+                && f.amount == g.amount
+                && f.scene == g.scene;
+            copies.push((i, p, same));
+        } else {
+            first.insert(g.trade_no.clone(), kept.len());
+            kept.push(g);
+            kept_at.push(i);
+        }
+    }
+    (kept, kept_at, copies)
+}
+
+/// The answer to a later copy of a trade number in one batch, from the first copy's.
+fn copy_answer(first: GrantResult, same: bool) -> GrantResult {
+    if !same {
+        return failed(
+            &first.trade_no,
+            GrantOutcome::Conflict,
+            "CONFLICT",
+            "the trade number appears earlier in this batch with another user, type, amount or scene"
+                .into(),
+        );
+    }
+    match GrantOutcome::try_from(first.outcome) {
+        Ok(GrantOutcome::Granted) => GrantResult {
+            outcome: GrantOutcome::Duplicate as i32,
+            error_code: String::new(),
+            message: "granted by its earlier copy in this batch".into(),
+            ..first
+        },
+        _ => first,
     }
 }

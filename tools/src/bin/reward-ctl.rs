@@ -113,7 +113,8 @@ enum Cmd {
     /// scene's spent against its claims per shard, that no credited reward's token is
     /// still pending, that no due index entry is older than the sweeper's grace and no
     /// grant in doubt older than --doubt-hold-secs (reward_tools::audit). Reads at most
-    /// --keys-per-sec claim records a second, on a single Redis or a cluster. The
+    /// --keys-per-sec reads a second (each key a SCAN page looks at, claim or not, each
+    /// record read and each token check), on a single Redis or a cluster. The
     /// stores come from --service-config unless named here. Exit 0 clean, 1 findings,
     /// 2 bad input, 3 Redis failed. With --every N: runs every N s until SIGTERM,
     /// printing a line per run and exporting reward_audit_* on --metrics-addr.
@@ -146,7 +147,9 @@ enum Cmd {
         /// An in-doubt grant older than this is a finding.
         #[arg(long, default_value_t = 600)]
         doubt_hold_secs: u64,
-        /// Claim records read per second at most.
+        /// Redis reads per second at most: each key a SCAN page looks at (claim or
+        /// not: a walk costs Redis by the keyspace's size), each record read and each
+        /// token check counts one; a granted claim costs about 3.
         #[arg(long, default_value_t = 50_000)]
         keys_per_sec: u64,
         /// Print the report as JSON.
