@@ -9,6 +9,7 @@ const FILES: &[&str] = &[
     "reward/v1/event.proto",
     "reward/v1/service.proto",
     "reward/v1/wallet.proto",
+    "reward/v1/admin.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -30,8 +30,20 @@ macro_rules! decode_failure {
     };
 }
 
-decode_failure!(InvalidArgument: v1::GrantRequest, v1::GrantAsyncRequest, v1::GrantBatchRequest);
-decode_failure!(Internal: v1::GrantResponse, v1::GrantAsyncResponse, v1::GrantBatchResponse);
+decode_failure!(
+    InvalidArgument: v1::GrantRequest,
+    v1::GrantAsyncRequest,
+    v1::GrantBatchRequest,
+    v1::GetBudgetRequest,
+    v1::SetBudgetRequest,
+);
+decode_failure!(
+    Internal: v1::GrantResponse,
+    v1::GrantAsyncResponse,
+    v1::GrantBatchResponse,
+    v1::BudgetState,
+    v1::SetBudgetResponse,
+);
 
 /// [`ProstCodec`] with the decode failures of [`DecodeFailure`].
 #[derive(Debug, Clone)]

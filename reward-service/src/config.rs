@@ -58,6 +58,10 @@
 //! - **The metrics credential** (`REWARD_METRICS_TOKEN[_FILE]`, optional) opens
 //!   `/metrics` only, so the scraper never holds a credential that can grant. Without
 //!   it, `/metrics` takes the grant credential.
+//! - **The admin credential** (`REWARD_ADMIN_TOKEN[_FILE]`, optional) opens the
+//!   `BudgetAdmin` gRPC API only (read and set any scene's budget; `reward-ctl budget
+//!   --service`). Without it that API refuses every call. It cannot grant, and the
+//!   grant credential cannot set a budget.
 //!
 //! All come from the environment, never from the config file (which lives in the
 //! repository); a file's trailing newline is ignored. Each must be at least 16 bytes,
@@ -233,6 +237,11 @@ pub struct ServiceConfig {
     pub wallet_credential: Credential,
     /// The metrics credential (`/metrics`), when one is set.
     pub metrics_credential: Option<Credential>,
+    /// The admin credential (the `BudgetAdmin` gRPC API), when one is set.
+    pub admin_credential: Option<Credential>,
+    /// Where budget changes are recorded: the change trail `{trail_key}:audit`, the
+    /// one `reward-ctl changes` reads (`[admin] trail_key`, default `reward:config`).
+    pub trail_key: String,
     /// Compensation from the token store (`[sweeper]`, [`crate::sweeper`]).
     pub sweeper: crate::sweeper::SweepConfig,
     /// Wallet sessions and the page's neighbours (`[wallet]`).
@@ -324,6 +333,12 @@ struct RawEvents {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawAdmin {
+    trail_key: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawLedger {
     key_prefix: Option<String>,
 }
@@ -350,6 +365,8 @@ struct Raw {
     wallet: RawWallet,
     #[serde(default)]
     events: RawEvents,
+    #[serde(default)]
+    admin: RawAdmin,
     sdk: toml::Table,
 }
 
@@ -426,7 +443,7 @@ impl ServiceConfig {
                 raw.sweeper.unstored_after_ms, sdk.store.retry_for_ms
             )));
         }
-        let (credential, wallet_credential, metrics_credential) = credentials(env)?;
+        let creds = credentials(env)?;
         let wallet = wallet_config(raw.wallet, env)?;
         let events = events_config(raw.events, reward_runtime::clock::now_ms())?;
         Ok(Self {
@@ -446,9 +463,14 @@ impl ServiceConfig {
                 .unwrap_or_else(|| PathBuf::from("/var/tmp/reward-service/failures.jsonl")),
             failure_queue,
             sdk,
-            credential,
-            wallet_credential,
-            metrics_credential,
+            credential: creds.grant,
+            wallet_credential: creds.wallet,
+            metrics_credential: creds.metrics,
+            admin_credential: creds.admin,
+            trail_key: raw
+                .admin
+                .trail_key
+                .unwrap_or_else(|| "reward:config".into()),
         })
     }
 }

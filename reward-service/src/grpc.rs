@@ -6,8 +6,8 @@
 //! `proto::limits::MAX_EVENT_BYTES` is `INVALID_ARGUMENT` (the size is checked before
 //! any event is looked at). A message larger than the biggest of 4 MiB,
 //! `server.max_body_bytes` and `max_batch` × `MAX_EVENT_BYTES` is refused by tonic
-//! (`OUT_OF_RANGE`) before it is decoded; one that does not decode, by tonic too
-//! (`INTERNAL`). Everything else gets one [`proto::v1::GrantResult`] per event, whose
+//! (`OUT_OF_RANGE`) before it is decoded; one that does not decode is
+//! `INVALID_ARGUMENT` (`proto::codec`). Everything else gets one [`proto::v1::GrantResult`] per event, whose
 //! `outcome` and `error_code` say what happened (see [`crate::service::result_of`]);
 //! the call itself succeeds, so one bad event never fails a batch.
 //!
@@ -149,19 +149,37 @@ pub async fn detached<T: Send + 'static>(
         .map_err(|e| Status::internal(format!("the grant task failed: {e}")))
 }
 
-/// The interceptor that checks the bearer credential.
+/// The interceptor that checks the bearer credential (`None`: refuses every call,
+/// for an API whose credential is not configured).
 #[derive(Debug, Clone)]
-pub struct Auth(Credential);
+pub struct Auth(Option<Credential>);
+
+impl Auth {
+    /// Checks against `credential`.
+    pub fn new(credential: Credential) -> Self {
+        Auth(Some(credential))
+    }
+
+    /// Checks against `credential` when there is one, else refuses everything.
+    pub fn optional(credential: Option<Credential>) -> Self {
+        Auth(credential)
+    }
+}
 
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(credential) = &self.0 else {
+            return Err(Status::unauthenticated(
+                "this API has no credential configured on the service",
+            ));
+        };
         let ok = req
             .metadata()
             .get("authorization")
             .map(|v| v.as_bytes())
             .and_then(|v| v.split_at_checked(7))
             .is_some_and(|(scheme, t)| {
-                scheme.eq_ignore_ascii_case(b"bearer ") && self.0.matches(t)
+                scheme.eq_ignore_ascii_case(b"bearer ") && credential.matches(t)
             });
         if ok {
             Ok(req)
@@ -182,5 +200,5 @@ pub fn server(
 ) -> InterceptedService<RewardServiceServer<GrpcApi>, Auth> {
     let inner =
         RewardServiceServer::new(GrpcApi { service }).max_decoding_message_size(max_message_bytes);
-    InterceptedService::new(inner, Auth(credential))
+    InterceptedService::new(inner, Auth::new(credential))
 }

@@ -12,6 +12,7 @@
 //! - [`grpc`], [`http`]: the two APIs; [`server`]: start-up and graceful shutdown;
 //!   [`config`]: the TOML configuration and the bearer credential.
 
+pub mod budget_api;
 pub mod claim;
 pub mod config;
 pub mod downstream;
@@ -23,3 +24,4 @@ pub mod server;
 pub mod service;
 pub mod sweeper;
 pub mod tokens;
+pub mod trail;

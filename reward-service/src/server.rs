@@ -296,11 +296,17 @@ fn spawn_grpc(
         .max_body_bytes
         .max(s.max_batch.saturating_mul(per_event).saturating_add(64))
         .max(4 << 20);
+    let admin_svc = crate::budget_api::server(
+        service.granter().claims().clone(),
+        cfg.trail_key.clone(),
+        cfg.admin_credential.clone(),
+    );
     let grpc_svc = crate::grpc::server(service, cfg.credential.clone(), max_message);
     let grpc_stop = stop_signal(stopped);
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(grpc_svc)
+            .add_service(admin_svc)
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY a small answer waits for the peer's delayed ACK,
                 // which stalls a small batch many times longer than its work takes

@@ -1361,3 +1361,226 @@ async fn the_contract_rules_hold_on_the_wire() {
     r.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn admin<T>(msg: T, credential: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("bearer {credential}").parse().unwrap(),
+    );
+    req
+}
+
+/// `reward-ctl`, built beside this test by `cargo build --workspace`.
+fn reward_ctl() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join("reward-ctl");
+    assert!(
+        bin.exists(),
+        "{} is not built (cargo build --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+/// Budgets over the admin API: only the admin credential opens it (and it opens no
+/// grant); any scene can be read and set, config or not; never below what was spent;
+/// every change on the change trail; `reward-ctl budget --service` does the same from
+/// the environment's credential, with no config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_are_read_and_set_over_the_admin_api_with_its_own_credential() {
+    use proto::v1::budget_admin_client::BudgetAdminClient;
+    use proto::v1::{GetBudgetRequest, SetBudgetRequest};
+    let tag = format!("b{:08x}", rand::random::<u32>());
+    let (r, dir) = running(&tag, 100).await;
+    let mut c = client(&r).await;
+    let mut a = BudgetAdminClient::connect(format!("http://{}", r.grpc_addr))
+        .await
+        .unwrap();
+    let admin_cred = reward_testkit::ADMIN_CREDENTIAL;
+    let get = |activity: &str, scene: &str| GetBudgetRequest {
+        activity_id: activity.into(),
+        scene_id: scene.into(),
+    };
+    // Credentials: the grant credential cannot read a budget, the admin one cannot grant.
+    for cred in [CREDENTIAL, WALLET_CREDENTIAL, "no-such-credential-0000000"] {
+        let e = a
+            .get_budget(admin(get("cny", "rain"), cred))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    }
+    let mut g = tonic::Request::new(GrantRequest {
+        event: Some(event("b:1", "3", "cash", 1)),
+    });
+    g.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {admin_cred}").parse().unwrap(),
+    );
+    assert_eq!(
+        c.grant(g).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+
+    // Spend 30 of the configured scene, then read it.
+    for i in 0..3 {
+        let got = c
+            .grant(authed(GrantRequest {
+                event: Some(event(&format!("b:g{i}"), "3", "cash", 10)),
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+            .result
+            .unwrap();
+        assert_eq!(outcome_of(&got), GrantOutcome::Granted, "{got:?}");
+    }
+    let b = a
+        .get_budget(admin(get("cny", "rain"), admin_cred))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (b.configured, b.total, b.spent, b.remaining),
+        (true, 100, 30, 70)
+    );
+    // Below what was spent: refused, nothing changed.
+    let set = |activity: &str, scene: &str, total: i64| SetBudgetRequest {
+        activity_id: activity.into(),
+        scene_id: scene.into(),
+        total,
+        reason: "test".into(),
+    };
+    let e = a
+        .set_budget(admin(set("cny", "rain", 29), admin_cred))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    for (activity, scene, total) in [("cny", "ra/in", 5), ("", "rain", 5), ("cny", "rain", -1)] {
+        let e = a
+            .set_budget(admin(set(activity, scene, total), admin_cred))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.code(),
+            tonic::Code::InvalidArgument,
+            "{activity}/{scene} {total}: {e:?}"
+        );
+    }
+    // A scene no config names: not set, then set, then its grants spend it.
+    let b = a
+        .get_budget(admin(get("cny", "snow"), admin_cred))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((b.configured, b.total, b.spent), (false, 0, 0));
+    let snow = RewardEvent {
+        scene_id: "snow".into(),
+        ..event("b:snow", "3", "cash", 4)
+    };
+    let refused = c
+        .grant(authed(GrantRequest {
+            event: Some(snow.clone()),
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(refused.error_code, "NO_BUDGET", "{refused:?}");
+    let changed = a
+        .set_budget(admin(set("cny", "snow", 50), admin_cred))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(changed.before.unwrap().total, 0);
+    assert_eq!(changed.after.unwrap().total, 50);
+    let got = c
+        .grant(authed(GrantRequest { event: Some(snow) }))
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(outcome_of(&got), GrantOutcome::Granted, "{got:?}");
+
+    // reward-ctl, with the credential in a file and no config file at all.
+    let cred_file = dir.join("admin.token");
+    std::fs::write(&cred_file, format!("{admin_cred}\n")).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(reward_ctl())
+            .args(["--service-config", "/nonexistent.toml"])
+            .args(args)
+            .env_remove("REWARD_ADMIN_TOKEN")
+            .env("REWARD_ADMIN_TOKEN_FILE", &cred_file)
+            .env("REWARD_SERVICE_GRPC", format!("http://{}", r.grpc_addr))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = run(&["budget", "cny/snow"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "budget cny/snow: total 50 spent 4 remaining 46");
+    let (code, out, err) = run(&[
+        "--who",
+        "ops-test",
+        "budget",
+        "cny/snow",
+        "80",
+        "--reason",
+        "more snow",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "budget cny/snow: 50 -> 80 (spent 4)");
+    let (code, _, err) = run(&["budget", "cny/snow", "3"]);
+    assert_eq!(code, Some(2), "below spent is refused: {err}");
+    assert!(err.contains("FailedPrecondition"), "{err}");
+    assert!(!err.contains(admin_cred), "the credential is never printed");
+    let (code, _, err) = run(&["budget", "snow", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    // The trail holds both changes, with who made them.
+    let redis = fred::clients::Client::new(
+        fred::types::config::Config::from_url(&common::redis_url()).unwrap(),
+        None,
+        None,
+        None,
+    );
+    fred::interfaces::ClientLike::init(&redis).await.unwrap();
+    let lines: Vec<String> = fred::interfaces::SortedSetsInterface::zrevrange(
+        &redis,
+        "reward:config:audit",
+        0,
+        20,
+        false,
+    )
+    .await
+    .unwrap();
+    let ours: Vec<reward_service::trail::TrailEntry> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<reward_service::trail::TrailEntry>(l).ok())
+        .filter(|e| {
+            e.key == "budget:cny/snow" && e.at_unix_ms >= reward_runtime::clock::now_ms() - 120_000
+        })
+        .collect();
+    assert!(
+        ours.iter()
+            .any(|e| e.old.as_deref() == Some("0") && e.new.as_deref() == Some("50")),
+        "{ours:?}"
+    );
+    assert!(
+        ours.iter().any(|e| e.old.as_deref() == Some("50")
+            && e.new.as_deref() == Some("80")
+            && e.who.contains("ops-test: more snow")),
+        "{ours:?}"
+    );
+    r.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -26,6 +26,8 @@ pub use reward_tools::stack::StackEnv;
 pub const CREDENTIAL: &str = "test-credential-0123456789";
 /// The wallet credential (wallet HTTP routes) test services run with.
 pub const WALLET_CREDENTIAL: &str = "test-wallet-credential-0123456789";
+/// The admin credential test services take (the `BudgetAdmin` API).
+pub const ADMIN_CREDENTIAL: &str = "test-admin-credential-0123456789";
 
 /// The Redis address to probe (a cluster's first node).
 fn redis_addr(env: &StackEnv) -> String {

@@ -22,6 +22,7 @@
 pub mod audit;
 #[cfg(feature = "ctl")]
 pub mod books;
+pub mod budget_api;
 pub mod clean;
 #[cfg(feature = "ctl")]
 pub mod control;

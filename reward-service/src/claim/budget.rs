@@ -313,6 +313,25 @@ impl Claims {
         Ok(sum)
     }
 
+    /// A scene's total budget (`None` when no shard has a cap: never set) and what it
+    /// has spent, read shard by shard (an operator's read, not the grant path's).
+    pub async fn budget_state(&self, scene: &str) -> Result<(Option<i64>, i64), ClaimError> {
+        check_id("scene", scene)?;
+        let (mut total, mut spent) = (None::<i64>, 0i64);
+        for shard in 0..self.cfg.shards {
+            let (cap, s): (Option<i64>, Option<i64>) = self
+                .pool
+                .next()
+                .hmget(self.budget_key(scene, shard), vec!["cap", "spent"])
+                .await?;
+            if let Some(c) = cap {
+                total = Some(total.unwrap_or(0).saturating_add(c));
+            }
+            spent = spent.saturating_add(s.unwrap_or(0));
+        }
+        Ok((total, spent))
+    }
+
     /// What a scene has spent, over all shards.
     pub async fn spent(&self, scene: &str) -> Result<i64, ClaimError> {
         let mut sum = 0;

@@ -592,6 +592,11 @@ impl Claims {
         &self.cfg
     }
 
+    /// The store's connections (the change trail lives in the same Redis).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Whether Redis answers.
     pub async fn ping(&self) -> Result<(), ClaimError> {
         let _: String = self.pool.next().ping(None).await?;

@@ -198,11 +198,17 @@ pub(super) fn check_lease(
     Ok(())
 }
 
-/// The grant, wallet and (optional) metrics credentials from the environment, all
-/// different.
-pub(super) fn credentials(
-    env: &[(String, String)],
-) -> Result<(Credential, Credential, Option<Credential>), ConfigError> {
+/// The service's credentials from the environment, all different.
+pub(super) struct Credentials {
+    pub grant: Credential,
+    pub wallet: Credential,
+    pub metrics: Option<Credential>,
+    pub admin: Option<Credential>,
+}
+
+/// The grant, wallet, (optional) metrics and (optional) admin credentials from the
+/// environment, all different.
+pub(super) fn credentials(env: &[(String, String)]) -> Result<Credentials, ConfigError> {
     let credential = credential_named(env, "REWARD_SERVICE_TOKEN")?;
     let wallet_credential = credential_named(env, "REWARD_WALLET_TOKEN")?;
     let metrics_credential = if Credential::is_set(env, "REWARD_METRICS_TOKEN") {
@@ -222,7 +228,26 @@ pub(super) fn credentials(
             "REWARD_WALLET_TOKEN must differ from REWARD_SERVICE_TOKEN: a wallet credential must not open Grant".into(),
         ));
     }
-    Ok((credential, wallet_credential, metrics_credential))
+    let admin = if Credential::is_set(env, "REWARD_ADMIN_TOKEN") {
+        Some(credential_named(env, "REWARD_ADMIN_TOKEN")?)
+    } else {
+        None
+    };
+    if let Some(a) = &admin
+        && (credential.same_as(a)
+            || wallet_credential.same_as(a)
+            || metrics_credential.as_ref().is_some_and(|m| m.same_as(a)))
+    {
+        return Err(ConfigError::Credential(
+            "REWARD_ADMIN_TOKEN must differ from the grant, wallet and metrics credentials".into(),
+        ));
+    }
+    Ok(Credentials {
+        grant: credential,
+        wallet: wallet_credential,
+        metrics: metrics_credential,
+        admin,
+    })
 }
 
 /// The credential in `var`, or in the file `{var}_FILE` names.

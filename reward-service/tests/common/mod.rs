@@ -115,6 +115,10 @@ pub fn service_config(
             "REWARD_WALLET_TOKEN".to_string(),
             WALLET_CREDENTIAL.to_string(),
         ),
+        (
+            "REWARD_ADMIN_TOKEN".to_string(),
+            reward_testkit::ADMIN_CREDENTIAL.to_string(),
+        ),
     ];
     reward_service::config::ServiceConfig::from_toml_str(&text, &env)
         .unwrap_or_else(|e| panic!("test config: {e}"))

@@ -75,13 +75,22 @@ enum Cmd {
         /// A knob.
         key: String,
     },
-    /// Set a scene's total budget.
+    /// Show or set a scene's total budget. With --service, over the service's admin
+    /// API (REWARD_ADMIN_TOKEN or REWARD_ADMIN_TOKEN_FILE holds the admin credential):
+    /// any scene, no config file or Redis access needed. Without it, straight in Redis,
+    /// for the scenes the --service-config names.
     Budget {
-        /// "activity/scene", as in the service's [budgets].
+        /// "activity/scene".
         scene: String,
-        /// The new total, smallest unit.
+        /// The new total, smallest unit (omitted: show the budget).
         #[arg(allow_hyphen_values = true)]
-        total: i64,
+        total: Option<i64>,
+        /// The reward service's gRPC address (http://host:port), for the admin API.
+        #[arg(long, env = "REWARD_SERVICE_GRPC")]
+        service: Option<String>,
+        /// Why, for the change trail (admin API only).
+        #[arg(long, default_value = "")]
+        reason: String,
     },
     /// Grants held in doubt, oldest first: trade number, since, scene, user, type, amount.
     InDoubt,
@@ -284,6 +293,15 @@ async fn main() -> ExitCode {
     if let Cmd::Audit { .. } = &args.command {
         return audit(&args).await;
     }
+    if let Cmd::Budget {
+        scene,
+        total,
+        service: Some(service),
+        reason,
+    } = &args.command
+    {
+        return budget_api(service, scene, *total, reason, &args.who).await;
+    }
     let known = match Known::load(&args.consumer_config, &args.service_config) {
         Ok(k) => k,
         Err(e) => {
@@ -315,6 +333,46 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("reward-ctl: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `reward-ctl budget --service`: the service's admin API (`reward_tools::budget_api`).
+async fn budget_api(
+    service: &str,
+    scene: &str,
+    total: Option<i64>,
+    reason: &str,
+    who_arg: &Option<String>,
+) -> ExitCode {
+    use reward_tools::budget_api::{BudgetApiError, Client};
+    let reason = match (reason, who_arg) {
+        ("", Some(w)) => w.clone(),
+        ("", None) => who(None),
+        (r, _) => format!("{}: {r}", who(who_arg.clone())),
+    };
+    let run = async {
+        let mut client = Client::connect(service).await?;
+        match total {
+            None => {
+                let b = client.get(scene).await?;
+                println!("{}", reward_tools::budget_api::shown(&b));
+            }
+            Some(t) => {
+                let (before, after) = client.set(scene, t, &reason).await?;
+                println!(
+                    "budget {scene}: {} -> {} (spent {})",
+                    before.total, after.total, after.spent
+                );
+            }
+        }
+        Ok::<(), BudgetApiError>(())
+    };
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reward-ctl: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -451,7 +509,12 @@ async fn run(ctl: &Control, command: &Cmd) -> Result<(), ControlError> {
             Some(old) => println!("{key}: {old} -> (file value)"),
             None => println!("{key} was not set"),
         },
-        Cmd::Budget { scene, total } => {
+        Cmd::Budget { scene, total, .. } => {
+            let Some(total) = total else {
+                return Err(ControlError::Refused(
+                    "showing a budget needs --service (the admin API)".into(),
+                ));
+            };
             let (old, spent) = ctl.budget(scene, *total).await?;
             println!("budget {scene}: {old} -> {total} (spent {spent})");
         }

@@ -147,20 +147,8 @@ impl Known {
     }
 }
 
-/// One audit record.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct AuditEntry {
-    /// When, RFC 3339-ish UTC seconds (Unix ms too).
-    pub at_unix_ms: i64,
-    /// Who.
-    pub who: String,
-    /// What (`budget:<scene>` for budgets).
-    pub key: String,
-    /// The value before (None: not set).
-    pub old: Option<String>,
-    /// The value after (None: unset).
-    pub new: Option<String>,
-}
+/// One audit record (the change trail's entry).
+pub use reward_service::trail::TrailEntry as AuditEntry;
 
 /// The control command's connection and settings.
 #[derive(Debug)]
@@ -368,25 +356,7 @@ impl Control {
             old,
             new,
         };
-        let line = serde_json::to_string(&e).map_err(failed)?;
-        // A sorted set by time (members are unique: each line carries its time, who
-        // and key), trimmed to the newest 10 000.
-        let list = format!("{}:audit", self.key);
-        let _: i64 = self
-            .client
-            .zadd(
-                &list,
-                None,
-                None,
-                false,
-                false,
-                (e.at_unix_ms as f64, line.as_str()),
-            )
-            .await
-            .map_err(failed)?;
-        let _: i64 = self
-            .client
-            .zremrangebyrank(&list, 0, -10_001)
+        let line = reward_service::trail::record(&self.client, &self.key, &e)
             .await
             .map_err(failed)?;
         if let Some(path) = &self.audit_file {
