@@ -24,6 +24,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   REWARD_METRICS_TOKEN or REWARD_METRICS_TOKEN_FILE   optional: the credential of
 ///                                                       /metrics alone (else the grant
 ///                                                       credential opens it)
+///   REWARD_ADMIN_TOKEN or REWARD_ADMIN_TOKEN_FILE       optional: the admin credential,
+///                                                       gRPC BudgetAdmin alone (without
+///                                                       it that API refuses every call)
 ///   REWARD_TOKEN_KEYS or REWARD_TOKEN_KEYS_FILE         the token key ring (as the SDK)
 ///   REWARD_SESSION_KEYS or REWARD_SESSION_KEYS_FILE     optional: the wallet session key
 ///                                                       ring (else [wallet]

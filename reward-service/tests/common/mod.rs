@@ -48,6 +48,28 @@ pub fn service_config(
     budget: i64,
     extra: &str,
 ) -> reward_service::config::ServiceConfig {
+    let text = service_toml(tag, dir, budget, extra);
+    reward_service::config::ServiceConfig::from_toml_str(&text, &service_env())
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// The test credentials, as a service's environment.
+pub fn service_env() -> Vec<(String, String)> {
+    vec![
+        ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
+        (
+            "REWARD_WALLET_TOKEN".to_string(),
+            WALLET_CREDENTIAL.to_string(),
+        ),
+        (
+            "REWARD_ADMIN_TOKEN".to_string(),
+            reward_testkit::ADMIN_CREDENTIAL.to_string(),
+        ),
+    ]
+}
+
+/// The text of [`service_config`] (its key ring written to `dir/keys`).
+pub fn service_toml(tag: &str, dir: &std::path::Path, budget: i64, extra: &str) -> String {
     let stack = reward_testkit::stack();
     std::fs::create_dir_all(dir).unwrap();
     let keys = dir.join("keys");
@@ -109,19 +131,7 @@ pub fn service_config(
         }
         .toml(),
     );
-    let env = vec![
-        ("REWARD_SERVICE_TOKEN".to_string(), CREDENTIAL.to_string()),
-        (
-            "REWARD_WALLET_TOKEN".to_string(),
-            WALLET_CREDENTIAL.to_string(),
-        ),
-        (
-            "REWARD_ADMIN_TOKEN".to_string(),
-            reward_testkit::ADMIN_CREDENTIAL.to_string(),
-        ),
-    ];
-    reward_service::config::ServiceConfig::from_toml_str(&text, &env)
-        .unwrap_or_else(|e| panic!("test config: {e}"))
+    text
 }
 
 /// Creates the two topics of `service_config(tag, ..)` on both brokers.
