@@ -21,7 +21,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from stubs import generate_stubs
+
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def need(var: str) -> str:
@@ -29,21 +32,6 @@ def need(var: str) -> str:
     if not value:
         raise RuntimeError(f"{var} is not set: run the suite through reward-service/tests/conformance.rs (ops/test)")
     return value
-
-
-def generate_stubs(out: Path) -> None:
-    """The Python stubs, from proto/proto/reward/v1/*.proto, with grpcio-tools."""
-    from grpc_tools import protoc
-    import importlib.resources
-
-    out.mkdir(parents=True, exist_ok=True)
-    include = str(importlib.resources.files("grpc_tools") / "_proto")
-    files = sorted(str(p.relative_to(REPO / "proto" / "proto")) for p in (REPO / "proto" / "proto").rglob("*.proto"))
-    args = ["protoc", f"-I{REPO / 'proto' / 'proto'}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}", *files]
-    if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed: {args}")
-    if str(out) not in sys.path:
-        sys.path.insert(0, str(out))
 
 
 class Service:

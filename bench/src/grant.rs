@@ -50,6 +50,10 @@ pub struct GrantBenchOptions {
     pub users: u64,
     /// The service's `claims.replica_acks`.
     pub replica_acks: u32,
+    /// A Python with the conformance suite's packages: when set, a Python client
+    /// (`conformance/bench_grants.py`: 8 channels, batches of 100) grants `grants`
+    /// through the same service after the Rust client, in the same sitting.
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// The figures.
@@ -68,6 +72,9 @@ pub struct GrantBenchReport {
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
     /// Redis could not tell ([`reward_tools::stack::ForkWatch`]).
     pub redis_forks: Option<u64>,
+    /// The Python client's figures (`conformance/bench_grants.py`'s JSON line), when
+    /// [`GrantBenchOptions::python`] was set; checked: all granted, spent exact.
+    pub python: Option<serde_json::Value>,
 }
 
 impl GrantBenchReport {
@@ -176,6 +183,12 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
         grant_all(&url, &credential, opts, scene, batches, next, &sdk).await?;
     let elapsed = started.elapsed();
     let spent = claims.spent(&scope).await?;
+    let python = match &opts.python {
+        Some(py) => {
+            Some(python_client(py, &running, &claims, &credential, opts.grants, &tag).await?)
+        }
+        None => None,
+    };
     let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new())
         .await
         .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
@@ -220,7 +233,66 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
         script_p99_ms,
         script_command,
         redis_forks,
+        python,
     })
+}
+
+/// Runs `conformance/bench_grants.py` with `python` against the running service, on
+/// a scene of its own; checks that every grant was GRANTED and spent exactly once.
+async fn python_client(
+    python: &std::path::Path,
+    running: &reward_service::server::Running,
+    claims: &reward_service::claim::Claims,
+    credential: &str,
+    grants: u64,
+    tag: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let scope = reward_service::service::scope("bench", "py");
+    claims
+        .set_budget(&scope, i64::try_from(grants)?.saturating_mul(2))
+        .await?;
+    // The checkout this binary was built from, else the working directory's.
+    let script = [
+        std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../conformance/bench_grants.py"
+        )),
+        std::path::PathBuf::from("conformance/bench_grants.py"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .ok_or_else(|| {
+        anyhow::anyhow!("conformance/bench_grants.py not found: run from the repository")
+    })?;
+    let out = tokio::process::Command::new(python)
+        .arg(&script)
+        .args(["--addr", &running.grpc_addr.to_string()])
+        .args([
+            "--grants",
+            &grants.to_string(),
+            "--channels",
+            "8",
+            "--batch",
+            "100",
+        ])
+        .args(["--scene", "py", "--tag", tag])
+        .env("REWARD_SERVICE_TOKEN", credential)
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("{} {}: {e}", python.display(), script.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the Python client failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let spent = claims.spent(&scope).await?;
+    anyhow::ensure!(
+        u64::try_from(spent)? == grants,
+        "the Python client's scene spent {spent}, not {grants}"
+    );
+    Ok(v)
 }
 
 /// Sends every grant: `opts.concurrency` gRPC clients of the service at `url` take
@@ -310,6 +382,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         pipeline: 16,
         users: 1,
         replica_acks: 0,
+        python: None,
     };
     let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;

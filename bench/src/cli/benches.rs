@@ -66,6 +66,11 @@ pub struct GrantBenchArgs {
     /// its credit (a Redis Cluster has 1 per primary); 0 waits for none.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
     replica_acks: u32,
+    /// Also grant as many through a Python client (grpcio, 8 channels, batches of
+    /// 100) against the same service: a Python with conformance/requirements.txt
+    /// (ops/test makes one: ~/.cache/reward-dispatch/conformance-venv/bin/python).
+    #[arg(long, env = "REWARD_CONFORMANCE_PYTHON")]
+    python: Option<std::path::PathBuf>,
 }
 
 /// The arguments of `reward-bench consumer`.
@@ -158,6 +163,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         pipeline,
         users,
         replica_acks,
+        python,
     } = args;
     let opts = GrantBenchOptions {
         grants,
@@ -167,6 +173,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         pipeline,
         users,
         replica_acks,
+        python,
     };
     println!(
         "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}"
@@ -191,6 +198,15 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
                 println!("ratio service/script {:>10.2}", r.ratio());
             } else {
                 println!("claim script alone   not run: {}", r.script_command);
+            }
+            if let Some(p) = &r.python {
+                let rate = p["rate"].as_f64().unwrap_or(0.0);
+                println!(
+                    "Python client        {rate:>10.0} grants/s (grpcio, 8 channels x batches of 100, no proofs), batch p50 {} ms p99 {} ms; python/rust {:.2}",
+                    p["batch_p50_ms"],
+                    p["batch_p99_ms"],
+                    rate / r.service_rate
+                );
             }
             if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
                 println!("{w}");
