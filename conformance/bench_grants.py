@@ -47,7 +47,7 @@ def main() -> int:
             [
                 event_pb2.RewardEvent(
                     trade_no=f"py:{a.tag}:{i}",
-                    user=event_pb2.UserInfo(user_id=str(i % 1000)),
+                    user=event_pb2.UserInfo(user_id=f"py{i % 1000}"),
                     activity_id=a.activity,
                     scene_id=a.scene,
                     reward_type="cash",

@@ -167,15 +167,18 @@ def test_budgets_over_the_admin_api(stubs, client, admin, tag):
     assert (b.configured, b.total, b.spent, b.remaining) == (True, 11, 11, 0)
 
 
-def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs, admin, service, tag):
+def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs, admin, service, tag, work_dir):
     scene = f"k{tag}"
     admin.SetBudget(stubs.admin.SetBudgetRequest(activity_id="cny", scene_id=scene, total=1_000_000), metadata=ADMIN, timeout=30)
-    n, workers, per_batch = 2000, 4, 50
-    events = [event(stubs, f"conf:{tag}:k{i}", user=f"u{i % 50}", amount=1 + i % 3, scene=scene) for i in range(n)]
+    n, workers, per_batch = 6000, 4, 50
+    # Users of this test alone: the harness checks their ledger balances afterwards.
+    events = [event(stubs, f"conf:{tag}:k{i}", user=f"k{i % 50}", amount=1 + i % 3, scene=scene) for i in range(n)]
     final: dict[str, tuple[str, str]] = {}
     problems: list[str] = []
     lock = threading.Lock()
     stats = {"in_doubt_calls": 0, "resends": 0}
+    kills = [0]  # kills so far
+    cut_by = set()  # the kills that cut a call in flight
 
     def work(share):
         ch = grpc.insecure_channel(service.addr)
@@ -190,6 +193,7 @@ def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs,
                 continue
             ids = {id(ev) for ev in ready}
             waiting = [(at, ev) for at, ev in waiting if id(ev) not in ids]
+            started_after = kills[0]
             try:
                 res = stub.GrantBatch(stubs.service.GrantBatchRequest(events=ready), metadata=GRANT, timeout=20).results
             except grpc.RpcError as e:
@@ -199,6 +203,9 @@ def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs,
                     return
                 with lock:
                     stats["in_doubt_calls"] += 1
+                    if kills[0] > started_after:
+                        # It was sent before a kill and its answer never came.
+                        cut_by.add(kills[0])
                 waiting += [(time.monotonic() + 0.2, ev) for ev in ready]
                 continue
             for r in res:
@@ -226,6 +233,7 @@ def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs,
     for frac in (0.2, 0.45, 0.7):
         while len(final) < frac * n and any(t.is_alive() for t in threads):
             time.sleep(0.005)
+        kills[0] += 1
         service.kill9()
         time.sleep(0.3)
         service.start()
@@ -233,8 +241,8 @@ def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs,
         t.join(timeout=300)
     assert not problems, problems[:10]
     assert len(final) == n
-    # The kills cut calls in flight (else this proved nothing about them).
-    assert stats["in_doubt_calls"] >= 3, stats
+    # Each kill cut calls in flight (else this proved nothing about them).
+    assert cut_by == {1, 2, 3}, (cut_by, stats)
     # Each credited once: the budget counts every reward once, however often it was sent.
     b = admin.GetBudget(stubs.admin.GetBudgetRequest(activity_id="cny", scene_id=scene), metadata=ADMIN, timeout=30)
     assert b.spent == sum(ev.amount for ev in events), (b, stats)
@@ -248,6 +256,11 @@ def test_kill_9_mid_run_with_resends_until_final_credits_each_reward_once(stubs,
             assert r.downstream_ref == final[r.trade_no][1], r
     ch.close()
     assert service.starts == 4
+    # What each user must hold in the ledger: the harness checks it (one credit each).
+    totals: dict[str, int] = {}
+    for ev in events:
+        totals[ev.user.user_id] = totals.get(ev.user.user_id, 0) + ev.amount
+    (work_dir / "kill-ledger.json").write_text(json.dumps({"type": "cash", "balances": totals}))
     print(f"kill -9 x3: {stats['in_doubt_calls']} calls in doubt resent, {stats['resends']} results resent")
 
 

@@ -167,6 +167,9 @@ def open_token(ring: dict[int, bytes], sealed: str, user_id: str, activity_id: s
         raise Illegal("bad_base64") from e
     if len(text) % 4 == 1:
         raise Illegal("bad_base64")
+    # Canonical only: the unused low bits of the last character must be zero.
+    if base64.urlsafe_b64encode(raw).decode().rstrip("=") != text:
+        raise Illegal("bad_base64")
     if len(raw) < HEADER_LEN + TAG_LEN:
         raise Illegal("truncated")
     version = raw[0]
@@ -272,6 +275,10 @@ def cases() -> list[dict]:
     add("version 3", TOKEN, mutate=lambda s: _with_byte(s, 0, 3), expect="bad_version")
     add("truncated to 34 bytes", TOKEN, mutate=lambda s: _truncate(s, 34), expect="truncated")
     add("not base64url", TOKEN, mutate=lambda s: s[:10] + "+/" + s[12:], expect="bad_base64")
+    # A token whose byte length is not a multiple of 3 ends in a character with unused
+    # low bits; setting one decodes to the same bytes in a lax decoder.
+    odd = next(t for t in (TOKEN, minimal, negative) if (HEADER_LEN + len(encode_token(t)) + TAG_LEN) % 3)
+    add("non-canonical base64 (an unused bit set)", odd, mutate=_unused_bit, expect="bad_base64")
     add("authentic, but the plaintext is no RewardToken", TOKEN, plaintext=b"\xff\xff\xff", expect="bad_protobuf")
     add(
         "authentic for u43, but the token names u42",
@@ -280,6 +287,13 @@ def cases() -> list[dict]:
         expect="binding_mismatch",
     )
     return out
+
+
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def _unused_bit(sealed: str) -> str:
+    return sealed[:-1] + ALPHABET[ALPHABET.index(sealed[-1]) | 1]
 
 
 def _with_byte(sealed: str, at: int, value: int) -> str:

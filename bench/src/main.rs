@@ -24,6 +24,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Cli {
+    /// Record no metrics. By default the process installs the Prometheus recorder the
+    /// binaries install (reward_runtime::admin::install_metrics), so what it measures
+    /// pays for the metrics as a deployment does; with this flag every metric is a
+    /// no-op, and two runs with and without it give the metrics' cost.
+    #[arg(long, global = true)]
+    no_metrics: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,6 +68,20 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !cli.no_metrics
+        && let Err(e) = reward_runtime::admin::install_metrics()
+    {
+        eprintln!("reward-bench: {e}");
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "reward-bench: metrics {}",
+        if cli.no_metrics {
+            "off (--no-metrics)"
+        } else {
+            "recorded, as in the binaries"
+        }
+    );
     reward_runtime::service::run_tool(async {
         match cli.command {
             Command::Send(args) => bench_cmd(args).await,

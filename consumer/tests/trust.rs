@@ -120,9 +120,27 @@ async fn only_events_a_key_holder_issued_are_credited() {
         (unknown_key, "PROOF_UNKNOWN_KEY"),
         (stranger_key, "PROOF_FORGED"),
     ];
+    // Signed, dated 5 min 15 s ahead of this clock (an SDK host whose clock runs
+    // ahead): it waits in the delay queue until within the service's 5-minute skew,
+    // then is credited. Dated two hours ahead, or not dated: invalid.
+    let skewed = sign(RewardEvent {
+        created_at_ms: now + 315_000,
+        ..event("zt-skewed", "carol", "cash", 6)
+    });
+    let created_far = sign(RewardEvent {
+        created_at_ms: now + 2 * 3_600_000,
+        ..event("zt-created-ahead", "bob", "cash", 2)
+    });
+    let created_unset = sign(RewardEvent {
+        created_at_ms: 0,
+        ..event("zt-created-unset", "bob", "cash", 2)
+    });
     let mut strangers: Vec<RewardEvent> = refused.iter().map(|(e, _)| e.clone()).collect();
     strangers.push(expired);
     strangers.push(ahead);
+    strangers.push(skewed);
+    strangers.push(created_far);
+    strangers.push(created_unset);
     // A replay of the genuine record itself moves nothing either (a duplicate).
     strangers.push(signed_genuine);
     foreign(&events_topic(&tag), &strangers).await;
@@ -136,9 +154,9 @@ async fn only_events_a_key_holder_issued_are_credited() {
         .await
         .unwrap();
     let redis = redis().await;
-    wait_for(120, "every record settled", || async {
+    wait_for(180, "every record settled", || async {
         let s = consumer.stats();
-        s.granted + s.duplicates >= 2 && s.dead_lettered + s.failure_topic >= 10
+        s.granted + s.duplicates >= 3 && s.dead_lettered + s.failure_topic >= 12
     })
     .await;
     let report = consumer.shutdown().await;
@@ -149,13 +167,18 @@ async fn only_events_a_key_holder_issued_are_credited() {
     assert_eq!(ledger.balance("forger", "cash").await.unwrap(), 0);
     assert_eq!(ledger.balance("bob", "cash").await.unwrap(), 0);
     assert_eq!(
+        ledger.balance("carol", "cash").await.unwrap(),
+        6,
+        "the skewed event"
+    );
+    assert_eq!(
         svc.service()
             .granter()
             .claims()
             .spent("cny/rain")
             .await
             .unwrap(),
-        5,
+        5 + 6,
         "no budget taken by anything refused"
     );
 
@@ -190,7 +213,7 @@ async fn only_events_a_key_holder_issued_are_credited() {
         .find(|d| d.event.as_ref().unwrap().trade_no == "zt-forger")
         .unwrap();
     assert_eq!(forger.raw, unsigned.encode_to_vec());
-    let failures = dead_letters(&failures_topic(&tag), 2).await;
+    let failures = dead_letters(&failures_topic(&tag), 4).await;
     let mut got: Vec<(String, String)> = failures
         .iter()
         .map(|d| (d.event.as_ref().unwrap().trade_no.clone(), d.reason.clone()))
@@ -200,6 +223,8 @@ async fn only_events_a_key_holder_issued_are_credited() {
         got,
         [
             ("zt-ahead".to_string(), "invalid".to_string()),
+            ("zt-created-ahead".to_string(), "invalid".to_string()),
+            ("zt-created-unset".to_string(), "invalid".to_string()),
             ("zt-expired".to_string(), "expired".to_string())
         ]
     );

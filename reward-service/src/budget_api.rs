@@ -72,23 +72,32 @@ impl BudgetApi {
         })
     }
 
-    async fn trail(&self, who: String, scene: &str, old: i64, new: String) -> Result<(), Status> {
+    /// Adds a budget change to the trail.
+    async fn trail(
+        &self,
+        who: &str,
+        scene: &str,
+        old: Option<i64>,
+        new: String,
+    ) -> Result<(), fred::error::Error> {
         let e = TrailEntry {
             at_unix_ms: reward_runtime::clock::now_ms(),
-            who,
+            who: who.to_string(),
             key: format!("budget:{scene}"),
-            old: Some(old.to_string()),
+            old: old.map(|o| o.to_string()),
             new: Some(new),
         };
         crate::trail::record(self.claims.pool().next(), &self.trail_key, &e)
             .await
             .map(|_| ())
-            .map_err(|err| {
-                tracing::error!(error = %err, scene, "a budget change is not on the change trail");
-                Status::unavailable(format!(
-                    "the budget was changed but the change trail could not be written: {err}"
-                ))
-            })
+    }
+
+    /// After a change failed: its outcome on the trail too (best effort: the first
+    /// entry already says it was asked for).
+    async fn trail_outcome(&self, who: &str, scene: &str, old: Option<i64>, outcome: String) {
+        if let Err(err) = self.trail(who, scene, old, outcome).await {
+            tracing::error!(error = %err, scene, "a budget change's outcome is not on the change trail");
+        }
     }
 }
 
@@ -119,36 +128,58 @@ impl BudgetAdmin for BudgetApi {
                 r.total
             )));
         }
-        if r.reason.len() > MAX_REASON_LEN || r.reason.chars().any(char::is_control) {
+        // Control characters, and the Unicode ones that reorder or break lines, would
+        // let a reason forge how the trail reads.
+        let tricky = |c: char| {
+            c.is_control()
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        };
+        if r.reason.len() > MAX_REASON_LEN || r.reason.chars().any(tricky) {
             return Err(Status::invalid_argument(format!(
                 "reason: at most {MAX_REASON_LEN} bytes, no control characters"
             )));
         }
         let before = self.state(&r.activity_id, &r.scene_id).await?;
+        let old = before.configured.then_some(before.total);
         let who = if r.reason.is_empty() {
             format!("api {peer}")
         } else {
             format!("api {peer}: {}", r.reason)
         };
+        // On the trail before it is applied: a change the trail cannot record is not
+        // made, and one that fails midway is on record with its outcome.
+        self.trail(&who, &scene, old, r.total.to_string())
+            .await
+            .map_err(|err| {
+                Status::unavailable(format!(
+                    "the change trail could not be written, so nothing was changed: {err}"
+                ))
+            })?;
         match self.claims.set_budget(&scene, r.total).await {
             Ok(_) => {}
             Err(e @ ClaimError::BudgetPartial { .. }) => {
-                // Some shards took the new caps: on the trail, then told.
-                self.trail(
-                    who,
-                    &scene,
-                    before.total,
-                    format!("{} (partial: {e})", r.total),
-                )
-                .await?;
+                // Some shards took the new caps.
+                self.trail_outcome(&who, &scene, old, format!("{} (partial: {e})", r.total))
+                    .await;
                 return Err(Status::unavailable(e.to_string()));
             }
-            Err(e) => return Err(status(e)),
+            Err(e) => {
+                self.trail_outcome(&who, &scene, old, format!("{} (not applied: {e})", r.total))
+                    .await;
+                return Err(status(e));
+            }
         }
-        self.trail(who, &scene, before.total, r.total.to_string())
-            .await?;
         tracing::info!(scene, from = before.total, to = r.total, %peer, "budget set over the admin API");
-        let after = self.state(&r.activity_id, &r.scene_id).await?;
+        // The change is made: a failed read now must not answer as if it were not.
+        let after = match self.state(&r.activity_id, &r.scene_id).await {
+            Ok(a) => a,
+            Err(_) => BudgetState {
+                configured: true,
+                total: r.total,
+                remaining: r.total.saturating_sub(before.spent).max(0),
+                ..before.clone()
+            },
+        };
         Ok(Response::new(SetBudgetResponse {
             before: Some(before),
             after: Some(after),

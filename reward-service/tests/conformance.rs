@@ -156,5 +156,27 @@ fn the_python_conformance_suite_passes_against_the_real_service() {
         String::from_utf8_lossy(&out.stdout).contains(" passed"),
         "{report}"
     );
+    // The kill -9 test's users hold exactly what was sent to them: one credit per
+    // reward in the ledger, whatever was resent.
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("kill-ledger.json")).unwrap()).unwrap();
+    let balances = want["balances"].as_object().unwrap();
+    assert_eq!(balances.len(), 50);
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let ledger = reward_service::downstream::Ledger::connect(
+            &common::redis_url(),
+            &format!("ledger-{tag}"),
+            &std::collections::HashMap::new(),
+        )
+        .await
+        .unwrap();
+        for (user, total) in balances {
+            assert_eq!(
+                ledger.balance(user, "cash").await.unwrap(),
+                total.as_i64().unwrap(),
+                "user {user}"
+            );
+        }
+    });
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -64,7 +64,8 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 const HEADER: usize = 8;
-/// Largest record payload accepted (an event is well under 2 KiB).
+/// Largest record payload accepted (an event is at most
+/// `proto::limits::MAX_EVENT_BYTES`, about 9 KiB, and usually a few hundred bytes).
 pub const MAX_RECORD: usize = 1 << 20;
 /// A segment is sealed and a new one started once it holds this many bytes
 /// (about 20 000 events).

@@ -68,10 +68,16 @@ fn split(scene: &str) -> Result<(String, String), BudgetApiError> {
 }
 
 /// A connected admin client.
-#[derive(Debug)]
 pub struct Client {
     inner: BudgetAdminClient<Channel>,
     auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the credential.
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -100,9 +106,11 @@ impl Client {
                 code: tonic::Code::Unavailable,
                 message: format!("cannot reach {addr}: {e}"),
             })?;
-        let auth = credential.header().parse().map_err(|_| {
-            BudgetApiError::Input("the admin credential is not a valid header".into())
-        })?;
+        let mut auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            credential.header().parse().map_err(|_| {
+                BudgetApiError::Input("the admin credential is not a valid header".into())
+            })?;
+        auth.set_sensitive(true);
         Ok(Client {
             inner: BudgetAdminClient::new(channel),
             auth,

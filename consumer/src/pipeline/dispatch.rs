@@ -348,9 +348,32 @@ impl Pipeline {
         // ahead would park it in Redis for as long as a stranger likes; one without a
         // creation time, or dated ahead, would slip past the service's age checks.
         let now = now_ms();
+        // Dated ahead of this clock by more than the skew the service allows, but
+        // within the hour a park may last: the SDK host's clock runs ahead. The event
+        // waits in the delay queue until it is within the skew (the service would
+        // refuse it now), rather than being dead-lettered.
+        let created = proto::limits::check_created(&event, now);
+        let skewed_until = match created {
+            Err(proto::limits::LimitError {
+                problem: proto::limits::Problem::TooFarAhead { ahead_ms, .. },
+                ..
+            }) if ahead_ms <= proto::limits::MAX_NOT_BEFORE_AHEAD_MS => Some(
+                event
+                    .created_at_ms
+                    .saturating_sub(proto::limits::MAX_CREATED_AHEAD_MS)
+                    .saturating_add(1_000),
+            ),
+            _ => None,
+        };
         let over = proto::limits::check_event(&event)
             .and_then(|()| proto::limits::check_not_before(&event, now))
-            .and_then(|()| proto::limits::check_created(&event, now));
+            .and_then(|()| {
+                if skewed_until.is_some() {
+                    Ok(())
+                } else {
+                    created
+                }
+            });
         if let Err(e) = over {
             let me = self.clone();
             let why = e.to_string();
@@ -373,9 +396,9 @@ impl Pipeline {
             });
             return;
         }
-        if event.not_before_ms > now_ms() + 50 {
+        let due = event.not_before_ms.max(skewed_until.unwrap_or(0));
+        if due > now_ms() + 50 {
             let me = self.clone();
-            let due = event.not_before_ms;
             self.side(async move {
                 me.park(Ready { item, event }, Park::Early, due).await;
             });

@@ -274,10 +274,10 @@ impl Service {
     fn checked(&self, ev: &RewardEvent, proofs: Proofs) -> Result<Grant, Refusal> {
         let g = grant_of(ev).map_err(Refusal::invalid)?;
         let now = now_ms();
-        proto::limits::check_created(ev, now).map_err(|e| Refusal::invalid(e.to_string()))?;
         self.proven(ev, proofs, now).inspect_err(|r| {
             metrics::counter!("reward_service_events_refused_total", "code" => r.code).increment(1);
         })?;
+        proto::limits::check_created(ev, now).map_err(|e| Refusal::invalid(e.to_string()))?;
         self.granter.check_ceiling(&g).map_err(Refusal::invalid)?;
         let retention_ms = i64::try_from(self.granter.claims().config().retention_secs)
             .unwrap_or(i64::MAX)
@@ -444,17 +444,49 @@ impl Service {
             tracing::warn!(refused = n, first_code = code, first_trade_no = %trade_no,
                 "events without a valid proof refused (a record nobody with the token keys issued)");
         }
-        // A trade number twice in the batch: only its first copy is claimed. A later
-        // copy of the same reward answers what the first got (GRANTED as DUPLICATE,
-        // with its receipt), one that differs is a CONFLICT, as a later call would be.
-        let (grants, at, copies) = split_copies(grants, at);
-        let results = self.granter.grant_many(&grants).await;
-        for ((i, g), r) in at.iter().zip(&grants).zip(results) {
-            out[*i] = Some(result_of(&g.trade_no, r));
-        }
-        for (i, first, same) in copies {
-            let answer = out[at[first]].clone();
-            out[i] = answer.map(|first| copy_answer(first, same));
+        // A trade number twice in the batch: one copy per trade number is claimed in a
+        // round, the first in request order. A later copy of the same reward answers
+        // what that one got (GRANTED as DUPLICATE, with its receipt). A copy that
+        // differs is a CONFLICT when the first was credited (the record holds the
+        // first's fields); otherwise the record may hold the copy's own fields, or
+        // none, so the copy goes to the store in the next round, as a later call would.
+        let mut pending: Vec<(usize, Grant)> = at.into_iter().zip(grants).collect();
+        pending.sort_by_key(|(i, _)| *i);
+        let mut round = 0;
+        while !pending.is_empty() {
+            round += 1;
+            if round > MAX_COPY_ROUNDS {
+                for (i, g) in pending.drain(..) {
+                    out[i] = Some(GrantResult {
+                        retry_after_ms: 100,
+                        ..failed(
+                            &g.trade_no,
+                            GrantOutcome::RetryLater,
+                            "REPEATED_IN_BATCH",
+                            format!(
+                                "more than {MAX_COPY_ROUNDS} different versions of this trade number in one batch; nothing was claimed for this one: send it again"
+                            ),
+                        )
+                    });
+                }
+                break;
+            }
+            let (kept, copies) = split_copies(pending);
+            let grants: Vec<Grant> = kept.iter().map(|(_, g)| g.clone()).collect();
+            let results = self.granter.grant_many(&grants).await;
+            for ((i, g), r) in kept.iter().zip(results) {
+                out[*i] = Some(result_of(&g.trade_no, r));
+            }
+            pending = Vec::new();
+            for (i, g, first, same) in copies {
+                let Some(first) = out[kept[first].0].clone() else {
+                    continue;
+                };
+                match copy_answer(first, same) {
+                    Some(answer) => out[i] = Some(answer),
+                    None => pending.push((i, g)),
+                }
+            }
         }
         out.into_iter()
             .enumerate()
@@ -480,55 +512,62 @@ impl Service {
     }
 }
 
-/// Splits a batch's grants into the first copy of each trade number (with their
-/// request positions) and the later copies: (request position, position of the
-/// first copy among the kept grants, whether the copy is the same reward: user,
-/// type, amount and scene, what a claim record compares).
+/// Rounds of claims one `GrantBatch` may take for the versions of one trade number
+/// (a version differing from a copy not credited goes to the store in the next round).
+const MAX_COPY_ROUNDS: usize = 4;
+
+/// Splits grants (in request order) into the first copy of each trade number and
+/// the later copies: (request position, grant, position of the first copy among the
+/// kept ones, whether the copy is the same reward: user, type, amount and
+/// activity/scene, what a claim record compares).
 #[allow(clippy::type_complexity)]
 fn split_copies(
-    grants: Vec<Grant>,
-    at: Vec<usize>,
-) -> (Vec<Grant>, Vec<usize>, Vec<(usize, usize, bool)>) {
+    grants: Vec<(usize, Grant)>,
+) -> (Vec<(usize, Grant)>, Vec<(usize, Grant, usize, bool)>) {
     let mut first: std::collections::HashMap<String, usize> =
         std::collections::HashMap::with_capacity(grants.len());
-    let mut kept: Vec<Grant> = Vec::with_capacity(grants.len());
-    let mut kept_at = Vec::with_capacity(grants.len());
+    let mut kept: Vec<(usize, Grant)> = Vec::with_capacity(grants.len());
     let mut copies = Vec::new();
-    for (g, i) in grants.into_iter().zip(at) {
+    for (i, g) in grants {
         if let Some(&p) = first.get(g.trade_no.as_str()) {
-            let f = &kept[p];
+            let f = &kept[p].1;
             let same = f.user_id == g.user_id
                 && f.reward_type == g.reward_type
                 && f.amount == g.amount
                 && f.scene == g.scene;
-            copies.push((i, p, same));
+            copies.push((i, g, p, same));
         } else {
             first.insert(g.trade_no.clone(), kept.len());
-            kept.push(g);
-            kept_at.push(i);
+            kept.push((i, g));
         }
     }
-    (kept, kept_at, copies)
+    (kept, copies)
 }
 
-/// The answer to a later copy of a trade number in one batch, from the first copy's.
-fn copy_answer(first: GrantResult, same: bool) -> GrantResult {
+/// The answer to a later copy of a trade number in one batch, from the first copy's;
+/// `None` when only the store can answer it (a differing copy whose first copy was
+/// not credited: the record may hold the copy's fields, or there may be none).
+fn copy_answer(first: GrantResult, same: bool) -> Option<GrantResult> {
+    let outcome = GrantOutcome::try_from(first.outcome).ok();
     if !same {
-        return failed(
-            &first.trade_no,
-            GrantOutcome::Conflict,
-            "CONFLICT",
-            "the trade number appears earlier in this batch with another user, type, amount or scene"
-                .into(),
-        );
+        return match outcome {
+            Some(GrantOutcome::Granted | GrantOutcome::Duplicate) => Some(failed(
+                &first.trade_no,
+                GrantOutcome::Conflict,
+                "CONFLICT",
+                "the trade number was credited earlier in this batch with another user, type, amount or scene"
+                    .into(),
+            )),
+            _ => None,
+        };
     }
-    match GrantOutcome::try_from(first.outcome) {
-        Ok(GrantOutcome::Granted) => GrantResult {
+    Some(match outcome {
+        Some(GrantOutcome::Granted) => GrantResult {
             outcome: GrantOutcome::Duplicate as i32,
             error_code: String::new(),
             message: "granted by its earlier copy in this batch".into(),
             ..first
         },
         _ => first,
-    }
+    })
 }

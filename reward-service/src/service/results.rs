@@ -133,7 +133,7 @@ fn outcome_result(trade_no: &str, outcome: Outcome) -> GrantResult {
             trade_no,
             GrantOutcome::Conflict,
             "CONFLICT",
-            "the trade number is known with another user, type or amount".into(),
+            "the trade number is known with another user, type, amount or scene".into(),
         ),
         Outcome::BudgetExhausted => failed(
             trade_no,

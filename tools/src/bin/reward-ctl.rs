@@ -75,10 +75,13 @@ enum Cmd {
         /// A knob.
         key: String,
     },
-    /// Show or set a scene's total budget. With --service, over the service's admin
-    /// API (REWARD_ADMIN_TOKEN or REWARD_ADMIN_TOKEN_FILE holds the admin credential):
-    /// any scene, no config file or Redis access needed. Without it, straight in Redis,
-    /// for the scenes the --service-config names.
+    /// Show or set a scene's total budget. With --service (or REWARD_SERVICE_GRPC), over
+    /// the service's admin API (REWARD_ADMIN_TOKEN or REWARD_ADMIN_TOKEN_FILE holds the
+    /// admin credential): any scene, no config file or Redis access needed; the service
+    /// records the change on its trail ([admin] trail_key, in its claim store's Redis:
+    /// `reward-ctl changes` shows it when --redis and --key name the same), not in
+    /// --audit-log. Without it, straight in Redis, for the scenes the --service-config
+    /// names.
     Budget {
         /// "activity/scene".
         scene: String,
