@@ -25,5 +25,6 @@ pub mod audit;
 pub mod cli;
 pub mod consumer;
 pub mod grant;
+pub mod metric_cost;
 pub mod send;
 pub mod smoke;

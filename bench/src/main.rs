@@ -64,6 +64,16 @@ enum Command {
     /// single Redis; exits non-zero unless the audit read every record and found
     /// nothing. The keys are removed afterwards.
     Audit(AuditBenchArgs),
+    /// Measure what the metrics an accepted `send_reward` records cost a call, in ns:
+    /// run it twice, with and without --no-metrics, and compare (no servers needed).
+    MetricCost {
+        /// Calls per thread.
+        #[arg(long, default_value_t = 5_000_000)]
+        calls: u64,
+        /// Threads recording at once (the SDK's callers on every core).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +92,7 @@ fn main() -> ExitCode {
             "recorded, as in the binaries"
         }
     );
+    let no_metrics = cli.no_metrics;
     reward_runtime::service::run_tool(async {
         match cli.command {
             Command::Send(args) => bench_cmd(args).await,
@@ -89,6 +100,14 @@ fn main() -> ExitCode {
             Command::Consumer(args) => consumer_bench_cmd(args).await,
             Command::Smoke(args) => smoke_cmd(args).await,
             Command::Audit(args) => audit_bench_cmd(args).await,
+            Command::MetricCost { calls, threads } => {
+                let ns = reward_bench::metric_cost::run(calls, threads);
+                println!(
+                    "metric-cost: {ns:.1} ns a call ({calls} calls x {threads} threads, metrics {})",
+                    if no_metrics { "off" } else { "recorded" }
+                );
+                ExitCode::SUCCESS
+            }
         }
     })
 }
