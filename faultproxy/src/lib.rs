@@ -381,8 +381,19 @@ async fn pump(
             };
             // The mode may have changed while the read waited; the chunk follows the
             // mode of the moment it arrived. A connection that lost an answer is never
-            // resumed, not even by a chunk read as the drop ended.
-            let now_mode = *mode.borrow();
+            // resumed, not even by a chunk read as the drop ended. A chunk read just as
+            // a blackhole began (the read and the change were ready together) is held
+            // until it lifts, like everything else sent into it.
+            let mut now_mode = *mode.borrow_and_update();
+            while now_mode == Mode::Blackhole {
+                if mode.changed().await.is_err() {
+                    return End::Closed;
+                }
+                now_mode = *mode.borrow_and_update();
+            }
+            if now_mode == Mode::Reset {
+                return End::Reset;
+            }
             if poisoned.load(Ordering::Acquire) && now_mode != Mode::DropAnswers {
                 return End::Reset;
             }

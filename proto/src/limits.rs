@@ -22,7 +22,9 @@
 //!
 //! Where each is enforced: the SDK's `send_reward` (a typed `RequestError`); the
 //! consumer before it batches an event (an event over a limit is dead-lettered
-//! `invalid` at once); the reward service on every `Grant`, `GrantAsync` and
+//! `invalid` at once, except one whose `created_at_ms` lies more than the skew but at
+//! most an hour ahead: an SDK host's clock running ahead, so it waits in the delay
+//! queue until it is within the skew); the reward service on every `Grant`, `GrantAsync` and
 //! `GrantBatch` (an event over [`MAX_EVENT_BYTES`] makes the whole call
 //! `INVALID_ARGUMENT`, checked before any event is looked at; a field over its limit
 //! answers that event `INVALID`).

@@ -1452,22 +1452,6 @@ fn admin<T>(msg: T, credential: &str) -> tonic::Request<T> {
     req
 }
 
-/// `reward-ctl`, built beside this test by `cargo build --workspace`.
-fn reward_ctl() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .unwrap()
-        .join("reward-ctl");
-    assert!(
-        bin.exists(),
-        "{} is not built (cargo build --workspace builds it)",
-        bin.display()
-    );
-    bin
-}
-
 /// Budgets over the admin API: only the admin credential opens it (and it opens no
 /// grant); any scene can be read and set, config or not; never below what was spent;
 /// every change on the change trail; `reward-ctl budget --service` does the same from
@@ -1593,7 +1577,7 @@ async fn budgets_are_read_and_set_over_the_admin_api_with_its_own_credential() {
     let cred_file = dir.join("admin.token");
     std::fs::write(&cred_file, format!("{admin_cred}\n")).unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(reward_ctl())
+        let out = std::process::Command::new(common::workspace_bin("reward-ctl"))
             .args(["--service-config", "/nonexistent.toml"])
             .args(args)
             .env_remove("REWARD_ADMIN_TOKEN")

@@ -19,22 +19,6 @@ use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_toml, unique_
 use proto::v1::RewardToken;
 use sdk::token::{KeyRing, TokenCodec};
 
-/// The `reward-service` binary, built beside this test.
-fn service_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .unwrap()
-        .join("reward-service");
-    assert!(
-        bin.exists(),
-        "{} is not built (cargo build --workspace builds it)",
-        bin.display()
-    );
-    bin
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -131,7 +115,10 @@ fn the_python_conformance_suite_passes_against_the_real_service() {
             "no:cacheprovider",
             "conformance",
         ])
-        .env("REWARD_SERVICE_BIN", service_bin())
+        .env(
+            "REWARD_SERVICE_BIN",
+            common::workspace_bin("reward-service"),
+        )
         .env("REWARD_SERVICE_CONFIG", &config)
         .env("REWARD_SERVICE_TOKEN", CREDENTIAL)
         .env("REWARD_WALLET_TOKEN", WALLET_CREDENTIAL)

@@ -159,3 +159,20 @@ pub fn tampered(text: &str) -> String {
     b[i] = if b[i] == b'A' { b'B' } else { b'A' };
     String::from_utf8(b).unwrap()
 }
+
+/// A binary of the workspace (`reward-service`, `reward-ctl`), built beside this test
+/// by `cargo build --workspace`; fails loudly when it is not.
+pub fn workspace_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} is not built (cargo build --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
