@@ -120,11 +120,11 @@ async fn only_events_a_key_holder_issued_are_credited() {
         (unknown_key, "PROOF_UNKNOWN_KEY"),
         (stranger_key, "PROOF_FORGED"),
     ];
-    // Signed, dated 5 min 15 s ahead of this clock (an SDK host whose clock runs
-    // ahead): it waits in the delay queue until within the service's 5-minute skew,
-    // then is credited. Dated two hours ahead, or not dated: invalid.
+    // Signed, dated 5 min 5 s ahead of this clock (an SDK host whose clock runs
+    // ahead): it waits in the delay queue until well within the service's 5-minute
+    // skew (~20 s), then is credited. Dated two hours ahead, or not dated: invalid.
     let skewed = sign(RewardEvent {
-        created_at_ms: now + 315_000,
+        created_at_ms: now + 305_000,
         ..event("zt-skewed", "carol", "cash", 6)
     });
     let created_far = sign(RewardEvent {

@@ -23,6 +23,11 @@ fn stack_env() -> Vec<(String, String)> {
 /// (idempotent: starts and forms the cluster only when it is not up), whatever
 /// topology the suite runs on.
 fn cluster_env() -> Vec<(String, String)> {
+    // `up` starts whatever is down: never while a chaos test has stopped a server on
+    // purpose (nor may its guards judge a stopped broker's data then).
+    let _shared = STACK
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     env_lines(&["up"], &[("REWARD_REDIS_TOPOLOGY", "cluster")])
 }
 

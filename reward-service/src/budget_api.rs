@@ -92,8 +92,9 @@ impl BudgetApi {
             .map(|_| ())
     }
 
-    /// After a change failed: its outcome on the trail too (best effort: the first
-    /// entry already says it was asked for).
+    /// The change's outcome on the trail, after the entry that asked for it (best
+    /// effort: that entry says "(requested)", so a missing outcome reads as unknown,
+    /// never as done).
     async fn trail_outcome(&self, who: &str, scene: &str, old: Option<i64>, outcome: String) {
         if let Err(err) = self.trail(who, scene, old, outcome).await {
             tracing::error!(error = %err, scene, "a budget change's outcome is not on the change trail");
@@ -148,15 +149,15 @@ impl BudgetAdmin for BudgetApi {
         };
         // On the trail before it is applied: a change the trail cannot record is not
         // made, and one that fails midway is on record with its outcome.
-        self.trail(&who, &scene, old, r.total.to_string())
+        self.trail(&who, &scene, old, format!("{} (requested)", r.total))
             .await
             .map_err(|err| {
                 Status::unavailable(format!(
                     "the change trail could not be written, so nothing was changed: {err}"
                 ))
             })?;
-        match self.claims.set_budget(&scene, r.total).await {
-            Ok(_) => {}
+        let spent = match self.claims.set_budget(&scene, r.total).await {
+            Ok(spent) => spent,
             Err(e @ ClaimError::BudgetPartial { .. }) => {
                 // Some shards took the new caps.
                 self.trail_outcome(&who, &scene, old, format!("{} (partial: {e})", r.total))
@@ -168,7 +169,9 @@ impl BudgetAdmin for BudgetApi {
                     .await;
                 return Err(status(e));
             }
-        }
+        };
+        self.trail_outcome(&who, &scene, old, r.total.to_string())
+            .await;
         tracing::info!(scene, from = before.total, to = r.total, %peer, "budget set over the admin API");
         // The change is made: a failed read now must not answer as if it were not.
         let after = match self.state(&r.activity_id, &r.scene_id).await {
@@ -176,7 +179,8 @@ impl BudgetAdmin for BudgetApi {
             Err(_) => BudgetState {
                 configured: true,
                 total: r.total,
-                remaining: r.total.saturating_sub(before.spent).max(0),
+                spent,
+                remaining: r.total.saturating_sub(spent).max(0),
                 ..before.clone()
             },
         };

@@ -42,6 +42,12 @@ pub async fn record(
             (e.at_unix_ms as f64, line.as_str()),
         )
         .await?;
-    let _: i64 = client.zremrangebyrank(&list, 0, -(KEEP + 1)).await?;
+    // The entry is written; a failed trim only leaves the list longer for a while.
+    if let Err(err) = client
+        .zremrangebyrank::<i64, _>(&list, 0, -(KEEP + 1))
+        .await
+    {
+        tracing::warn!(error = %err, "the change trail was not trimmed");
+    }
     Ok(line)
 }

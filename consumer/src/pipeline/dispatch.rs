@@ -16,6 +16,11 @@ use crate::limits::Verdict;
 
 use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready, SIDE_TASKS};
 
+/// An event dated ahead of the skew the service allows is released this long after it
+/// is within it, so a service whose clock runs a little behind the consumer's still
+/// takes it.
+const SKEW_MARGIN_MS: i64 = 15_000;
+
 /// Side tasks (running or waiting for a permit) past which no new record is admitted.
 const SIDE_BACKLOG: u64 = 4 * SIDE_TASKS as u64;
 use proto::reasons::DeadLetterReason;
@@ -361,7 +366,7 @@ impl Pipeline {
                 event
                     .created_at_ms
                     .saturating_sub(proto::limits::MAX_CREATED_AHEAD_MS)
-                    .saturating_add(1_000),
+                    .saturating_add(SKEW_MARGIN_MS),
             ),
             _ => None,
         };
