@@ -47,9 +47,8 @@ const FILL_LUA: &str = r"
 local p, shards, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 for n = from, to do
   local s = n % shards
-  redis.call('HSET', p .. ':{' .. p .. '.' .. s .. '}:t:T' .. n,
-    'scene', 'act/rain', 'activity', 'act', 'user', 'u' .. n, 'type', 'cash',
-    'amount', '5', 'state', 'GRANTED', 'result', 'tx' .. n)
+  redis.call('SET', p .. ':{' .. p .. '.' .. s .. '}:t:T' .. n,
+    '5\nact/rain\nu' .. n .. '\ncash\nact\nGRANTED\n\n\n\ntx' .. n)
 end
 return to - from + 1
 ";

@@ -36,6 +36,18 @@ pub fn mark_runs_cleaned(
     Ok(marked)
 }
 
+/// The Redis of each run's ledger in `dirs` other than the run's own, once each.
+pub fn ledger_urls(dirs: &[&Path]) -> anyhow::Result<Vec<String>> {
+    let mut urls = BTreeSet::new();
+    for dir in dirs {
+        let m = crate::setup::Manifest::load(dir)?;
+        if m.ledger_redis() != m.redis_url {
+            urls.insert(m.ledger_redis().to_string());
+        }
+    }
+    Ok(urls.into_iter().collect())
+}
+
 /// The selection of the replays in `dirs` (their `manifest.json`).
 pub fn replay_runs(dirs: &[&Path]) -> anyhow::Result<(String, Selection)> {
     let mut tags = BTreeSet::new();

@@ -23,9 +23,12 @@
 //!   softirq, steal), everything the machine did, other tenants included.
 //! - **Redis**: `INFO commandstats` and `INFO cpu` of every primary (a single node:
 //!   that node): calls and `usec` per command, the server's own CPU. Commands are
-//!   every command any part of the pipeline ran (token writes, claims, ledger
-//!   credits, token moves, fleet leases, delay queue) plus the probe's two `INFO`s per
-//!   node, and Redis counts the commands a script runs as well as the script call
+//!   every command any part of the pipeline ran (token writes, claims, token moves,
+//!   sweeps, fleet leases, delay queue) plus the probe's two `INFO`s per node. The
+//!   stand-in wallet's ledger runs on its own Redis (the stack's `WALLET_REDIS_URL`),
+//!   read the same way and reported apart: a real wallet's work is not ours. When both
+//!   URLs name one server, the wallet's line says so and the pipeline's figure holds
+//!   both, and Redis counts the commands a script runs as well as the script call
 //!   itself (whose `usec` includes theirs), so the script calls are given apart and
 //!   the server's CPU, not the sum of `usec`, is the time figure. Replicas' CPU shows in the process figures (role `redis`), not here. A node
 //!   whose counters fell during the run (it restarted, or a failover made it primary)
@@ -87,6 +90,10 @@ pub struct PerCredited {
     pub redis_script_calls: f64,
     /// Redis primaries' CPU, µs.
     pub redis_cpu_us: f64,
+    /// The stand-in wallet's Redis: commands (`None`: it shares the pipeline's).
+    pub wallet_redis_commands: Option<f64>,
+    /// The stand-in wallet's Redis: server CPU, µs.
+    pub wallet_redis_cpu_us: Option<f64>,
     /// Broker records.
     pub broker_records: f64,
 }
@@ -106,10 +113,15 @@ pub struct Cost {
     pub redis_nodes: BTreeMap<String, NodeCost>,
     /// Redis commands by name, summed over the primaries.
     pub redis_commands: BTreeMap<String, CommandCost>,
+    /// The stand-in wallet's Redis (`None`: it is the pipeline's, counted there).
+    pub wallet_redis: Option<NodeCost>,
     /// Broker records written (SDK deliveries and consumer write-backs).
     pub broker_records: u64,
     /// The figures per credited reward.
     pub per_credited: PerCredited,
+    /// Each stage's Redis work per reward, measured alone after the run (`--stages`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::stages::StageCost>,
 }
 
 impl Cost {
@@ -136,6 +148,8 @@ impl Cost {
                 .sum::<u64>() as f64
                 / n,
             redis_cpu_us: us(nodes.map(|c| c.cpu_secs).sum()),
+            wallet_redis_commands: self.wallet_redis.as_ref().map(|w| w.commands as f64 / n),
+            wallet_redis_cpu_us: self.wallet_redis.as_ref().map(|w| us(w.cpu_secs)),
             broker_records: broker_records as f64 / n,
         };
     }
@@ -157,7 +171,27 @@ impl Cost {
             .map(|(k, c)| format!("{k} {:.2}", c.calls as f64 / p.credited.max(1) as f64))
             .collect::<Vec<_>>()
             .join(", ");
-        vec![
+        let wallet = match (p.wallet_redis_commands, p.wallet_redis_cpu_us) {
+            (Some(c), Some(cpu)) => format!(
+                "  wallet (stand-in ledger, its own Redis, not counted above): {c:.2} commands, {cpu:.1} us server CPU"
+            ),
+            _ => "  wallet (stand-in ledger): on the pipeline's Redis, counted above".to_string(),
+        };
+        let mut stages = Vec::new();
+        if !self.stages.is_empty() {
+            let sum: f64 = self.stages.iter().map(|s| s.commands).sum();
+            stages.push(
+                "  pipeline redis by stage, per reward (each stage alone after the run, happy path):"
+                    .to_string(),
+            );
+            stages.extend(crate::stages::lines(&self.stages));
+            stages.push(format!(
+                "    {:<12} {:>6.2} commands (the run's total less the stages': sweeps, fleet leases, delay queue, retries, takeovers)",
+                "rest",
+                p.redis_commands - sum
+            ));
+        }
+        let mut lines = vec![
             format!(
                 "cost per credited reward ({} credited, {:.1} s, {} cores): machine busy CPU {:.0} us; by process (us): {procs}",
                 p.credited, self.secs, self.cores, p.machine_cpu_us
@@ -175,7 +209,10 @@ impl Cost {
                 },
                 p.broker_records
             ),
-        ]
+            wallet,
+        ];
+        lines.extend(stages);
+        lines
     }
 }
 
@@ -186,12 +223,14 @@ pub struct Probe {
     machine: Option<u64>,
     procs: BTreeMap<u32, u64>,
     redis: BTreeMap<String, RedisReading>,
+    wallet: Option<RedisReading>,
 }
 
+/// One Redis node's counters at one moment.
 #[derive(Debug, Clone, Default)]
-struct RedisReading {
-    commands: BTreeMap<String, CommandCost>,
-    cpu_secs: f64,
+pub(crate) struct RedisReading {
+    pub(crate) commands: BTreeMap<String, CommandCost>,
+    pub(crate) cpu_secs: f64,
 }
 
 impl Probe {
@@ -208,7 +247,8 @@ impl Probe {
             at: Instant::now(),
             machine: machine_busy_ticks(),
             procs,
-            redis: redis_readings(env).await,
+            redis: redis_readings(&env.redis_url).await,
+            wallet: wallet_reading(env).await,
         }
     }
 
@@ -226,7 +266,18 @@ impl Probe {
             (Some(a), Some(b)) => b.saturating_sub(a) as f64 / USER_HZ,
             _ => 0.0,
         };
-        let after = redis_readings(env).await;
+        let wallet_redis = match (&self.wallet, wallet_reading(env).await) {
+            (Some(before), Some(now)) => {
+                let diff = now.since(before);
+                Some(NodeCost {
+                    commands: diff.commands.values().map(|c| c.calls).sum(),
+                    usec: diff.commands.values().map(|c| c.usec).sum(),
+                    cpu_secs: diff.cpu_secs,
+                })
+            }
+            _ => None,
+        };
+        let after = redis_readings(&env.redis_url).await;
         let mut redis_nodes = BTreeMap::new();
         let mut redis_commands: BTreeMap<String, CommandCost> = BTreeMap::new();
         for (node, now) in after {
@@ -252,6 +303,7 @@ impl Probe {
             process_cpu_secs,
             redis_nodes,
             redis_commands,
+            wallet_redis,
             ..Cost::default()
         }
     }
@@ -259,7 +311,7 @@ impl Probe {
 
 impl RedisReading {
     /// The counters since `before`; all of them when any fell (the node restarted).
-    fn since(&self, before: &Self) -> Self {
+    pub(crate) fn since(&self, before: &Self) -> Self {
         let fell = self.cpu_secs < before.cpu_secs
             || self.commands.iter().any(|(k, c)| {
                 before
@@ -331,6 +383,7 @@ fn stack_procs(dir: &Path) -> Vec<Proc> {
 fn stack_role(stem: &str) -> &str {
     match stem {
         "redis" => "redis",
+        "wallet" => "wallet redis (stand-in ledger)",
         s if s.starts_with("cluster") => "redis",
         "kafka" => "kafka broker (tansu)",
         "broker" => "rocketmq broker",
@@ -373,14 +426,23 @@ fn parse_machine_busy(stat: &str) -> Option<u64> {
     Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
 }
 
+/// The wallet's Redis, when it is not the pipeline's (`None` also when it does not
+/// answer: the report then says the wallet was not measured apart).
+async fn wallet_reading(env: &StackEnv) -> Option<RedisReading> {
+    if env.wallet_redis_url == env.redis_url {
+        return None;
+    }
+    let mut all = redis_readings(&env.wallet_redis_url).await;
+    let first = all.keys().next().cloned()?;
+    all.remove(&first)
+}
+
 /// `INFO commandstats` and `INFO cpu` of every primary; empty when Redis does not
 /// answer (the report then shows no Redis figures rather than wrong ones).
-async fn redis_readings(env: &StackEnv) -> BTreeMap<String, RedisReading> {
+pub(crate) async fn redis_readings(url: &str) -> BTreeMap<String, RedisReading> {
     use fred::interfaces::ClientLike as _;
     let mut out = BTreeMap::new();
-    let Ok(builder) =
-        reward_runtime::redis::builder(&env.redis_url, std::time::Duration::from_secs(5))
-    else {
+    let Ok(builder) = reward_runtime::redis::builder(url, std::time::Duration::from_secs(5)) else {
         return out;
     };
     let Ok(client) = builder.build() else {

@@ -28,3 +28,4 @@ pub mod report;
 pub mod services;
 pub mod setup;
 pub mod slo;
+pub mod stages;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use loadtest::cli::clean::{CleanArgs, clean_cmd};
 use loadtest::cli::replay::{ReconcileArgs, ReplayArgs, reconcile_cmd, replay_cmd};
+use loadtest::cli::stages::{StagesArgs, stages_cmd};
 use loadtest::cli::wallet::{WalletArgs, wallet_cmd};
 
 /// mimalloc instead of the system allocator: under load glibc's malloc and free take
@@ -63,6 +64,12 @@ enum Command {
     /// the most) and prints the page's URL; serves until Ctrl-C. `ops/main --wallet`
     /// runs it after the replay.
     Wallet(WalletArgs),
+    /// Drive rewards through each stage of the pipeline alone (token write, claim,
+    /// finish, token move: the library calls the services make) against the pipeline's
+    /// Redis, and print each stage's Redis commands, script calls and server CPU per
+    /// reward. Keys go under bench prefixes and are removed after. Run it on a quiet
+    /// stack: Redis's CPU counts every client.
+    Stages(StagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +82,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Replay(args) => replay_cmd(args).await,
         Command::Clean(args) => clean_cmd(args).await,
         Command::Wallet(args) => wallet_cmd(args).await,
+        Command::Stages(args) => stages_cmd(args).await,
         Command::Reconcile(args) => reconcile_cmd(args).await,
     }
 }

@@ -60,6 +60,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
     let marks = crate::replay::hosts::read_marks(dir)?;
     let at = Stores {
         redis_url: m.redis_url.clone(),
+        ledger_redis_url: m.ledger_redis().to_string(),
         token_prefix: m.token_prefix.clone(),
         claims_prefix: m.claims_prefix.clone(),
         claims_shards: m.claims_shards,

@@ -32,8 +32,11 @@ pub struct Manifest {
     pub tag: String,
     /// The profile's name.
     pub profile: String,
-    /// Redis holding tokens, records, budgets and the ledger.
+    /// Redis holding tokens, records and budgets.
     pub redis_url: String,
+    /// Redis of the stand-in wallet's ledger (runs before it had its own: `redis_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_redis_url: Option<String>,
     /// Token store key prefix.
     pub token_prefix: String,
     /// Claim store key prefix.
@@ -58,6 +61,11 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The ledger's Redis.
+    pub fn ledger_redis(&self) -> &str {
+        self.ledger_redis_url.as_deref().unwrap_or(&self.redis_url)
+    }
+
     /// Reads `manifest.json` from a run directory.
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
         let path = dir.join("manifest.json");
@@ -210,6 +218,7 @@ replica_acks = {replica_acks}
 {downstreams}
 [ledger]
 key_prefix = "{ledger}"
+redis_url = "{ledger_redis}"
 [failures]
 archive = "{archive}"
 queue = "failures"
@@ -222,6 +231,7 @@ grace_ms = {sweeper_grace_ms}
         replica_acks = u32::from(m.redis_url.starts_with("redis-cluster://")),
         shards = m.claims_shards,
         ledger = m.ledger_prefix,
+        ledger_redis = m.ledger_redis(),
         archive = setup.dir.join("failures.jsonl").display(),
         sdk = sdk_section(env, m, &setup.dir, "service"),
     )
@@ -381,6 +391,7 @@ pub async fn prepare(
         tag: tag.clone(),
         profile: plan.name.clone(),
         redis_url: env.redis_url.clone(),
+        ledger_redis_url: Some(env.wallet_redis_url.clone()),
         token_prefix: format!("ltt-{tag}"),
         claims_prefix: format!("ltc-{tag}"),
         claims_shards: 16,

@@ -540,7 +540,10 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
     let first = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
     let f: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
     let ledger = reward_service::downstream::Ledger::connect(
-        manifest["redis_url"].as_str().unwrap(),
+        manifest["ledger_redis_url"]
+            .as_str()
+            .or(manifest["redis_url"].as_str())
+            .unwrap(),
         manifest["ledger_prefix"].as_str().unwrap(),
         &HashMap::new(),
     )
@@ -1880,7 +1883,7 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
         m["token_prefix"].as_str().unwrap(),
     );
     // Two granted records of different users.
-    let mut granted: Vec<(String, Vec<Option<String>>)> = Vec::new();
+    let mut granted: Vec<(String, reward_service::claim::Record)> = Vec::new();
     let pattern = format!("{claims}:{{{claims}.*}}:t:*");
     let mut keys = Vec::new();
     reward_runtime::keyspace::walk(
@@ -1897,12 +1900,16 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
     .await
     .unwrap();
     for k in keys {
-        let rec: Vec<Option<String>> = client
-            .hmget(k.as_str(), vec!["state", "user", "activity", "scene"])
-            .await
-            .unwrap();
-        let user = rec[1].clone();
-        if rec[0].as_deref() == Some("GRANTED") && granted.iter().all(|(_, r)| r[1] != user) {
+        let text: Option<String> = client.get(k.as_str()).await.unwrap();
+        let Some(rec) = text
+            .as_deref()
+            .and_then(reward_service::claim::Record::parse)
+        else {
+            continue;
+        };
+        if rec.state == reward_service::claim::ClaimState::Granted
+            && granted.iter().all(|(_, r)| r.user_id != rec.user_id)
+        {
             granted.push((k, rec));
         }
         if granted.len() == 2 {
@@ -1910,20 +1917,33 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
         }
     }
     assert_eq!(granted.len(), 2, "no two granted records under {pattern}");
-    let (receipt_key, _) = &granted[0];
-    let _: i64 = client.hdel(receipt_key.as_str(), "result").await.unwrap();
-    // A credited reward's real token, moved back from the credited hash to pending.
-    let (key, rec) = &granted[1];
-    let trade = key.rsplit_once(":t:").unwrap().1;
-    let (user, activity) = (rec[1].clone().unwrap(), rec[2].clone().unwrap());
-    let pending = format!("{tokens}:{{{user}}}:{activity}");
-    let credited: Option<String> = client
-        .hget(format!("{pending}:credited"), trade)
+    let (receipt_key, rec) = &granted[0];
+    let no_receipt = reward_service::claim::Record {
+        result: String::new(),
+        ..rec.clone()
+    };
+    let _: () = client
+        .set(
+            receipt_key.as_str(),
+            no_receipt.stored(),
+            None,
+            Some(fred::types::SetOptions::XX),
+            false,
+        )
         .await
         .unwrap();
-    let token = credited.unwrap_or_else(|| panic!("{trade} has no token in {pending}:credited"));
+    // A credited reward's real token, moved back from credited to pending.
+    let (key, rec) = &granted[1];
+    let trade = key.rsplit_once(":t:").unwrap().1;
+    let (user, activity) = (rec.user_id.clone(), rec.activity_id.clone());
+    let pending = format!("{tokens}:{{{user}}}:{activity}");
+    let held: Option<String> = client.hget(pending.as_str(), trade).await.unwrap();
+    let token = match held.as_deref().map(sdk::store::life::Field::of) {
+        Some(sdk::store::life::Field::Credited(t)) => t.to_string(),
+        other => panic!("{trade} is not held credited in {pending}: {other:?}"),
+    };
     let _: i64 = client.hset(pending.as_str(), (trade, token)).await.unwrap();
-    let scene = rec[3].clone().unwrap();
+    let scene = rec.scene.clone();
     let _: i64 = client
         .hincrby(format!("{claims}:{{{claims}.0}}:b:{scene}"), "spent", 1)
         .await

@@ -225,6 +225,10 @@ pub struct ServiceConfig {
     pub max_amounts: HashMap<String, i64>,
     /// Key prefix of the built-in ledger.
     pub ledger_prefix: String,
+    /// Redis of the built-in ledger (`[ledger] redis_url`; default: `redis_url`). A
+    /// stand-in wallet on its own Redis keeps its credits out of the pipeline's Redis
+    /// work, as a real wallet's would be.
+    pub ledger_redis_url: String,
     /// The failure archive (JSON lines).
     pub archive: PathBuf,
     /// The SDK virtual queue of the failure topic.
@@ -341,6 +345,7 @@ struct RawAdmin {
 #[serde(deny_unknown_fields)]
 struct RawLedger {
     key_prefix: Option<String>,
+    redis_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -451,6 +456,12 @@ impl ServiceConfig {
             wallet,
             sweeper: raw.sweeper,
             server,
+            ledger_redis_url: raw
+                .ledger
+                .redis_url
+                .clone()
+                .or_else(|| raw.redis_url.clone())
+                .unwrap_or_else(|| sdk.store.redis_url.clone()),
             redis_url: raw.redis_url.unwrap_or_else(|| sdk.store.redis_url.clone()),
             claims,
             budgets: raw.budgets,

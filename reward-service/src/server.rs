@@ -84,7 +84,7 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
     }
     let mut downstreams: HashMap<String, Arc<dyn Downstream>> = HashMap::new();
     if !ledger_types.is_empty() {
-        let ledger = Ledger::connect(&cfg.redis_url, &cfg.ledger_prefix, &capacity)
+        let ledger = Ledger::connect(&cfg.ledger_redis_url, &cfg.ledger_prefix, &capacity)
             .await
             .map_err(|e| StartError::Downstream("ledger".into(), e.to_string()))?;
         // One connection, one view per key contract.

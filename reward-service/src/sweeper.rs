@@ -16,7 +16,7 @@
 //! by one instance at a time: the instance takes the shard's lease (`SET NX PX`,
 //! `lease_ms`) and skips the shard when another holds it. Of a leased shard it reads at
 //! most `batch` entries older than `grace_ms` and, per entry:
-//! - the token is in the user's pending hash: it is opened with the service's keys and
+//! - the token is pending in the user's hash: it is opened with the service's keys and
 //!   granted through [`Service::grant_batch`], the same path as a `GrantBatch`, so the
 //!   trade number's claim record makes a second credit impossible (an event still on
 //!   its way is answered `DUPLICATE` when it arrives). `GRANTED` and `DUPLICATE` end
@@ -26,9 +26,9 @@
 //!   no downstream is configured for (`UNKNOWN_REWARD_TYPE`, counted `unknown_type`:
 //!   the user was shown it, so it waits for the type's downstream). `CONFLICT`, `INVALID`,
 //!   `FAILED_PERMANENT` and `IN_DOUBT` (held for an operator) end it, counted;
-//! - the token is in the credited hash (moved by a credit whose index removal was
-//!   lost): the entry ends;
-//! - the token is in neither: its write has not landed. The SDK retries a write for
+//! - the token is credited (moved by a credit whose index removal was lost), or
+//!   marked credited: the entry ends;
+//! - the user's hash holds nothing of it: its write has not landed. The SDK retries a write for
 //!   `store.retry_for_ms`; once the entry is older than `unstored_after_ms` the write
 //!   is taken as never landed, the entry ends and is counted
 //!   (`reward_service_sweeper_entries_total{result="never_stored"}`);

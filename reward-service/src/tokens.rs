@@ -5,25 +5,24 @@
 //!
 //! # The move after a credit
 //! After a credit is marked `GRANTED`, the service moves the token, in one script
-//! ([`MOVE_MANY_LUA`]), from the user's pending hash to the credited hash beside it
-//! (same hash tag, so same slot). Deleting it from the pending hash is what keeps it
-//! from being force-credited or listed as pending again; keeping it in the credited
-//! hash lets the wallet page show what was credited without asking every downstream.
-//! The credited hash gets the store's TTL on each move, like the pending one. A credit
-//! that runs before its token's write lands leaves an empty mark instead, and the SDK's
-//! write script then puts the token in the credited hash, never in the pending one.
-//! [`Tokens::held`] does not list marks.
+//! ([`MOVE_MANY_LUA`]), from pending to credited: its field in the user's hash is
+//! rewritten in place with `!` in front (the states are [`sdk::store::life::Field`]).
+//! Leaving the pending state is what keeps it from being force-credited or listed as
+//! pending again; keeping the token lets the wallet page show what was credited without
+//! asking every downstream. A credit that runs before its token's write lands leaves a
+//! mark (`!`) instead, and the SDK's write script then stores the token credited, never
+//! pending. [`Tokens::held`] does not list marks.
 //!
 //! A failed move never fails the grant: the claim record says `GRANTED`, which is
-//! what validation and withdrawal trust, so a token left in the pending hash is shown
+//! what validation and withdrawal trust, so a token left pending is shown
 //! as credited and can never be credited twice. It is retried in the background (from
 //! 200 ms, doubling to 1 s, for [`MOVE_RETRY_FOR`]), so a Redis pause or failover does
 //! not leave credited tokens listed as pending; a move whose answer was lost is
 //! harmless to repeat (the token is no longer pending: the script moves nothing).
 //! Only a move given up after that is counted ([`Tokens::move_failures`]) and logged.
 //!
-//! The per-user cap of the SDK counts the pending hash only: a credited token frees
-//! its place.
+//! The per-user cap of the SDK counts every field of the hash, credited ones too (until
+//! the hash expires).
 //!
 //! # Moves of a batch go together
 //! A `GrantBatch` moves its tokens with [`Tokens::credited_many`]: one script call for
@@ -43,7 +42,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use reward_runtime::script::Script;
 use sdk::store::TokenStore;
-use sdk::store::life::MOVE_MANY_LUA;
+use sdk::store::life::{Field, MOVE_MANY_LUA};
 
 /// Most tokens one [`MOVE_MANY_LUA`] call moves (Redis runs a script to its end
 /// before anything else, so a call stays well under a millisecond).
@@ -95,11 +94,7 @@ impl Tokens {
         })
     }
 
-    fn credited_key(&self, user_id: &str, activity_id: &str) -> String {
-        self.store.credited_key(user_id, activity_id)
-    }
-
-    /// Moves a credited reward's token out of the pending hash. Never fails the
+    /// Moves a credited reward's token from pending to credited. Never fails the
     /// caller: a Redis error is counted ([`Tokens::move_failures`]) and logged.
     pub async fn credited(&self, user_id: &str, activity_id: &str, trade_no: &str) -> bool {
         self.credited_many(&[(user_id, activity_id, trade_no)])
@@ -178,22 +173,25 @@ impl Tokens {
         }
     }
 
-    /// A reward's token: the sealed token when it is pending, and whether the credited
-    /// hash holds it (or a credit's mark for it).
+    /// A reward's token: the sealed token when it is pending, and whether it is
+    /// credited (its token, or a credit's mark).
     pub async fn find(
         &self,
         user_id: &str,
         activity_id: &str,
         trade_no: &str,
     ) -> Result<(Option<String>, bool), fred::error::Error> {
-        let client = self.store.pool().next();
-        let pending_key = self.store.key(user_id, activity_id);
-        let credited_key = self.credited_key(user_id, activity_id);
-        let (pending, credited) = tokio::join!(
-            client.hget::<Option<String>, _, _>(pending_key, trade_no),
-            client.hexists::<bool, _, _>(credited_key, trade_no),
-        );
-        Ok((pending?, credited?))
+        let v: Option<String> = self
+            .store
+            .pool()
+            .next()
+            .hget(self.store.key(user_id, activity_id), trade_no)
+            .await?;
+        Ok(match v.as_deref().map(Field::of) {
+            Some(Field::Pending(t)) => (Some(t.to_string()), false),
+            Some(_) => (None, true),
+            None => (None, false),
+        })
     }
 
     async fn move_chunk(
@@ -209,7 +207,6 @@ impl Tokens {
                 for &i in idx {
                     let (user, activity, trade) = moves[i];
                     keys.push(self.store.key(user, activity));
-                    keys.push(self.credited_key(user, activity));
                     args.push(Value::from(trade));
                 }
                 (keys, args)
@@ -242,7 +239,7 @@ impl Tokens {
                     .fetch_add(idx.len() as u64, Ordering::Relaxed);
                 // The first trade number, to find the call in the logs.
                 let trade_no = moves.first().map_or("", |m| m.2);
-                tracing::warn!(tokens = idx.len(), %trade_no, %error, "credited tokens not moved out of the pending hash; given up");
+                tracing::warn!(tokens = idx.len(), %trade_no, %error, "credited tokens not moved from pending to credited; given up");
                 return;
             }
             wait = (wait * 2).min(Duration::from_secs(1));
@@ -256,32 +253,38 @@ impl Tokens {
 
     /// Both hashes of a user in an activity.
     pub async fn held(&self, user_id: &str, activity_id: &str) -> Result<Held, fred::error::Error> {
-        let client = self.store.pool().next();
-        let pending: HashMap<String, String> =
-            client.hgetall(self.store.key(user_id, activity_id)).await?;
-        let mut credited: HashMap<String, String> = client
-            .hgetall(self.credited_key(user_id, activity_id))
+        let all: HashMap<String, String> = self
+            .store
+            .pool()
+            .next()
+            .hgetall(self.store.key(user_id, activity_id))
             .await?;
-        // Marks of credits whose token has not landed (module doc) are not tokens.
-        credited.retain(|_, v| !v.is_empty());
-        Ok(Held { pending, credited })
+        let mut held = Held::default();
+        for (trade, v) in all {
+            match Field::of(&v) {
+                Field::Pending(t) => {
+                    let t = t.to_string();
+                    held.pending.insert(trade, t);
+                }
+                Field::Credited(t) => {
+                    let t = t.to_string();
+                    held.credited.insert(trade, t);
+                }
+                // A credit whose token has not landed (module doc) holds no token.
+                Field::Marked => {}
+            }
+        }
+        Ok(held)
     }
 
-    /// Whether the pending and the credited hash hold `trade_no`.
+    /// Whether `trade_no` is held pending, and whether credited (a token or a mark).
     pub async fn holds(
         &self,
         user_id: &str,
         activity_id: &str,
         trade_no: &str,
     ) -> Result<(bool, bool), fred::error::Error> {
-        // Both asked at once: one round trip on the shared connection, not two.
-        let client = self.store.pool().next();
-        let pending_key = self.store.key(user_id, activity_id);
-        let credited_key = self.credited_key(user_id, activity_id);
-        let (pending, credited) = tokio::join!(
-            client.hexists::<bool, _, _>(pending_key, trade_no),
-            client.hexists::<bool, _, _>(credited_key, trade_no),
-        );
-        Ok((pending?, credited?))
+        let (pending, credited) = self.find(user_id, activity_id, trade_no).await?;
+        Ok((pending.is_some(), credited))
     }
 }

@@ -70,10 +70,31 @@ pub async fn on_node<R: fred::prelude::FromValue>(
 
 /// Whether any key matching `pattern` exists on any node.
 pub async fn any_match(client: &Client, pattern: &str) -> Result<bool, fred::error::Error> {
+    any_match_of(client, pattern, None).await
+}
+
+/// Whether any key matching `pattern` and, when given, of Redis type `of` (`hash`,
+/// `string`, ...: `SCAN`'s `TYPE` filter) exists on any node.
+pub async fn any_match_of(
+    client: &Client,
+    pattern: &str,
+    of: Option<&str>,
+) -> Result<bool, fred::error::Error> {
     for node in nodes(client).await? {
         let mut cursor = "0".to_string();
         loop {
-            let (next, keys) = scan_page(client, node.as_ref(), &cursor, pattern, 1000).await?;
+            let (next, keys): (String, Vec<String>) = match of {
+                None => scan_page(client, node.as_ref(), &cursor, pattern, 1000).await?,
+                Some(t) => {
+                    on_node(
+                        client,
+                        node.as_ref(),
+                        "SCAN",
+                        vec![&cursor, "MATCH", pattern, "COUNT", "1000", "TYPE", t],
+                    )
+                    .await?
+                }
+            };
             if !keys.is_empty() {
                 return Ok(true);
             }

@@ -506,11 +506,8 @@ async fn a_write_landing_after_its_credit_does_not_list_the_token_again() {
         assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
         // The reward service credits the reward and moves its token.
         let pool = st.pool().next();
-        let (pending, credited) = (st.key("u1", "act"), st.credited_key("u1", "act"));
-        let _: () = fred::interfaces::HashesInterface::hset(pool, &credited, ("t1", "sealed1"))
-            .await
-            .unwrap();
-        let _: () = fred::interfaces::HashesInterface::hdel(pool, &pending, "t1")
+        let hash = st.key("u1", "act");
+        let _: () = fred::interfaces::HashesInterface::hset(pool, &hash, ("t1", "!sealed1"))
             .await
             .unwrap();
         // A retried or late write of the same token arrives afterwards.
@@ -520,6 +517,14 @@ async fn a_write_landing_after_its_credit_does_not_list_the_token_again() {
         assert!(
             st.list("u1", "act").await.unwrap().is_empty(),
             "{mode:?}: a credited token is pending again"
+        );
+        let raw: Option<String> = fred::interfaces::HashesInterface::hget(pool, &hash, "t1")
+            .await
+            .unwrap();
+        assert_eq!(
+            raw.as_deref(),
+            Some("!sealed1"),
+            "{mode:?}: the credit was overwritten"
         );
         assert_eq!(n(&st.stats().unstored), 0, "{mode:?}");
     }

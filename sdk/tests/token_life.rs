@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use reward_runtime::script::Script;
 use sdk::config::{StoreConfig, WriteMode};
 use sdk::store::TokenStore;
-use sdk::store::life::MOVE_MANY_LUA;
+use sdk::store::life::{Field, MOVE_MANY_LUA};
 
 const ACTIVITY: &str = "act";
 const USERS: [&str; 2] = ["ua", "ub"];
@@ -90,13 +90,12 @@ impl World {
     /// The service's move of one credited token (and its due entry's removal).
     async fn move_token(&self, t: usize) {
         let (u, tr) = (user(t), trade(t));
-        let pending = self.store.key(u, ACTIVITY);
-        let credited = self.store.credited_key(u, ACTIVITY);
+        let hash = self.store.key(u, ACTIVITY);
         let _: Vec<i64> = self
             .mover
             .eval(&self.client, || {
                 (
-                    vec![pending.clone(), credited.clone()],
+                    vec![hash.clone()],
                     vec![Value::from(3600), Value::from(tr.as_str())],
                 )
             })
@@ -144,21 +143,17 @@ impl World {
                     for m in members {
                         let (u, _, tr) = sdk::store::parse_due_member(&m).unwrap();
                         let t: usize = tr[1..].parse().unwrap();
-                        let pending: Option<String> = self
+                        let held: Option<String> = self
                             .client
                             .hget(self.store.key(u, ACTIVITY), tr)
                             .await
                             .unwrap();
-                        let credited: Option<String> = self
-                            .client
-                            .hget(self.store.credited_key(u, ACTIVITY), tr)
-                            .await
-                            .unwrap();
-                        if pending.is_some() {
+                        let field = held.as_deref().map(Field::of);
+                        if matches!(field, Some(Field::Pending(_))) {
                             // The sweeper grants what it finds pending.
                             self.credit(t);
                             self.move_token(t).await;
-                        } else if credited.is_some() {
+                        } else if field.is_some() {
                             let _: i64 = self.client.zrem(&key, m.as_str()).await.unwrap();
                         }
                     }
@@ -171,13 +166,23 @@ impl World {
     async fn check(&self, step: usize, ops: &[Op]) {
         for t in 0..TRADES {
             let (u, tr) = (user(t), trade(t));
-            let pending: bool = self
+            let held: Option<String> = self
                 .client
-                .hexists(self.store.key(u, ACTIVITY), &tr)
+                .hget(self.store.key(u, ACTIVITY), &tr)
                 .await
                 .unwrap();
+            let field = held.as_deref().map(Field::of);
+            let pending = matches!(field, Some(Field::Pending(_)));
             let credited = self.credited.get(&t).copied().unwrap_or(false);
             let written = self.written.get(&t).copied().unwrap_or(false);
+            let sealed = format!("sealed-{tr}");
+            if credited && written {
+                assert_eq!(
+                    field,
+                    Some(Field::Credited(sealed.as_str())),
+                    "step {step}: credited and written {tr} does not hold its token credited after {ops:?}"
+                );
+            }
             assert!(
                 !(credited && pending),
                 "step {step}: credited {tr} listed pending after {ops:?}"

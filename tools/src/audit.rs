@@ -8,7 +8,7 @@
 //! | `granted_without_receipt` | a claim record says `GRANTED` but holds no receipt: a credit nobody can trace to the downstream's transaction | every claim record (`SCAN`, pages of `page` keys, `HMGET`) |
 //! | `spent_below_claims` | a scene shard's `spent` is less than the sum of the amounts of its live (`IN_PROGRESS`, `IN_DOUBT`) and `GRANTED` claims: the shard can spend past its cap (a hand edit, a lost budget key) | the budget hash of every scene in every shard, before and after the walk |
 //! | `spent_above_claims` | `spent` is more than that sum: records are gone while their money stays counted. Expected once records outlive `[claims] retention_secs` and expire (a ticket, not a page) | same |
-//! | `credited_token_pending` | a `GRANTED` reward's token is still in its user's pending hash and no due entry will make the sweeper move it: the wallet shows as waiting what was paid (looked at twice, `recheck` apart) | `HEXISTS` per granted claim, page by page; `ZSCORE` of a suspect's due entry |
+//! | `credited_token_pending` | a `GRANTED` reward's token is still pending in its user's hash and no due entry will make the sweeper move it: the wallet shows as waiting what was paid (looked at twice, `recheck` apart) | `HGET` per granted claim, page by page; `ZSCORE` of a suspect's due entry |
 //! | `stale_due_entry` | a due index entry older than `stale_after` (the sweeper's grace, plus its retry wait and two passes): a stored reward nobody credited | `ZCOUNT` / `ZRANGEBYSCORE` of every due shard |
 //! | `in_doubt_past_hold` | a grant held `IN_DOUBT` longer than `doubt_hold`: money that may have moved, waiting on an operator | `ZRANGEBYSCORE` of every shard's doubt index |
 //!
@@ -223,7 +223,7 @@ pub enum AuditError {
     Config(String),
 }
 
-/// A claim record's fields the audit reads, in `HMGET` order.
+/// A claim record's fields the audit reads, in the order [`read_records`] gives them.
 const FIELDS: [&str; 6] = ["scene", "user", "activity", "amount", "state", "result"];
 
 /// A granted reward: user, activity, trade number.
@@ -464,22 +464,35 @@ async fn pace(per_sec: u64, units: u64, started: Instant) {
     }
 }
 
-/// The records' fields, one pipelined `HMGET` each (a record gone meanwhile: all
-/// `None`).
+/// The records' fields in [`FIELDS`] order, one pipelined `GET` each (a record gone
+/// meanwhile, or one that is not a record: all `None`).
 async fn read_records(
     client: &Client,
     keys: &[String],
 ) -> Result<Vec<Vec<Option<String>>>, AuditError> {
     let pipe = client.pipeline();
     for k in keys {
-        let _: () = pipe.hmget(k.as_str(), FIELDS.to_vec()).await?;
+        let _: () = pipe.get(k.as_str()).await?;
     }
-    let answers: Vec<Value> = pipe.all().await?;
+    let answers = pipe.try_all::<Option<String>>().await;
     Ok(answers
         .into_iter()
-        .map(|v| match v {
-            Value::Array(fields) => fields.into_iter().map(|f| f.into_string()).collect(),
-            _ => vec![None; FIELDS.len()],
+        .map(|v| {
+            match v
+                .ok()
+                .flatten()
+                .and_then(|t| reward_service::claim::Record::parse(&t))
+            {
+                Some(r) => vec![
+                    Some(r.scene),
+                    Some(r.user_id),
+                    Some(r.activity_id),
+                    Some(r.amount.to_string()),
+                    Some(r.state.as_str().to_string()),
+                    Some(r.result),
+                ],
+                None => vec![None; FIELDS.len()],
+            }
         })
         .collect())
 }
@@ -556,7 +569,7 @@ async fn spent_all(
     Ok(out)
 }
 
-/// The pending hash of a user's tokens in an activity (the token store's layout,
+/// The hash of a user's tokens in an activity (the token store's layout,
 /// `sdk::store`).
 fn pending_key(cfg: &AuditConfig, user: &str, activity: &str) -> String {
     format!("{}:{{{user}}}:{activity}", cfg.token_prefix)
@@ -612,14 +625,19 @@ async fn still_pending<'a>(
     let mut n = 0;
     for (user, activity, trade) in rewards {
         let _: () = pipe
-            .hexists(pending_key(cfg, user, activity), trade.as_str())
+            .hget(pending_key(cfg, user, activity), trade.as_str())
             .await?;
         n += 1;
     }
     if n == 0 {
         return Ok(Vec::new());
     }
-    Ok(pipe.all().await?)
+    // A field is pending unless it says credited (`sdk::store::life::Field`).
+    let held: Vec<Option<String>> = pipe.all().await?;
+    Ok(held
+        .into_iter()
+        .map(|v| v.is_some_and(|v| !sdk::store::life::Field::of(&v).credited()))
+        .collect())
 }
 
 fn now_ms() -> i64 {

@@ -44,8 +44,8 @@ use fred::prelude::*;
 /// Key families of a replay (see the module doc).
 pub const REPLAY_FAMILIES: [&str; 5] = ["ltt-", "ltc-", "ltl-", "ltd-", "ltcfg-"];
 /// Key families of the benches.
-pub const BENCH_FAMILIES: [&str; 8] = [
-    "gb-", "gbl-", "gbt-", "cbd-", "cbcfg-", "ceiling-", "aud-", "audt-",
+pub const BENCH_FAMILIES: [&str; 10] = [
+    "gb-", "gbl-", "gbt-", "cbd-", "cbcfg-", "ceiling-", "aud-", "audt-", "stg-", "stgt-",
 ];
 
 /// Keys looked at per `SCAN` page. Redis runs each page to its end before anything

@@ -38,6 +38,11 @@ pub fn default_redis_url() -> String {
     format!("redis://127.0.0.1:{}", default_port("REDIS_PORT"))
 }
 
+/// Loopback default of `WALLET_REDIS_URL`: the stand-in wallet's own Redis.
+pub fn default_wallet_redis_url() -> String {
+    format!("redis://127.0.0.1:{}", default_port("WALLET_PORT"))
+}
+
 /// Loopback default of `KAFKA_BROKERS` (tansu).
 pub fn default_kafka_brokers() -> String {
     format!("127.0.0.1:{}", default_port("KAFKA_PORT"))
@@ -59,6 +64,8 @@ pub enum Server {
     RocketMqNameServer,
     /// RocketMQ's broker (reached through the name server).
     RocketMqBroker,
+    /// The stand-in wallet's Redis (the built-in ledger).
+    WalletRedis,
 }
 
 impl std::fmt::Display for Server {
@@ -68,6 +75,7 @@ impl std::fmt::Display for Server {
             Self::Kafka => "Kafka broker (tansu)",
             Self::RocketMqNameServer => "RocketMQ name server",
             Self::RocketMqBroker => "RocketMQ broker",
+            Self::WalletRedis => "the wallet's Redis",
         })
     }
 }
@@ -105,6 +113,9 @@ pub struct StackEnv {
     /// `redis://host:port[/db]`, or `redis-cluster://host:port?node=host:port&...` for a
     /// Redis Cluster (fred reads both; every component takes either).
     pub redis_url: String,
+    /// The stand-in wallet's Redis (the reward service's built-in ledger), apart from
+    /// the pipeline's so that its credits are never counted as the pipeline's work.
+    pub wallet_redis_url: String,
     /// Comma-separated `host:port` bootstrap list.
     pub kafka_brokers: String,
     /// `host:port` of a RocketMQ name server.
@@ -122,7 +133,8 @@ impl StackEnv {
             .trim()
     }
 
-    /// Reads `REDIS_URL`, `KAFKA_BROKERS` and `ROCKETMQ_NAMESRV`, with loopback defaults.
+    /// Reads `REDIS_URL`, `WALLET_REDIS_URL`, `KAFKA_BROKERS` and `ROCKETMQ_NAMESRV`,
+    /// with loopback defaults.
     pub fn from_env() -> Self {
         let var = |name: &str, default: fn() -> String| {
             std::env::var(name)
@@ -132,6 +144,7 @@ impl StackEnv {
         };
         Self {
             redis_url: var("REDIS_URL", default_redis_url),
+            wallet_redis_url: var("WALLET_REDIS_URL", default_wallet_redis_url),
             kafka_brokers: var("KAFKA_BROKERS", default_kafka_brokers),
             rocketmq_namesrv: var("ROCKETMQ_NAMESRV", default_rocketmq_namesrv),
         }
@@ -139,28 +152,37 @@ impl StackEnv {
 
     /// `host:port` of the Redis URL (a cluster URL's first node).
     pub fn redis_host_port(&self) -> Result<String, StackError> {
-        let bad = |reason: &str| StackError::BadAddress {
-            var: "REDIS_URL",
-            value: without_credentials(&self.redis_url),
-            reason: reason.to_string(),
-        };
-        let rest = self
-            .redis_url
-            .strip_prefix("redis://")
-            .or_else(|| self.redis_url.strip_prefix("redis-cluster://"))
-            .ok_or_else(|| bad("must start with redis:// or redis-cluster://"))?;
-        let rest = rest.split('?').next().unwrap_or_default();
-        let rest = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
-        let host_port = rest.split('/').next().unwrap_or_default();
-        if host_port.is_empty() {
-            return Err(bad("no host"));
-        }
-        Ok(if host_port.contains(':') {
-            host_port.to_string()
-        } else {
-            format!("{host_port}:6379")
-        })
+        host_port("REDIS_URL", &self.redis_url)
     }
+
+    /// `host:port` of the wallet's Redis URL.
+    pub fn wallet_host_port(&self) -> Result<String, StackError> {
+        host_port("WALLET_REDIS_URL", &self.wallet_redis_url)
+    }
+}
+
+/// `host:port` of a Redis URL held by env variable `var` (a cluster URL's first node).
+fn host_port(var: &'static str, url: &str) -> Result<String, StackError> {
+    let bad = |reason: &str| StackError::BadAddress {
+        var,
+        value: without_credentials(url),
+        reason: reason.to_string(),
+    };
+    let rest = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("redis-cluster://"))
+        .ok_or_else(|| bad("must start with redis:// or redis-cluster://"))?;
+    let rest = rest.split('?').next().unwrap_or_default();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
+    let host_port = rest.split('/').next().unwrap_or_default();
+    if host_port.is_empty() {
+        return Err(bad("no host"));
+    }
+    Ok(if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:6379")
+    })
 }
 
 /// `url` with whatever stands before an `@` in its authority (a user and password)
@@ -405,6 +427,7 @@ mod tests {
     fn env(url: &str) -> StackEnv {
         StackEnv {
             redis_url: url.into(),
+            wallet_redis_url: default_wallet_redis_url(),
             kafka_brokers: default_kafka_brokers(),
             rocketmq_namesrv: default_rocketmq_namesrv(),
         }
@@ -414,6 +437,7 @@ mod tests {
     fn the_address_book_names_every_port() {
         for name in [
             "REDIS_PORT",
+            "WALLET_PORT",
             "KAFKA_PORT",
             "NAMESRV_PORT",
             "BROKER_PORT",

@@ -137,6 +137,7 @@ async fn only_rewards_never_said_stored_are_excused_with_a_dead_sender() {
     let tag = format!("{:08x}", rand::random::<u32>());
     let at = Stores {
         redis_url: env.redis_url.clone(),
+        ledger_redis_url: env.redis_url.clone(),
         token_prefix: format!("bkt-{tag}"),
         claims_prefix: format!("bkc-{tag}"),
         claims_shards: 4,

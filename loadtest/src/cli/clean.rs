@@ -19,7 +19,8 @@ pub struct CleanArgs {
     /// Only count what would be removed.
     #[arg(long)]
     dry_run: bool,
-    /// Redis for --leftovers [default: the stack's, REDIS_URL].
+    /// Redis for --leftovers [default: the stack's, REDIS_URL, and its wallet's,
+    /// WALLET_REDIS_URL, where replays keep their ledgers].
     #[arg(long)]
     redis_url: Option<String>,
     /// With --leftovers --yes: the run directories whose manifests to mark cleaned.
@@ -63,27 +64,41 @@ async fn clean(
     redis_url: Option<String>,
 ) -> anyhow::Result<()> {
     use reward_tools::clean::{BENCH_FAMILIES, REPLAY_FAMILIES, Selection};
-    let (url, sel) = if leftovers.is_some() {
-        let url = match redis_url {
-            Some(u) => u,
-            None => reward_tools::stack::StackEnv::from_env().redis_url,
+    let (url, sel, also) = if leftovers.is_some() {
+        let (url, also) = match redis_url {
+            Some(u) => (u, Vec::new()),
+            None => {
+                let env = reward_tools::stack::StackEnv::from_env();
+                (env.redis_url, vec![env.wallet_redis_url])
+            }
         };
         let families = REPLAY_FAMILIES
             .iter()
             .chain(BENCH_FAMILIES.iter())
             .map(|f| f.to_string())
             .collect();
-        (url, Selection::AnyRun { families })
+        (url, Selection::AnyRun { families }, also)
     } else {
         let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
-        crate::clean::replay_runs(&dirs)?
+        let (url, sel) = crate::clean::replay_runs(&dirs)?;
+        (url, sel, crate::clean::ledger_urls(&dirs)?)
     };
     let bar = indicatif::ProgressBar::new_spinner();
-    let done = reward_tools::clean::clean(&url, &sel, dry_run, |scanned, matched| {
+    let mut done = reward_tools::clean::clean(&url, &sel, dry_run, |scanned, matched| {
         bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
         bar.tick();
     })
     .await?;
+    // The ledgers' keys, on the wallet's own Redis.
+    for other in also.iter().filter(|u| **u != url) {
+        let more = reward_tools::clean::clean(other, &sel, dry_run, |scanned, matched| {
+            bar.set_message(format!("wallet: {scanned} keys scanned, {matched} matched"));
+            bar.tick();
+        })
+        .await?;
+        done.matched += more.matched;
+        done.removed += more.removed;
+    }
     bar.finish_and_clear();
     if dry_run {
         println!(

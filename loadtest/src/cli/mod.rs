@@ -3,8 +3,10 @@
 //!
 //! - [`replay`]: `loadtest replay` and `loadtest reconcile`;
 //! - [`clean`]: `loadtest clean`;
+//! - [`stages`]: `loadtest stages`;
 //! - [`wallet`]: `loadtest wallet`.
 
 pub mod clean;
 pub mod replay;
+pub mod stages;
 pub mod wallet;

@@ -82,6 +82,11 @@ pub struct ReplayArgs {
     /// end-to-end rate as a share of each (release build for figures).
     #[arg(long)]
     ceilings: bool,
+    /// After the run, drive N rewards through each stage of the pipeline alone (token
+    /// write, claim, finish, token move) and print each stage's Redis commands and
+    /// CPU per reward beside the run's total (run it on a quiet stack).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    stages: Option<u64>,
     /// Serve this process's /metrics, /healthz, /readyz here while it runs (the
     /// SDK's counters: sends, failovers, spool). The children always serve theirs
     /// on free loopback ports; every process's final scrape is saved in the run
@@ -139,6 +144,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         stack_script,
         quiet,
         ceilings,
+        stages,
         metrics_addr,
     } = args;
     check_limits(&limits)?;
@@ -169,6 +175,7 @@ fn replay_options(args: ReplayArgs) -> Result<(ReplayOptions, Option<SocketAddr>
         partitions,
         stack_script,
         ceilings,
+        stages,
         max_in_flight,
         metrics: None,
         metrics_served: None,

@@ -90,6 +90,9 @@ pub struct ReplayOptions {
     /// After the run, measure the parts' ceilings on the same stack (a bare rdkafka
     /// producer, `redis-benchmark` of the claim script) for the report.
     pub ceilings: bool,
+    /// After the run, drive this many rewards through each stage alone and add each
+    /// stage's Redis work per reward to the cost lines ([`crate::stages`]).
+    pub stages: Option<u64>,
     /// Requests in flight past which arrivals are shed (and the run stops, invalid).
     pub max_in_flight: u64,
     /// This process's metrics recorder (`--metrics-addr`), scraped at the end into
@@ -297,7 +300,17 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     let consumers = run.stop_services().await?;
     let sdk_counters = run.close_sdk().await?;
     let (reconciliation, ceilings) = run.reconcile().await?;
-    let report = run.report(
+    let stages = match opts.stages {
+        Some(n) => match crate::stages::measure_timed(&env.redis_url, n).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("replay: the stage probe failed: {e:#}");
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    let mut report = run.report(
         &collected,
         watched,
         consumers,
@@ -305,5 +318,8 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
         reconciliation,
         ceilings,
     );
+    if let Some(cost) = report.cost.as_mut() {
+        cost.stages = stages;
+    }
     Ok((run.dir, report))
 }

@@ -104,7 +104,7 @@ impl<'a> Run<'a> {
         let mut setup = Self::prepare(env, opts).await?;
         let dir = setup.dir.clone();
         eprintln!("replay: run directory {}", dir.display());
-        let double = Self::start_double(env, opts, &setup).await?;
+        let double = Self::start_double(opts, &setup).await?;
         let links = Links::start(env, &opts.faults, double.as_ref().map(|d| d.addr())).await?;
         let links = Arc::new(links);
         let (services, grpc) = children::start(env, &setup, opts, double.as_ref(), &links).await?;
@@ -147,6 +147,7 @@ impl<'a> Run<'a> {
     async fn prepare(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<Setup> {
         let probe = Duration::from_secs(2);
         check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+        check_reachable(Server::WalletRedis, &env.wallet_host_port()?, probe).await?;
         check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
         check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
         let setup =
@@ -185,13 +186,12 @@ impl<'a> Run<'a> {
 
     /// The downstream double, when a fault breaks the downstream.
     async fn start_double(
-        env: &StackEnv,
         opts: &ReplayOptions,
         setup: &Setup,
     ) -> anyhow::Result<Option<reward_standins::downstream::DownstreamDouble>> {
         let double = if crate::faults::needs_downstream_double(&opts.faults) {
             let ledger = reward_service::downstream::Ledger::connect(
-                &env.redis_url,
+                setup.manifest.ledger_redis(),
                 &setup.manifest.ledger_prefix,
                 &std::collections::HashMap::new(),
             )

@@ -3,7 +3,7 @@
 
 use fred::prelude::*;
 
-use super::keys::{check_grant, check_id, new_claim_id, secs};
+use super::keys::{check_grant, new_claim_id, secs};
 use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant};
 
 impl Claims {
@@ -207,8 +207,7 @@ impl Claims {
             return Ok(Vec::new());
         };
         for (g, _, _) in part {
-            check_id("scene", &g.scene)?;
-            check_id("trade number", &g.trade_no)?;
+            check_grant(g)?;
         }
         let shard = self.shard_of(&first.trade_no);
         let reply: Vec<i64> = self
@@ -227,6 +226,11 @@ impl Claims {
                     args.push(Value::from(state.as_str()));
                     args.push(Value::from(result.as_str()));
                     args.push(Value::from(g.trade_no.as_str()));
+                    args.push(Value::from(g.amount.to_string()));
+                    args.push(Value::from(g.scene.as_str()));
+                    args.push(Value::from(g.user_id.as_str()));
+                    args.push(Value::from(g.reward_type.as_str()));
+                    args.push(Value::from(g.activity_id.as_str()));
                 }
                 (keys, args)
             })

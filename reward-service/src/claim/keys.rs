@@ -17,6 +17,15 @@ pub(super) fn check_grant(g: &Grant) -> Result<(), ClaimError> {
     if g.user_id.is_empty() || g.reward_type.is_empty() {
         return Err(ClaimError::Invalid("user id and reward type must be set"));
     }
+    // A record is one line a field (module doc, "Records").
+    if [&g.user_id, &g.reward_type, &g.activity_id]
+        .iter()
+        .any(|f| f.contains('\n'))
+    {
+        return Err(ClaimError::Invalid(
+            "user id, reward type and activity may not hold a line break",
+        ));
+    }
     if g.amount <= 0 || g.amount > MAX_AMOUNT {
         return Err(ClaimError::Invalid("amount must be in 1..=2^53-1"));
     }
@@ -37,7 +46,7 @@ pub(super) fn check_id(what: &'static str, id: &str) -> Result<(), ClaimError> {
     } else {
         MAX_TRADE_NO
     };
-    if id.is_empty() || id.len() > max || id.contains(['{', '}']) {
+    if id.is_empty() || id.len() > max || id.contains(['{', '}', '\n']) {
         return Err(ClaimError::Invalid(what));
     }
     Ok(())

@@ -9,13 +9,28 @@
 //! shard's slot, so one script can check the record and deduct the budget atomically:
 //!
 //! ```text
-//! {prefix}:meta                        hash  shards (fixed at first use)
+//! {prefix}:meta                        hash  shards (fixed at first use), records
 //! {prefix}:{prefix.3}:pin              string  shards, again, in each shard's slot
 //! {prefix}:{prefix.3}:b:{scene}        hash  cap, spent, hold, holder
-//! {prefix}:{prefix.3}:t:{trade_no}     hash  scene, activity, user, type, amount, state,
-//!                                            lease, owner, clean, result
+//! {prefix}:{prefix.3}:t:{trade_no}     string  the record: amount, scene, user, type,
+//!                                              activity, state, lease, owner, clean,
+//!                                              result, one line each
 //! {prefix}:{prefix.3}:doubt            zset  trade numbers held IN_DOUBT → since (ms)
 //! ```
+//!
+//! # Records
+//! A record is one string, not a hash, because that is what makes a grant cheap: a
+//! claim of a new trade number is one `SET NX GET EX` (it creates the record with its
+//! TTL, or answers the record already there, which the script then judges), and the
+//! usual finish is one `SET XX GET KEEPTTL` (it writes the final record and answers the
+//! one it replaced; a finish that may not change it puts it back in the same script).
+//! A hash took three commands to claim (`HMGET`, `HSET`, `EXPIRE`) and three to finish
+//! (`HMGET`, `HSET`, `HDEL` of the lease fields): `docs/scale.md` has the measured
+//! cost per credited reward. The fields are lines in a fixed order (identity first, so a
+//! claim's comparison reads four lines; the result last, so a receipt may hold any
+//! byte); ids may not hold a line break ([`ClaimError::Invalid`]). [`Record::parse`]
+//! reads one. A store whose records an earlier build wrote as hashes is refused at
+//! start ([`ClaimError::HashRecords`]); `{prefix}:meta` names the format (`records`).
 //!
 //! **The shard count is fixed at first use.** It decides where every record and budget
 //! lives; an instance configured with another count would look for records in the
@@ -95,8 +110,8 @@ mod single;
 pub use self::scripts::CLAIM_LUA;
 
 use self::scripts::{
-    BORROW_LUA, CLAIM_MANY_LUA, FINISH_MANY_LUA, HOLD_LUA, LEND_LUA, RELEASE_LUA, SWEEP_LUA,
-    Scripts, UNHOLD_LUA,
+    BORROW_LUA, CLAIM_MANY_LUA, FINISH_MANY_LUA, GET_LUA, HOLD_LUA, LEND_LUA, RELEASE_LUA,
+    SWEEP_LUA, Scripts, UNHOLD_LUA,
 };
 
 /// The largest amount or budget: every integer up to it is exact in the scripts'
@@ -268,6 +283,9 @@ pub enum Claim {
     NoBudget,
 }
 
+/// The record format `{prefix}:meta` names (`records`): one string a record.
+pub const RECORD_FORMAT: &str = "string-v1";
+
 /// A trade number's record as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -285,6 +303,59 @@ pub struct Record {
     pub amount: i64,
     /// The stored result (receipt when granted, reason when failed).
     pub result: String,
+}
+
+impl Record {
+    /// Reads a stored record (module doc, "Records"): `None` when `text` is not one.
+    ///
+    /// ```
+    /// use reward_service::claim::{ClaimState, Record};
+    /// let r = Record::parse("5\nrain/r1\nu1\ncoin\nrain\nGRANTED\n\n\n\ntx:9\nmore").unwrap();
+    /// assert_eq!((r.state, r.amount, r.result.as_str()), (ClaimState::Granted, 5, "tx:9\nmore"));
+    /// assert!(Record::parse("5\nrain").is_none());
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        let f: Vec<&str> = text.splitn(10, '\n').collect();
+        let [
+            amount,
+            scene,
+            user,
+            typ,
+            activity,
+            state,
+            _lease,
+            _owner,
+            _clean,
+            result,
+        ] = f.as_slice()
+        else {
+            return None;
+        };
+        Some(Record {
+            state: ClaimState::parse(state)?,
+            scene: (*scene).to_string(),
+            activity_id: (*activity).to_string(),
+            user_id: (*user).to_string(),
+            reward_type: (*typ).to_string(),
+            amount: amount.parse().ok()?,
+            result: (*result).to_string(),
+        })
+    }
+
+    /// The stored text of a finished record (what the scripts write; for tools and
+    /// benchmarks that lay out a store).
+    pub fn stored(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}\n{}\n{}\n\n\n\n{}",
+            self.amount,
+            self.scene,
+            self.user_id,
+            self.reward_type,
+            self.activity_id,
+            self.state.as_str(),
+            self.result
+        )
+    }
 }
 
 /// What finishing a claim did.
@@ -404,6 +475,11 @@ pub enum ClaimError {
         "the claim store under prefix {0:?} holds keys of the previous layout (records keyed per scene): starting on it would forget which trade numbers were granted. Use a new key prefix, or remove the old keys once their events and tokens have expired"
     )]
     OldLayout(String),
+    /// Claim records of the earlier format (one hash each) exist under this prefix.
+    #[error(
+        "the claim store under prefix {0:?} holds claim records of an earlier format (a hash each; this build keeps each record as one string): starting on it would leave those trade numbers unreadable. Let its grants finish and start with a new key prefix, or remove the old records once their events and tokens have expired"
+    )]
+    HashRecords(String),
 }
 
 /// Turns what the data says of the configured count into a start or a typed refusal.
@@ -524,10 +600,11 @@ impl Claims {
             load(UNHOLD_LUA),
             load(SWEEP_LUA),
         )?;
-        let (lend, borrow, hmget) = tokio::try_join!(
+        let (lend, borrow, hmget, get) = tokio::try_join!(
             load(LEND_LUA),
             load(BORROW_LUA),
-            load(reward_runtime::script::HMGET_LUA)
+            load(reward_runtime::script::HMGET_LUA),
+            load(GET_LUA),
         )?;
         let scripts = Arc::new(Scripts {
             claim,
@@ -540,6 +617,7 @@ impl Claims {
             borrow,
             sweep,
             hmget,
+            get,
         });
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;
@@ -552,6 +630,19 @@ impl Claims {
                 layout::prove(pool.next(), &cfg.key_prefix, cfg.shards, layout::SCAN_PAGES).await?;
             check_layout(&cfg.key_prefix, cfg.shards, proof)?;
         }
+        let records: Option<String> = pool.next().hget(&meta, "records").await?;
+        if exists == 1 && records.is_none() {
+            // A store an earlier build wrote: its records may be hashes, which this
+            // build neither reads nor may overwrite (module doc, "Records").
+            let pattern = format!("{p}:{{{p}.*}}:t:*", p = cfg.key_prefix);
+            if reward_runtime::keyspace::any_match_of(pool.next(), &pattern, Some("hash")).await? {
+                return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));
+            }
+        }
+        if records.as_deref().is_some_and(|r| r != RECORD_FORMAT) {
+            return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));
+        }
+        let _: i64 = pool.next().hsetnx(&meta, "records", RECORD_FORMAT).await?;
         let _: i64 = pool.next().hsetnx(&meta, "shards", cfg.shards).await?;
         let stored: Option<String> = pool.next().hget(&meta, "shards").await?;
         let stored = stored.as_deref().map(str::parse::<u32>);

@@ -4,39 +4,83 @@
 
 use reward_runtime::script::Script;
 
-/// The claim script (public for benchmarks that run it bare, e.g. `redis-benchmark`).
-/// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id,
-/// scene, activity.
-pub const CLAIM_LUA: &str = r"
+/// The Lua helpers every record script starts with: a record is one string of ten
+/// lines (`amount`, `scene`, `user`, `type`, `activity`, `state`, `lease`, `owner`,
+/// `clean`, `result`; the module doc of [`super`] says why one string), `rec_parse`
+/// splits one (nil when it is not a record), `rec_join` makes one.
+macro_rules! record_lua {
+    () => {
+        r"
+local function rec_parse(v)
+  if type(v) ~= 'string' then return nil end
+  local r, s = {}, 1
+  for i = 1, 9 do
+    local e = string.find(v, '\n', s, true)
+    if not e then return nil end
+    r[i] = string.sub(v, s, e - 1)
+    s = e + 1
+  end
+  r[10] = string.sub(v, s)
+  if not tonumber(r[1]) then return nil end
+  return r
+end
+local function rec_join(r)
+  return table.concat(r, '\n', 1, 10)
+end
+-- A redis.pcall answer that is an error (a status reply is a table too).
+local function failed(r)
+  return type(r) == 'table' and r.err ~= nil
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', KEYS[1], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
-if rec[4] then
-  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[2] or rec[3] ~= ARGV[3] or rec[7] ~= ARGV[7] then return {'CONFLICT', ''} end
-  if rec[4] == 'GRANTED' then return {'DUPLICATE', rec[6] or ''} end
-  if rec[4] == 'FAILED' then return {'FAILED', rec[6] or ''} end
-  local lease = tonumber(rec[5]) or 0
-  if lease > now then return {'RETRY', tostring(lease - now)} end
-  local code = 'TAKEOVER'
-  if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
-  redis.call('HSET', KEYS[1], 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6], 'clean', '0')
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-  return {code, ''}
-end
+"
+    };
+}
+
+/// The claim script (public for benchmarks that run it bare, e.g. `redis-benchmark`).
+/// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id,
+/// scene, activity. A new trade number whose budget has room costs one command besides
+/// the budget's: `SET NX GET EX` creates the record, or answers the one there.
+pub const CLAIM_LUA: &str = concat!(
+    record_lua!(),
+    r"
+local user, typ, amount, id, scene = ARGV[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7]
+local n = tonumber(amount)
+if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
 local b = redis.call('HMGET', KEYS[2], 'cap', 'spent', 'hold')
 local hold = tonumber(b[3] or '0')
-if hold > now then return {'HELD', tostring(hold - now)} end
 local cap = tonumber(b[1])
-if not cap then return {'NOBUDGET', ''} end
 local spent = tonumber(b[2] or '0')
-local amount = tonumber(ARGV[3])
-if spent + amount > cap then return {'EXHAUSTED', ''} end
-redis.call('HINCRBY', KEYS[2], 'spent', amount)
-redis.call('HSET', KEYS[1], 'scene', ARGV[7], 'activity', ARGV[8], 'user', ARGV[1], 'type', ARGV[2],
-  'amount', ARGV[3], 'state', 'IN_PROGRESS', 'lease', now + tonumber(ARGV[4]), 'owner', ARGV[6], 'clean', '0')
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return {'CLAIMED', ''}
-";
+local lease = now + tonumber(ARGV[4])
+local old
+if hold > now or not cap or spent + n > cap then
+  old = redis.call('GET', KEYS[1])
+  if not old then
+    if hold > now then return {'HELD', tostring(hold - now)} end
+    if not cap then return {'NOBUDGET', ''} end
+    return {'EXHAUSTED', ''}
+  end
+else
+  old = redis.call('SET', KEYS[1], table.concat({amount, scene, user, typ, ARGV[8], 'IN_PROGRESS', lease, id, '0', ''}, '\n'), 'NX', 'GET', 'EX', ARGV[5])
+  if not old then
+    redis.call('HINCRBY', KEYS[2], 'spent', n)
+    return {'CLAIMED', ''}
+  end
+end
+local r = rec_parse(old)
+if not r then return {'BADRECORD', ''} end
+if r[1] ~= amount or r[2] ~= scene or r[3] ~= user or r[4] ~= typ then return {'CONFLICT', ''} end
+if r[6] == 'GRANTED' then return {'DUPLICATE', r[10]} end
+if r[6] == 'FAILED' then return {'FAILED', r[10]} end
+local l = tonumber(r[7]) or 0
+if l > now then return {'RETRY', tostring(l - now)} end
+local code = 'TAKEOVER'
+if r[6] == 'IN_DOUBT' then code = 'RESOLVE' elseif r[9] == '1' then code = 'RESUME' end
+r[7], r[8], r[9] = lease, id, '0'
+redis.call('SET', KEYS[1], rec_join(r), 'EX', ARGV[5])
+return {code, ''}
+"
+);
 
 /// The claim script for many grants of one shard and scene at once: each grant is
 /// decided exactly as by [`CLAIM_LUA`], in order, and the budget's `spent` moves once.
@@ -44,138 +88,195 @@ return {'CLAIMED', ''}
 /// activity, then per grant: user, type, amount, claim id. Returns code, detail per
 /// grant.
 ///
-/// Redis does not roll a script back when it fails midway, so the script reads and
-/// decides everything first (a wrong-typed key or a bad number fails there, before
-/// any write) and only then writes: it either changes nothing or all it decided.
-pub(super) const CLAIM_MANY_LUA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[1])
-local scene = ARGV[3]
+/// A new trade number costs one command (`SET NX GET EX`: created, or the record there
+/// comes back to be judged); only a grant the budget would refuse reads first (`GET`),
+/// so a refusal writes nothing. Redis does not roll a script back when it fails midway:
+/// every amount is checked and the budget read (a wrong-typed budget fails there)
+/// before any write, and the record commands go through `redis.pcall`, so a key of
+/// another type under a record's name undoes what this call wrote (records it created
+/// deleted, records it took over put back) before the error is answered: a call
+/// changes nothing or all it decided.
+pub(super) const CLAIM_MANY_LUA: &str = concat!(
+    record_lua!(),
+    r"
+local lease = now + tonumber(ARGV[1])
+local ttl, scene, activity = ARGV[2], ARGV[3], ARGV[4]
 local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold')
 local cap = tonumber(b[1])
 local spent = tonumber(b[2] or '0')
 local hold = tonumber(b[3] or '0')
+for i = 2, #KEYS do
+  local amount = ARGV[5 + (i - 2) * 4 + 2]
+  if not tonumber(amount) then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
+end
 local add = 0
 local out = {}
-local writes = {}
--- What this call has decided to write, by key: a later grant of the same trade number
--- in the batch sees it exactly as it would see the written record.
+-- What this call wrote, by key: a later grant of the same trade number in the batch
+-- sees it exactly as it would see the written record.
 local planned = {}
+-- How to undo each write, newest last: {key, value before (false: none)}.
+local undo = {}
+local function fail(err)
+  for j = #undo, 1, -1 do
+    local u = undo[j]
+    if u[2] then redis.call('SET', u[1], u[2], 'KEEPTTL') else redis.call('DEL', u[1]) end
+  end
+  return redis.error_reply('record ' .. tostring(err))
+end
 for i = 2, #KEYS do
+  local k = KEYS[i]
   local a = 5 + (i - 2) * 4
   local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local n = tonumber(amount)
-  if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
-  local rec = planned[KEYS[i]]
-  if not rec then
-    rec = redis.call('HMGET', KEYS[i], 'user', 'type', 'amount', 'state', 'lease', 'result', 'scene', 'clean')
-  end
-  local code, detail = 'CLAIMED', ''
-  if rec[4] then
-    if rec[1] ~= user or rec[2] ~= typ or rec[3] ~= amount or rec[7] ~= scene then code = 'CONFLICT'
-    elseif rec[4] == 'GRANTED' then code = 'DUPLICATE'; detail = rec[6] or ''
-    elseif rec[4] == 'FAILED' then code = 'FAILED'; detail = rec[6] or ''
+  local code, detail = nil, ''
+  local old = planned[k]
+  if old == nil then
+    if hold > now or not cap or spent + add + n > cap then
+      old = redis.pcall('GET', k)
+      if failed(old) then return fail(old.err) end
+      if not old then
+        if hold > now then code = 'HELD'; detail = tostring(hold - now)
+        elseif not cap then code = 'NOBUDGET'
+        else code = 'EXHAUSTED' end
+      end
     else
-      local l = tonumber(rec[5]) or 0
-      if l > now then code = 'RETRY'; detail = tostring(l - now)
-      else
-        writes[#writes + 1] = {KEYS[i], false, id}
-        planned[KEYS[i]] = {rec[1], rec[2], rec[3], rec[4], tostring(now + lease), rec[6], rec[7], '0'}
-        code = 'TAKEOVER'
-        if rec[4] == 'IN_DOUBT' then code = 'RESOLVE' elseif rec[8] == '1' then code = 'RESUME' end
+      local v = table.concat({amount, scene, user, typ, activity, 'IN_PROGRESS', lease, id, '0', ''}, '\n')
+      old = redis.pcall('SET', k, v, 'NX', 'GET', 'EX', ttl)
+      if failed(old) then return fail(old.err) end
+      if not old then
+        undo[#undo + 1] = {k, false}
+        planned[k] = v
+        add = add + n
+        code = 'CLAIMED'
       end
     end
-  elseif hold > now then code = 'HELD'; detail = tostring(hold - now)
-  elseif not cap then code = 'NOBUDGET'
-  elseif spent + add + n > cap then code = 'EXHAUSTED'
-  else
-    add = add + n
-    writes[#writes + 1] = {KEYS[i], true, id, user, typ, amount}
-    planned[KEYS[i]] = {user, typ, amount, 'IN_PROGRESS', tostring(now + lease), false, scene, '0'}
+  end
+  if not code then
+    local r = rec_parse(old)
+    if not r then code = 'BADRECORD'
+    elseif r[1] ~= amount or r[2] ~= scene or r[3] ~= user or r[4] ~= typ then code = 'CONFLICT'
+    elseif r[6] == 'GRANTED' then code = 'DUPLICATE'; detail = r[10]
+    elseif r[6] == 'FAILED' then code = 'FAILED'; detail = r[10]
+    else
+      local l = tonumber(r[7]) or 0
+      if l > now then code = 'RETRY'; detail = tostring(l - now)
+      else
+        code = 'TAKEOVER'
+        if r[6] == 'IN_DOUBT' then code = 'RESOLVE' elseif r[9] == '1' then code = 'RESUME' end
+        r[7], r[8], r[9] = lease, id, '0'
+        local v = rec_join(r)
+        local w = redis.pcall('SET', k, v, 'EX', ttl)
+        if failed(w) then return fail(w.err) end
+        undo[#undo + 1] = {k, old}
+        planned[k] = v
+      end
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = detail
 end
-for _, w in ipairs(writes) do
-  if w[2] then
-    redis.call('HSET', w[1], 'scene', scene, 'activity', ARGV[4], 'user', w[4], 'type', w[5],
-      'amount', w[6], 'state', 'IN_PROGRESS', 'lease', now + lease, 'owner', w[3], 'clean', '0')
-  else
-    redis.call('HSET', w[1], 'lease', now + lease, 'owner', w[3], 'clean', '0')
-  end
-  redis.call('EXPIRE', w[1], ARGV[2])
-end
 if add > 0 then redis.call('HINCRBY', KEYS[1], 'spent', add) end
 return out
-";
+"
+);
 
 /// Marks grants `GRANTED` (a receipt proves the credit, so no lease is needed: any
 /// `IN_PROGRESS` or `IN_DOUBT` record takes it) or `FAILED` (only by the owner of a
 /// live claim; refunded). KEYS: doubt index, then per grant its record and budget.
 /// ARGV: retention s, re-arm after ms ([`REARM_AFTER_MS`]), then per grant: claim id,
-/// final state, result, trade no.
+/// final state, result, trade no, then the grant's amount, scene, user, type and
+/// activity.
 /// Returns per grant 1 (done, or already GRANTED for a grant) or 0 (not this
-/// claim's).
-pub(super) const FINISH_MANY_LUA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+/// claim's, or no record).
+///
+/// The usual finish is one command: `SET XX GET KEEPTTL` writes the final record and
+/// answers the one it replaced, which is then judged; a record this finish may not
+/// change (finished already, another owner's, another grant's) is put back as it was
+/// in the same script, so nobody ever reads the replaced value.
+pub(super) const FINISH_MANY_LUA: &str = concat!(
+    record_lua!(),
+    r"
 local out = {}
 local n = (#KEYS - 1) / 2
 for i = 1, n do
   local rk, bk = KEYS[2 * i], KEYS[2 * i + 1]
-  local a = 3 + (i - 1) * 4
-  local id, state, result = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local rec = redis.call('HMGET', rk, 'state', 'owner', 'amount', 'lease')
-  local live = rec[1] == 'IN_PROGRESS' or rec[1] == 'IN_DOUBT'
+  local a = 3 + (i - 1) * 9
+  local id, state, result, trade = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local amount, scene, user, typ, activity = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
+  local v = table.concat({amount, scene, user, typ, activity, state, '', '', '', result}, '\n')
+  local old = redis.pcall('SET', rk, v, 'XX', 'GET', 'KEEPTTL')
   local done = 0
-  if state == 'GRANTED' and rec[1] == 'GRANTED' then done = 1
-  elseif live and (state == 'GRANTED' or rec[2] == id) then
-    redis.call('HSET', rk, 'state', state, 'result', result)
-    redis.call('HDEL', rk, 'lease', 'owner', 'clean')
-    if state == 'FAILED' then redis.call('HINCRBY', bk, 'spent', -tonumber(rec[3])) end
-    -- The claim set the record's TTL; re-arm it only for a record in doubt or one
-    -- whose lease ended over REARM_AFTER_MS ago (else the claim's TTL stands, at most
-    -- a lease and that long older than this change).
-    if rec[1] == 'IN_DOUBT' or (tonumber(rec[4]) or 0) + tonumber(ARGV[2]) < now then
-      redis.call('EXPIRE', rk, ARGV[1])
+  -- A key of another type (the SET was refused) or no record: nothing changed.
+  if type(old) == 'string' then
+    local r = rec_parse(old)
+    local live = r and (r[6] == 'IN_PROGRESS' or r[6] == 'IN_DOUBT')
+    local ours = r and r[1] == amount and r[2] == scene and r[3] == user and r[4] == typ
+    if ours and state == 'GRANTED' and r[6] == 'GRANTED' then
+      redis.call('SET', rk, old, 'KEEPTTL')
+      done = 1
+    elseif ours and live and (state == 'GRANTED' or r[8] == id) then
+      if r[5] ~= activity then
+        r[6], r[7], r[8], r[9], r[10] = state, '', '', '', result
+        redis.call('SET', rk, rec_join(r), 'KEEPTTL')
+      end
+      if state == 'FAILED' then redis.call('HINCRBY', bk, 'spent', -tonumber(r[1])) end
+      -- The claim set the record's TTL; re-arm it only for a record in doubt or one
+      -- whose lease ended over REARM_AFTER_MS ago (else the claim's TTL stands, at most
+      -- a lease and that long older than this change).
+      if r[6] == 'IN_DOUBT' or (tonumber(r[7]) or 0) + tonumber(ARGV[2]) < now then
+        redis.call('EXPIRE', rk, ARGV[1])
+      end
+      if r[6] == 'IN_DOUBT' then redis.call('ZREM', KEYS[1], trade) end
+      done = 1
+    else
+      redis.call('SET', rk, old, 'KEEPTTL')
     end
-    if rec[1] == 'IN_DOUBT' then redis.call('ZREM', KEYS[1], ARGV[a + 3]) end
-    done = 1
   end
   out[#out + 1] = done
 end
 return out
-";
+"
+);
 
 /// Gives a claim up. KEYS: record, doubt index. ARGV: claim id, mode, hold ms,
 /// trade no. Mode `clean`: nothing was credited; the next claim credits at once.
 /// Mode `doubt`: the credit may have happened; the record becomes `IN_DOUBT`, is
 /// listed in the doubt index, and stays leased for `hold` ms (so the earlier call
 /// has settled before anyone resolves it). The deduction stands either way.
-pub(super) const RELEASE_LUA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if (rec[1] ~= 'IN_PROGRESS' and rec[1] ~= 'IN_DOUBT') or rec[2] ~= ARGV[1] then return 0 end
+pub(super) const RELEASE_LUA: &str = concat!(
+    record_lua!(),
+    r"
+local old = redis.call('GET', KEYS[1])
+local r = rec_parse(old)
+if not r or (r[6] ~= 'IN_PROGRESS' and r[6] ~= 'IN_DOUBT') or r[8] ~= ARGV[1] then return 0 end
 if ARGV[2] == 'clean' then
-  redis.call('HSET', KEYS[1], 'state', 'IN_PROGRESS', 'lease', 0, 'clean', '1')
+  r[6], r[7], r[9] = 'IN_PROGRESS', '0', '1'
   redis.call('ZREM', KEYS[2], ARGV[4])
 else
-  redis.call('HSET', KEYS[1], 'state', 'IN_DOUBT', 'lease', now + tonumber(ARGV[3]), 'clean', '0')
+  r[6], r[7], r[9] = 'IN_DOUBT', now + tonumber(ARGV[3]), '0'
   if redis.call('ZSCORE', KEYS[2], ARGV[4]) == false then redis.call('ZADD', KEYS[2], now, ARGV[4]) end
 end
-redis.call('HDEL', KEYS[1], 'owner')
+r[8] = ''
+redis.call('SET', KEYS[1], rec_join(r), 'KEEPTTL')
 return 1
-";
+"
+);
 
 /// Drops a doubt-index entry whose record is no longer in doubt (settled, or
 /// expired), in one step with the check, so a record put back in doubt meanwhile keeps
 /// its entry. KEYS: doubt index, record. ARGV: trade no. Returns 1 if it dropped it.
-pub(super) const SWEEP_LUA: &str = r"
-if redis.call('HGET', KEYS[2], 'state') == 'IN_DOUBT' then return 0 end
+pub(super) const SWEEP_LUA: &str = concat!(
+    record_lua!(),
+    r"
+local r = rec_parse(redis.call('GET', KEYS[2]))
+if r and r[6] == 'IN_DOUBT' then return 0 end
 return redis.call('ZREM', KEYS[1], ARGV[1])
-";
+"
+);
+
+/// Reads a record (through a script, so the reply is proven to be this read's:
+/// `reward_runtime::script`). KEYS: record.
+pub(super) const GET_LUA: &str = "return redis.call('GET', KEYS[1])";
 
 /// Holds a budget shard for a change. KEYS: budget. ARGV: hold ms, holder id.
 /// Returns spent, or -1 when another holder's hold is live.
@@ -263,6 +364,8 @@ pub(super) struct Scripts {
     pub(super) lend: Script,
     pub(super) borrow: Script,
     pub(super) sweep: Script,
-    /// Reads that decide money ([`reward_runtime::script::HMGET_LUA`]).
+    /// Reads of budgets that decide money ([`reward_runtime::script::HMGET_LUA`]).
     pub(super) hmget: Script,
+    /// Reads of a record ([`GET_LUA`]).
+    pub(super) get: Script,
 }

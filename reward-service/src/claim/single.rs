@@ -14,43 +14,19 @@ impl Claims {
         let key = self.record_key(self.shard_of(trade_no), trade_no);
         // Through a script, so the reply is proven to be this read's
         // (reward_runtime::script, "Every reply proves whose it is").
-        let fields = [
-            "state", "scene", "activity", "user", "type", "amount", "result",
-        ];
-        let v: Vec<Option<String>> = self
+        let v: Option<String> = self
             .scripts
-            .hmget
+            .get
             .eval(self.pool.next(), || {
-                (
-                    vec![key.clone()],
-                    fields.iter().map(|f| Value::from(*f)).collect(),
-                )
+                (vec![key.clone()], Vec::<Value>::new())
             })
             .await?;
-        let mut it = v.into_iter();
-        let mut next = || it.next().flatten();
-        let Some(state_text) = next() else {
-            return Ok(None);
-        };
-        let state = ClaimState::parse(&state_text)
-            .ok_or_else(|| ClaimError::Reply(vec![state_text.clone()]))?;
-        let scene = next().unwrap_or_default();
-        let activity_id = next().unwrap_or_default();
-        let user_id = next().unwrap_or_default();
-        let reward_type = next().unwrap_or_default();
-        let amount_text = next().unwrap_or_default();
-        let amount = amount_text
-            .parse()
-            .map_err(|_| ClaimError::Reply(vec![state_text, amount_text]))?;
-        Ok(Some(Record {
-            state,
-            scene,
-            activity_id,
-            user_id,
-            reward_type,
-            amount,
-            result: next().unwrap_or_default(),
-        }))
+        match v {
+            None => Ok(None),
+            Some(text) => Record::parse(&text)
+                .map(Some)
+                .ok_or_else(|| ClaimError::Reply(vec![text])),
+        }
     }
 
     /// Claims `g`: checks its idempotency record and, for a new trade number, deducts

@@ -27,7 +27,7 @@
 //! - `ILLEGAL`: does not open (bad base64, unknown key, forged, another user's or
 //!   activity's);
 //! - `LEGAL`: opens, and the server knows the trade number: the token is in the user's
-//!   pending or credited hash, or the claim store has its record. `credited` is true
+//!   hash (pending or credited), or the claim store has its record. `credited` is true
 //!   when the record says `GRANTED`;
 //! - `UNKNOWN`: opens, but the server holds nothing of it (its token write failed and no
 //!   grant has started yet, or every record of it expired). Never credited from the

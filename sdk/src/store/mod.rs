@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! One hash per user and activity: key `{prefix}:{{user}}:{activity}`, field = trade
-//! number, value = the sealed token. The hash tag is the user id, so in a Redis
+//! number, value = the sealed token while its reward waits for its credit, `!` and the
+//! token once credited ([`life`] has the states and why one field holds them). The hash tag is the user id, so in a Redis
 //! Cluster all of one user's tokens (across activities) live in one slot and the
 //! wallet page reads them from one node. Every write that adds a token re-arms the
 //! hash's TTL (once per hash per batch of writes; a retried write that only replaces
@@ -37,9 +38,9 @@
 //! A write is one `EVALSHA` of a small script that refuses a new field once the hash
 //! holds `max_tokens_per_user` (re-writing an existing trade number is always allowed:
 //! the same reward issued twice is one token, which is also what makes a retried
-//! write harmless), and writes nothing when the reward is already credited (its token
-//! moved to the credited hash beside the pending one, [`TokenStore::credited_key`]): a
-//! write that lands late must not list a credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
+//! write harmless), and writes nothing pending when the reward is already credited
+//! (its field says so, [`life::Field`]): a write that lands late must not list a
+//! credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
 //! - **direct** (default): the caller sends its index entry and its script call (one
 //!   call on a single Redis, two on a cluster) on the next pooled connection and awaits
 //!   the replies (fred pipelines concurrent commands
@@ -111,11 +112,6 @@ use reward_runtime::keyspace::LayoutProof;
 use self::life::{WRITE_LUA, WRITE_MANY_LUA, indexed_write_lua};
 use self::writer::{Reply, Shared, Unsettled, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
-
-/// The credited hash beside a pending hash.
-fn credited_key(pending: &str) -> String {
-    format!("{pending}:credited")
-}
 
 /// How often the store's start asks Redis before it gives up: a store that starts
 /// beside a busy Redis (a loaded machine, an AOF rewrite's fork, a Redis still loading
@@ -465,12 +461,6 @@ impl TokenStore {
         )
     }
 
-    /// The hash the reward service moves a token to once its reward is credited
-    /// (same hash tag as [`TokenStore::key`], so the same cluster slot).
-    pub fn credited_key(&self, user_id: &str, activity_id: &str) -> String {
-        credited_key(&self.key(user_id, activity_id))
-    }
-
     /// Counts since start.
     pub fn stats(&self) -> &StoreStats {
         &self.shared.stats
@@ -662,7 +652,7 @@ impl TokenStore {
             return indexed
                 .eval(client, || {
                     (
-                        vec![key.to_string(), credited_key(key), due.0.clone()],
+                        vec![key.to_string(), due.0.clone()],
                         vec![
                             Value::from(field),
                             Value::from(value),
@@ -694,34 +684,43 @@ impl TokenStore {
                 Value::from(ttl),
             ]
         };
-        let keys = || vec![key.to_string(), credited_key(key)];
-        self.script.eval(client, || (keys(), args())).await
+        self.script
+            .eval(client, || (vec![key.to_string()], args()))
+            .await
     }
-    /// Every token of a user in an activity: trade number → sealed token.
+
+    /// Every pending token of a user in an activity (stored, not yet credited): trade
+    /// number → sealed token.
     pub async fn list(
         &self,
         user_id: &str,
         activity_id: &str,
     ) -> Result<HashMap<String, String>, StoreError> {
-        Ok(self
+        let all: HashMap<String, String> = self
             .pool
             .next()
             .hgetall(self.key(user_id, activity_id))
-            .await?)
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|(_, v)| !life::Field::of(v).credited())
+            .collect())
     }
 
-    /// The sealed token stored under a trade number, if any.
+    /// The sealed token stored under a trade number while its reward waits for its
+    /// credit (`None` once it is credited, or when none is stored).
     pub async fn get(
         &self,
         user_id: &str,
         activity_id: &str,
         trade_no: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(self
+        let v: Option<String> = self
             .pool
             .next()
             .hget(self.key(user_id, activity_id), trade_no)
-            .await?)
+            .await?;
+        Ok(v.filter(|v| !life::Field::of(v).credited()))
     }
 
     /// Removes a token (once its reward is credited); true if it was there.

@@ -10,7 +10,7 @@ use fred::prelude::*;
 use reward_runtime::script::Script;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::{Held, StoreError, StoreStats, Submitted, credited_key};
+use super::{Held, StoreError, StoreStats, Submitted};
 use crate::config::StoreConfig;
 
 /// Most writes in one [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) call (Redis runs a script to its end before
@@ -372,11 +372,10 @@ async fn run_pipeline(
     let calls = chunks
         .iter()
         .map(|chunk| {
-            let mut call = Vec::with_capacity(1 + chunk.len() * 4 + 2);
-            call.push(Value::from(chunk.len() as i64 * 2));
+            let mut call = Vec::with_capacity(1 + chunk.len() * 3 + 2);
+            call.push(Value::from(chunk.len() as i64));
             for &i in *chunk {
                 call.push(Value::from(batch[i].key.as_str()));
-                call.push(Value::from(credited_key(&batch[i].key)));
             }
             call.push(Value::from(i64::from(cap)));
             call.push(Value::from(ttl));

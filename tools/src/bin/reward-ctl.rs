@@ -217,6 +217,10 @@ enum Cmd {
         /// The ledger's key prefix.
         #[arg(long)]
         ledger_prefix: String,
+        /// The ledger's Redis, when it is not the pipeline's (`[ledger] redis_url`;
+        /// a replay's stand-in wallet keeps it on the stack's WALLET_REDIS_URL).
+        #[arg(long)]
+        ledger_redis: Option<String>,
         /// A scene's budget, `activity/scene=TOTAL` (repeatable): spent must equal the
         /// scene's credits and stay within it.
         #[arg(long = "budget", value_parser = budget_arg)]
@@ -280,12 +284,14 @@ async fn main() -> ExitCode {
         claims_prefix,
         claims_shards,
         ledger_prefix,
+        ledger_redis,
         budgets,
         token_write_failures,
     } = &args.command
     {
         let at = reward_tools::books::Stores {
             redis_url: args.redis.clone(),
+            ledger_redis_url: ledger_redis.clone().unwrap_or_else(|| args.redis.clone()),
             token_prefix: token_prefix.clone(),
             claims_prefix: claims_prefix.clone(),
             claims_shards: *claims_shards,

@@ -12,7 +12,7 @@ use super::{Marked, SentReward, Stores};
 
 /// Connects to the ledger, claim store and token store that `s` names.
 pub(super) async fn connect(m: &Stores) -> anyhow::Result<(Ledger, Claims, Tokens)> {
-    let ledger = Ledger::connect(&m.redis_url, &m.ledger_prefix, &HashMap::new())
+    let ledger = Ledger::connect(&m.ledger_redis_url, &m.ledger_prefix, &HashMap::new())
         .await
         .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
     let claims = Claims::connect(

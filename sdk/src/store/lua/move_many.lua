@@ -1,21 +1,18 @@
-local expired = {}
 local out = {}
-for i = 2, #ARGV do
-  local pending, credited = KEYS[2 * i - 3], KEYS[2 * i - 2]
-  local v = redis.call('HGET', pending, ARGV[i])
-  if v then
-    redis.call('HSET', credited, ARGV[i], v)
-    redis.call('HDEL', pending, ARGV[i])
-    out[#out + 1] = 1
+for i = 1, #KEYS do
+  local h, f = KEYS[i], ARGV[i + 1]
+  local v = redis.call('HGET', h, f)
+  if not v then
+    -- Not stored yet (its write still retrying): a mark, so the late write lands
+    -- credited. The mark may be the hash's first field, so the hash gets its TTL.
+    redis.call('HSET', h, f, '!')
+    redis.call('EXPIRE', h, ARGV[1])
+    out[i] = 0
+  elseif string.sub(v, 1, 1) == '!' then
+    out[i] = 0
   else
-    -- Not stored yet (its write still retrying): an empty mark, so the late write
-    -- lands here instead of in the pending hash.
-    redis.call('HSETNX', credited, ARGV[i], '')
-    out[#out + 1] = 0
-  end
-  if not expired[credited] then
-    redis.call('EXPIRE', credited, ARGV[1])
-    expired[credited] = true
+    redis.call('HSET', h, f, '!' .. v)
+    out[i] = 1
   end
 end
 return out
