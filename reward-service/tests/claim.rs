@@ -140,13 +140,22 @@ async fn ten_times_the_budget_spends_exactly_the_budget() {
         tasks.push(tokio::spawn(async move {
             for i in 0..(10 * B as u64 / 16) {
                 let g = grant(&format!("rain:3:{t}:{i}"), 1);
-                match c.claim(&g).await.unwrap() {
-                    Claim::Claimed { claim_id, .. } => {
-                        claimed.fetch_add(1, Ordering::SeqCst);
-                        c.grant(&g, &claim_id, "ok").await.unwrap();
+                loop {
+                    match c.claim(&g).await.unwrap() {
+                        Claim::Claimed { claim_id, .. } => {
+                            claimed.fetch_add(1, Ordering::SeqCst);
+                            c.grant(&g, &claim_id, "ok").await.unwrap();
+                        }
+                        Claim::BudgetExhausted => {}
+                        // Racers took what its borrows moved, three times: the scene
+                        // still had room, so it is told to ask again, as a caller does.
+                        Claim::BudgetHeld { hold_left_ms } => {
+                            tokio::time::sleep(Duration::from_millis(hold_left_ms)).await;
+                            continue;
+                        }
+                        other => panic!("unexpected {other:?}"),
                     }
-                    Claim::BudgetExhausted => {}
-                    other => panic!("unexpected {other:?}"),
+                    break;
                 }
             }
         }));
@@ -809,4 +818,166 @@ async fn a_claim_that_must_borrow_from_held_shards_is_told_held_not_exhausted() 
         c.claim(&grant(&t, 25)).await.unwrap(),
         Claim::Claimed { .. }
     ));
+}
+
+/// A batch claim that meets a key of another type under one record's name (a hash
+/// record an earlier build wrote, or someone else's key) changes nothing: the records
+/// it had created are deleted, the ones it took over put back, the budget untouched,
+/// and the error is answered for every grant of the call. Without the undo the created
+/// records would stay, claimed with no deduction, and be credited after their lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_meets_a_foreign_key_writes_nothing() {
+    use fred::interfaces::KeysInterface;
+    let c = claims(1, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let redis = raw_redis().await;
+    // A record taken over in the same call: released cleanly first.
+    let held = grant("undo:held", 5);
+    let Claim::Claimed { claim_id, .. } = c.claim(&held).await.unwrap() else {
+        panic!("not claimed");
+    };
+    assert_eq!(c.release(&held, &claim_id).await.unwrap(), Finish::Done);
+    let before: Option<String> = redis.get(c.record_key(0, "undo:held")).await.unwrap();
+    let spent = c.spent("rain").await.unwrap();
+    let foreign = c.record_key(0, "undo:foreign");
+    let _: () = fred::prelude::HashesInterface::hset(&redis, &foreign, ("state", "GRANTED"))
+        .await
+        .unwrap();
+    let batch = [
+        grant("undo:new1", 7),
+        held.clone(),
+        grant("undo:new2", 9),
+        grant("undo:foreign", 3),
+    ];
+    let out = c.claim_many(&batch).await;
+    assert_eq!(out.len(), 4);
+    assert!(out.iter().all(Result::is_err), "{out:?}");
+    for t in ["undo:new1", "undo:new2"] {
+        let n: i64 = redis.exists(c.record_key(0, t)).await.unwrap();
+        assert_eq!(n, 0, "{t} was left created");
+    }
+    let after: Option<String> = redis.get(c.record_key(0, "undo:held")).await.unwrap();
+    assert_eq!(after, before, "the taken-over record was not put back");
+    assert_eq!(c.spent("rain").await.unwrap(), spent, "the budget moved");
+    // The same grants without the foreign key go through, deducted once.
+    let out = c.claim_many(&batch[..3]).await;
+    assert!(
+        out.iter().all(|r| matches!(r, Ok(Claim::Claimed { .. }))),
+        "{out:?}"
+    );
+    assert_eq!(c.spent("rain").await.unwrap(), spent + 16);
+}
+
+/// A finish may change only a live record of its own grant: one for another grant
+/// (other amount), one finished already (another receipt) or another owner's (a
+/// failure) is left exactly as it was, though the finish writes before it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_that_may_not_change_a_record_leaves_it_as_it_was() {
+    use fred::interfaces::KeysInterface;
+    let c = claims(2, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let redis = raw_redis().await;
+    let g = grant("fin:a", 5);
+    let Claim::Claimed { claim_id, .. } = c.claim(&g).await.unwrap() else {
+        panic!("not claimed");
+    };
+    let key = c.record_key(c.shard_of("fin:a"), "fin:a");
+    let read = || async {
+        let v: Option<String> = redis.get(key.as_str()).await.unwrap();
+        v
+    };
+    let live = read().await;
+    // Another grant's finish (same trade number, other amount): not this record's.
+    assert_eq!(
+        c.grant(&grant("fin:a", 6), &claim_id, "tx:other")
+            .await
+            .unwrap(),
+        Finish::LostLease
+    );
+    assert_eq!(read().await, live);
+    // Another owner's failure.
+    assert_eq!(
+        c.fail(&g, "not-the-owner", "nope").await.unwrap(),
+        Finish::LostLease
+    );
+    assert_eq!(read().await, live);
+    assert_eq!(c.spent("rain").await.unwrap(), 5);
+    // The owner's grant, then a second grant with another receipt: done, unchanged.
+    assert_eq!(c.grant(&g, &claim_id, "tx:1").await.unwrap(), Finish::Done);
+    let granted = read().await;
+    assert_eq!(c.grant(&g, &claim_id, "tx:2").await.unwrap(), Finish::Done);
+    assert_eq!(read().await, granted);
+    let rec = c.record("fin:a").await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.result.as_str()),
+        (ClaimState::Granted, "tx:1")
+    );
+    // A receipt may hold any byte, line breaks included.
+    let h = grant("fin:b", 1);
+    let Claim::Claimed { claim_id, .. } = c.claim(&h).await.unwrap() else {
+        panic!("not claimed");
+    };
+    assert_eq!(
+        c.grant(&h, &claim_id, "tx\nwith\nlines").await.unwrap(),
+        Finish::Done
+    );
+    assert_eq!(
+        c.record("fin:b").await.unwrap().unwrap().result,
+        "tx\nwith\nlines"
+    );
+    assert_eq!(
+        c.claim(&h).await.unwrap(),
+        Claim::Duplicate {
+            result: "tx\nwith\nlines".into()
+        }
+    );
+    // An id with a line break is refused before anything is written.
+    let mut bad = grant("fin:c", 1);
+    bad.user_id = "u1\nGRANTED".into();
+    assert!(matches!(c.claim(&bad).await, Err(ClaimError::Invalid(_))));
+}
+
+/// A store whose claim records an earlier build kept as hashes is refused at start
+/// with the error that says so; one with none starts and names its format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_hash_records_is_refused_at_start() {
+    use reward_service::claim::{ClaimConfig, Claims};
+    let prefix = format!("claim-test-{:08x}", rand::random::<u32>());
+    let redis = raw_redis().await;
+    // What an earlier build left: its pin (no record format) and a hash record.
+    let _: () =
+        fred::prelude::HashesInterface::hset(&redis, format!("{prefix}:meta"), ("shards", 1))
+            .await
+            .unwrap();
+    let _: () = fred::prelude::HashesInterface::hset(
+        &redis,
+        format!("{prefix}:{{{prefix}.0}}:t:old"),
+        [("state", "GRANTED"), ("amount", "5")],
+    )
+    .await
+    .unwrap();
+    let cfg = ClaimConfig {
+        key_prefix: prefix.clone(),
+        shards: 1,
+        retention_secs: 3600,
+        ..ClaimConfig::default()
+    };
+    match Claims::connect(&redis_url(), cfg.clone()).await {
+        Err(ClaimError::HashRecords(p)) => assert_eq!(p, prefix),
+        other => panic!("started on hash records: {other:?}"),
+    }
+    // Without them it starts, and the pin names the format.
+    let _: i64 =
+        fred::prelude::KeysInterface::del(&redis, format!("{prefix}:{{{prefix}.0}}:t:old"))
+            .await
+            .unwrap();
+    Claims::connect(&redis_url(), cfg).await.unwrap();
+    let format: Option<String> =
+        fred::prelude::HashesInterface::hget(&redis, format!("{prefix}:meta"), "records")
+            .await
+            .unwrap();
+    assert_eq!(
+        format.as_deref(),
+        Some(reward_service::claim::RECORD_FORMAT)
+    );
 }

@@ -49,7 +49,11 @@
 //! the activity (pending or credited, until the hash expires), not only the pending
 //! ones; and a credited token lives as long as its hash, `ttl_secs` after the latest
 //! token written to it (the mark of a credit that came first gives the hash its TTL).
-//! A sealed token is base64 and never begins with `!`.
+//! A sealed token is base64 and never begins with `!`. A store an earlier build wrote
+//! kept credited tokens in a second hash (`{prefix}:{user}:{activity}:credited`), which
+//! is no longer read: those tokens stop being listed as credited until that hash
+//! expires (their claim records still say `GRANTED`, so nothing is credited again),
+//! and their pending tokens read as before.
 
 /// The first byte of a credited field: `!` and the token, or `!` alone (a mark).
 pub const CREDITED: char = '!';
