@@ -21,8 +21,8 @@
 //! harmless to repeat (the token is no longer pending: the script moves nothing).
 //! Only a move given up after that is counted ([`Tokens::move_failures`]) and logged.
 //!
-//! The per-user cap of the SDK counts every field of the hash, credited ones too (until
-//! the hash expires).
+//! The per-user cap of the SDK counts pending tokens only: a credited token frees its
+//! place.
 //!
 //! # Moves of a batch go together
 //! A `GrantBatch` moves its tokens with [`Tokens::credited_many`]: one script call for

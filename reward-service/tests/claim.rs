@@ -981,3 +981,34 @@ async fn a_store_of_hash_records_is_refused_at_start() {
         Some(reward_service::claim::RECORD_FORMAT)
     );
 }
+
+/// A store that lost its pin but holds hash records is refused as well: the pin is not
+/// the only witness of the format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_hash_records_without_its_pin_is_refused() {
+    use reward_service::claim::{ClaimConfig, Claims};
+    let prefix = format!("claim-test-{:08x}", rand::random::<u32>());
+    let redis = raw_redis().await;
+    // A record in the right shard for one shard (every trade number is in shard 0).
+    let _: () = fred::prelude::HashesInterface::hset(
+        &redis,
+        format!("{prefix}:{{{prefix}.0}}:t:old"),
+        [("state", "GRANTED"), ("amount", "5")],
+    )
+    .await
+    .unwrap();
+    let cfg = ClaimConfig {
+        key_prefix: prefix.clone(),
+        shards: 1,
+        retention_secs: 3600,
+        ..ClaimConfig::default()
+    };
+    match Claims::connect(&redis_url(), cfg).await {
+        Err(ClaimError::HashRecords(p)) => assert_eq!(p, prefix),
+        other => panic!("started on hash records without a pin: {other:?}"),
+    }
+    let pinned: i64 = fred::prelude::KeysInterface::exists(&redis, format!("{prefix}:meta"))
+        .await
+        .unwrap();
+    assert_eq!(pinned, 0, "a refused start wrote the pin");
+}

@@ -652,3 +652,75 @@ async fn a_lost_due_shard_pin_is_proven_from_the_index_before_a_start() {
         .unwrap();
     assert_eq!(pinned.as_deref(), Some("8"));
 }
+
+/// The service's move of credited tokens (`life::MOVE_MANY_LUA`), as the reward
+/// service runs it, with its own TTL.
+async fn move_tokens(st: &TokenStore, user: &str, trades: &[&str], ttl: i64) -> Vec<i64> {
+    let client = st.pool().next();
+    let script = reward_runtime::script::Script::load(client, sdk::store::life::MOVE_MANY_LUA)
+        .await
+        .unwrap();
+    let key = st.key(user, "act");
+    script
+        .eval(client, || {
+            let mut args = vec![fred::types::Value::from(ttl)];
+            args.extend(trades.iter().map(|t| fred::types::Value::from(*t)));
+            (vec![key.clone(); trades.len()], args)
+        })
+        .await
+        .unwrap()
+}
+
+/// The cap counts tokens waiting for their credit: a credited token frees its place,
+/// in both the single and the many-writes script, however many credited tokens the
+/// hash holds past the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credited_token_frees_its_place_under_the_cap() {
+    for mode in [WriteMode::Direct, WriteMode::Batched] {
+        let st = store(mode, 2).await;
+        for round in 0..3 {
+            let (a, b) = (format!("r{round}a"), format!("r{round}b"));
+            submit(&st, "u1", &a, "s").await.unwrap();
+            submit(&st, "u1", &b, "s").await.unwrap();
+            let over = submit(&st, "u1", &format!("r{round}c"), "s").await;
+            assert!(
+                matches!(over, Err(StoreError::CapReached { cap: 2 })),
+                "{mode:?} round {round}: {over:?}"
+            );
+            assert_eq!(move_tokens(&st, "u1", &[&a, &b], 3600).await, vec![1, 1]);
+        }
+        assert!(st.list("u1", "act").await.unwrap().is_empty(), "{mode:?}");
+    }
+}
+
+/// A credit that comes before its token leaves a mark: on a new hash the mark gives it
+/// a TTL (else the key would live for ever), and on a hash that has a longer one it
+/// never shortens it (the service's TTL may be shorter than the SDK's, and the hash
+/// holds tokens still waiting for their credit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_gives_a_new_hash_a_ttl_and_never_shortens_one() {
+    use fred::interfaces::KeysInterface;
+    let st = store(WriteMode::Direct, 10).await;
+    let client = st.pool().next();
+    assert_eq!(move_tokens(&st, "fresh", &["t1"], 3600).await, vec![0]);
+    let ttl: i64 = client.ttl(st.key("fresh", "act")).await.unwrap();
+    assert!(
+        (3500..=3600).contains(&ttl),
+        "a mark's new hash has TTL {ttl}"
+    );
+    // A pending token under the SDK's week-long TTL, then a mark with a 60 s TTL.
+    submit(&st, "u2", "pending", "s").await.unwrap();
+    assert_eq!(move_tokens(&st, "u2", &["early"], 60).await, vec![0]);
+    let ttl: i64 = client.ttl(st.key("u2", "act")).await.unwrap();
+    assert!(ttl > 3600, "the mark cut the hash's TTL to {ttl}");
+    // The late write of the marked token lands credited, never pending.
+    submit(&st, "u2", "early", "late").await.unwrap();
+    assert_eq!(
+        st.list("u2", "act")
+            .await
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec!["pending"]
+    );
+}

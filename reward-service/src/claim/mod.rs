@@ -30,7 +30,12 @@
 //! claim's comparison reads four lines; the result last, so a receipt may hold any
 //! byte); ids may not hold a line break ([`ClaimError::Invalid`]). [`Record::parse`]
 //! reads one. A store whose records an earlier build wrote as hashes is refused at
-//! start ([`ClaimError::HashRecords`]); `{prefix}:meta` names the format (`records`).
+//! start ([`ClaimError::HashRecords`]), whether its pin says so or, pin lost, its keys
+//! do; `{prefix}:meta` names the format (`records`). Every instance on a store moves to
+//! this format together (stop the earlier build's instances before starting this one's):
+//! a hash record written after the check fails its claims (`WRONGTYPE`, retried,
+//! never credited) until it expires. The scripts need Redis 7.0 or later (`SET` with
+//! `NX` and `GET`), checked at start ([`ClaimError::RedisVersion`]).
 //!
 //! **The shard count is fixed at first use.** It decides where every record and budget
 //! lives; an instance configured with another count would look for records in the
@@ -477,9 +482,37 @@ pub enum ClaimError {
     OldLayout(String),
     /// Claim records of the earlier format (one hash each) exist under this prefix.
     #[error(
-        "the claim store under prefix {0:?} holds claim records of an earlier format (a hash each; this build keeps each record as one string): starting on it would leave those trade numbers unreadable. Let its grants finish and start with a new key prefix, or remove the old records once their events and tokens have expired"
+        "the claim store under prefix {0:?} holds claim records of an earlier format (a hash each; this build keeps each record as one string): this build cannot read them. Keep the earlier build serving this store until its records expire (claims.retention_secs after their last grant); a new key prefix would forget which trade numbers were granted, and any event, retry or token of that time would be credited again"
     )]
     HashRecords(String),
+    /// The Redis is older than the scripts need.
+    #[error(
+        "the claim store needs Redis 7.0 or later (SET with both NX and GET), and {0} answered; upgrade it"
+    )]
+    RedisVersion(String),
+}
+
+/// Refuses a Redis older than 7.0: the claim scripts use `SET ... NX GET`, which an
+/// older one refuses on every claim of a new trade number.
+async fn check_version(client: &Client) -> Result<(), ClaimError> {
+    let info: String =
+        reward_runtime::keyspace::on_node(client, None, "INFO", vec!["server"]).await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let major = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(m) if m >= 7 => Ok(()),
+        _ => Err(ClaimError::RedisVersion(format!(
+            "redis_version {version:?}"
+        ))),
+    }
 }
 
 /// Turns what the data says of the configured count into a start or a typed refusal.
@@ -619,8 +652,16 @@ impl Claims {
             hmget,
             get,
         });
+        check_version(pool.next()).await?;
         let meta = format!("{}:meta", cfg.key_prefix);
         let exists: i64 = pool.next().exists(&meta).await?;
+        // A store an earlier build wrote (a pin without the record format, or no pin
+        // and keys of its own): its records may be hashes, which this build neither
+        // reads nor may overwrite (module doc, "Records").
+        let hash_records = || async {
+            let pattern = format!("{p}:{{{p}.*}}:t:*", p = cfg.key_prefix);
+            reward_runtime::keyspace::any_match_of(pool.next(), &pattern, Some("hash")).await
+        };
         if exists == 0 {
             if Self::old_layout(&pool, &cfg.key_prefix).await? {
                 return Err(ClaimError::OldLayout(cfg.key_prefix.clone()));
@@ -628,16 +669,14 @@ impl Claims {
             // No pin: a fresh store, or one whose pin was lost. Its own keys decide.
             let proof =
                 layout::prove(pool.next(), &cfg.key_prefix, cfg.shards, layout::SCAN_PAGES).await?;
+            if !matches!(proof, LayoutProof::Empty) && hash_records().await? {
+                return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));
+            }
             check_layout(&cfg.key_prefix, cfg.shards, proof)?;
         }
         let records: Option<String> = pool.next().hget(&meta, "records").await?;
-        if exists == 1 && records.is_none() {
-            // A store an earlier build wrote: its records may be hashes, which this
-            // build neither reads nor may overwrite (module doc, "Records").
-            let pattern = format!("{p}:{{{p}.*}}:t:*", p = cfg.key_prefix);
-            if reward_runtime::keyspace::any_match_of(pool.next(), &pattern, Some("hash")).await? {
-                return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));
-            }
+        if exists == 1 && records.is_none() && hash_records().await? {
+            return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));
         }
         if records.as_deref().is_some_and(|r| r != RECORD_FORMAT) {
             return Err(ClaimError::HashRecords(cfg.key_prefix.clone()));

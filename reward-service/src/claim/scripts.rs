@@ -13,16 +13,11 @@ macro_rules! record_lua {
         r"
 local function rec_parse(v)
   if type(v) ~= 'string' then return nil end
-  local r, s = {}, 1
-  for i = 1, 9 do
-    local e = string.find(v, '\n', s, true)
-    if not e then return nil end
-    r[i] = string.sub(v, s, e - 1)
-    s = e + 1
-  end
-  r[10] = string.sub(v, s)
-  if not tonumber(r[1]) then return nil end
-  return r
+  -- One pattern match splits the ten lines (a loop of finds cost more Redis CPU).
+  local a, b, c, d, e, f, g, h, i, j = string.match(v,
+    '^(%d+)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$')
+  if not a then return nil end
+  return {a, b, c, d, e, f, g, h, i, j}
 end
 local function rec_join(r)
   return table.concat(r, '\n', 1, 10)

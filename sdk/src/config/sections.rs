@@ -18,7 +18,7 @@ pub struct StoreConfig {
     /// TTL of a user's token hash, re-armed by every write that adds a token.
     pub ttl_secs: u64,
     /// Most tokens one user may hold in one activity (500 in a fireworks show,
-    /// docs/design.md), pending or credited, while the hash lives (`store::life`).
+    /// docs/design.md), waiting for their credit (a credited token frees its place).
     pub max_tokens_per_user: u32,
     /// When true (direct and batched modes only), a failed first token write fails the
     /// reward at once. When false: in direct mode the caller tries again until

@@ -24,7 +24,8 @@
 //!   entry): unknown -> stored, with `HSETNX`. A write that finds the field credited
 //!   stores nothing pending: over a mark it stores the token credited (marked ->
 //!   credited), over a credited token it does nothing. So a late or retried write never
-//!   lists a credited reward as pending again. Capped at `max_tokens_per_user` fields.
+//!   lists a credited reward as pending again. Capped at `max_tokens_per_user` pending
+//!   tokens (counted field by field only once the hash holds more fields than that).
 //! - **The reward service moves** ([`MOVE_MANY_LUA`], after the claim record says
 //!   `GRANTED`, then a batched `ZREM` of the due entries): stored -> credited (the field
 //!   rewritten in place, `!` in front); unknown -> marked (the event came before the
@@ -45,10 +46,18 @@
 //! place (`HGET`, `HSET`). With a hash per state a write first asked the credited hash
 //! (`HGET`) and a move took three commands and a TTL (`HSET`, `HDEL`, `EXPIRE`): the
 //! one-field layout does a credited reward's token work in five commands where that took
-//! eight (`docs/scale.md`). What it changes: the cap counts every token a user holds in
-//! the activity (pending or credited, until the hash expires), not only the pending
-//! ones; and a credited token lives as long as its hash, `ttl_secs` after the latest
-//! token written to it (the mark of a credit that came first gives the hash its TTL).
+//! eight (`docs/scale.md`). The cap still counts pending tokens only: `HLEN` decides
+//! while the hash holds no more fields than the cap, and past it (a user with many
+//! credited tokens) the write counts the pending ones (`HVALS`). A credited token lives
+//! as long as its hash, `ttl_secs` after the latest token written to it (the mark of a
+//! credit that came first gives a new hash its TTL, and never shortens one).
+//!
+//! **Upgrading.** The SDK and the reward service read and write each other's fields,
+//! so both move to this layout together: an SDK of the earlier layout would overwrite
+//! a credit with a pending token, and a service of the earlier layout would leave its
+//! marks where this SDK does not look. Neither can credit twice (the claim record
+//! decides), but both can list a credited reward as pending: stop sending, let the
+//! consumers drain, then start both sides on this build.
 //! A sealed token is base64 and never begins with `!`. A store an earlier build wrote
 //! kept credited tokens in a second hash (`{prefix}:{user}:{activity}:credited`), which
 //! is no longer read: those tokens stop being listed as credited until that hash
@@ -97,8 +106,9 @@ impl<'a> Field<'a> {
 /// 2 when the reward is already credited (a late or retried write must not list it
 /// pending again, where the wallet would offer it again).
 ///
-/// Two commands and the TTL in the usual case (`HSETNX`, `HLEN`, `EXPIRE`); a write
-/// over the cap takes its field back (`HDEL`) in the same step, and a write that finds
+/// Two commands and the TTL in the usual case (`HSETNX`, `HLEN`, `EXPIRE`); past the
+/// cap in fields it counts the pending ones (`HVALS`), and a write over the cap takes
+/// its field back (`HDEL`) in the same step, and a write that finds
 /// its field there (a retry, or a credit that came first) reads it (`HGET`) and leaves
 /// the TTL alone. Every token a
 /// write adds re-arms the hash's TTL, so each lives `ttl_secs` after its write: the

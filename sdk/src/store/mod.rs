@@ -723,7 +723,9 @@ impl TokenStore {
         Ok(v.filter(|v| !life::Field::of(v).credited()))
     }
 
-    /// Removes a token (once its reward is credited); true if it was there.
+    /// Removes a trade number's field whatever its state (pending, credited or a
+    /// mark); true if it was there. A write of it that lands later stores it pending
+    /// again, so this is for tools and tests, never for a reward still in flight.
     pub async fn remove(
         &self,
         user_id: &str,

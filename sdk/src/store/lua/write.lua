@@ -1,8 +1,16 @@
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  -- A new field: over the cap it is taken back in the same step, so nobody sees it.
-  if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[3]) then
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    return 0
+  local cap = tonumber(ARGV[3])
+  -- Past the cap in fields, count the pending ones: a credited token (or a mark) holds
+  -- no place. Over the cap the new field is taken back in the same step.
+  if redis.call('HLEN', KEYS[1]) > cap then
+    local pending = 0
+    for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+      if string.sub(v, 1, 1) ~= '!' then pending = pending + 1 end
+    end
+    if pending > cap then
+      redis.call('HDEL', KEYS[1], ARGV[1])
+      return 0
+    end
   end
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   return 1

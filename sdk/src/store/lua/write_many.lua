@@ -12,6 +12,18 @@ for i = 1, #KEYS do
     out[i] = added.err
   elseif added == 1 then
     local n = redis.pcall('HLEN', h)
+    if not failed(n) and n > cap then
+      -- Past the cap in fields: count the pending ones (credited fields hold no place).
+      local vals = redis.pcall('HVALS', h)
+      if failed(vals) then
+        n = vals
+      else
+        n = 0
+        for _, x in ipairs(vals) do
+          if string.sub(x, 1, 1) ~= '!' then n = n + 1 end
+        end
+      end
+    end
     if failed(n) then
       out[i] = n.err
     elseif n > cap then
