@@ -86,6 +86,36 @@ fn per_reward(
     }
 }
 
+/// Runs `work` between two readings of every primary of `redis_url`: its answer, and
+/// what it cost per reward as stage `name`.
+async fn stage<T>(
+    redis_url: &str,
+    name: &str,
+    rewards: u64,
+    work: impl std::future::Future<Output = T>,
+) -> (T, StageCost) {
+    let before = redis_readings(redis_url).await;
+    let answer = work.await;
+    let after = redis_readings(redis_url).await;
+    (answer, per_reward(name, &before, &after, rewards))
+}
+
+/// `call` on each [`BATCH`] of `items`, [`IN_FLIGHT`] calls at once; the answers in
+/// the items' order.
+async fn batched<'a, I, T, F, Fut>(items: &'a [I], call: F) -> Vec<T>
+where
+    F: Fn(&'a [I]) -> Fut,
+    Fut: std::future::Future<Output = Vec<T>>,
+{
+    futures_util::stream::iter(items.chunks(BATCH).map(call))
+        .buffered(IN_FLIGHT)
+        .collect::<Vec<Vec<T>>>()
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 /// Runs the stages on `redis_url` with `rewards` rewards; removes its keys after.
 pub async fn measure(redis_url: &str, rewards: u64) -> anyhow::Result<Vec<StageCost>> {
     let tag = format!("{:08x}", rand::random::<u32>());
@@ -136,7 +166,6 @@ async fn measure_under(redis_url: &str, rewards: u64, tag: &str) -> anyhow::Resu
         .collect();
     let mut out = Vec::new();
 
-    let before = redis_readings(redis_url).await;
     let writes = futures_util::stream::iter(grants.iter().map(|g| {
         let (store, token) = (&store, &token);
         async move {
@@ -146,26 +175,17 @@ async fn measure_under(redis_url: &str, rewards: u64, tag: &str) -> anyhow::Resu
         }
     }))
     .buffer_unordered(IN_FLIGHT * 8)
-    .collect::<Vec<_>>()
-    .await;
-    let after = redis_readings(redis_url).await;
+    .collect::<Vec<_>>();
+    let (writes, cost) = stage(redis_url, "token write", rewards, writes).await;
+    out.push(cost);
     let failed = writes.iter().filter(|r| r.is_err()).count();
     anyhow::ensure!(failed == 0, "{failed} token writes failed");
-    out.push(per_reward("token write", &before, &after, rewards));
 
-    let before = redis_readings(redis_url).await;
-    let claimed: Vec<Vec<_>> = futures_util::stream::iter(
-        grants
-            .chunks(BATCH)
-            .map(|part| async { claims.claim_many(part).await }),
-    )
-    .buffered(IN_FLIGHT)
-    .collect()
-    .await;
-    let after = redis_readings(redis_url).await;
-    out.push(per_reward("claim", &before, &after, rewards));
+    let claiming = batched(&grants, |part| claims.claim_many(part));
+    let (claimed, cost) = stage(redis_url, "claim", rewards, claiming).await;
+    out.push(cost);
     let mut items = Vec::with_capacity(grants.len());
-    for (g, c) in grants.iter().zip(claimed.into_iter().flatten()) {
+    for (g, c) in grants.iter().zip(claimed) {
         match c {
             Ok(Claim::Claimed { claim_id, .. }) => {
                 items.push((g.clone(), claim_id, format!("tx:{}", g.trade_no)));
@@ -174,20 +194,11 @@ async fn measure_under(redis_url: &str, rewards: u64, tag: &str) -> anyhow::Resu
         }
     }
 
-    let before = redis_readings(redis_url).await;
-    let finished: Vec<Vec<_>> = futures_util::stream::iter(
-        items
-            .chunks(BATCH)
-            .map(|part| async { claims.grant_many(part).await }),
-    )
-    .buffered(IN_FLIGHT)
-    .collect()
-    .await;
-    let after = redis_readings(redis_url).await;
-    out.push(per_reward("finish", &before, &after, rewards));
+    let finishing = batched(&items, |part| claims.grant_many(part));
+    let (finished, cost) = stage(redis_url, "finish", rewards, finishing).await;
+    out.push(cost);
     let not_done = finished
         .into_iter()
-        .flatten()
         .filter(|f| !matches!(f, Ok(Finish::Done)))
         .count();
     anyhow::ensure!(not_done == 0, "{not_done} finishes not done");
@@ -202,18 +213,10 @@ async fn measure_under(redis_url: &str, rewards: u64, tag: &str) -> anyhow::Resu
             )
         })
         .collect();
-    let before = redis_readings(redis_url).await;
-    let moved: Vec<Vec<bool>> = futures_util::stream::iter(
-        moves
-            .chunks(BATCH)
-            .map(|part| async { tokens.credited_many(part).await }),
-    )
-    .buffered(IN_FLIGHT)
-    .collect()
-    .await;
-    let after = redis_readings(redis_url).await;
-    out.push(per_reward("token move", &before, &after, rewards));
-    let unmoved = moved.into_iter().flatten().filter(|m| !m).count();
+    let moving = batched(&moves, |part| tokens.credited_many(part));
+    let (moved, cost) = stage(redis_url, "token move", rewards, moving).await;
+    out.push(cost);
+    let unmoved = moved.into_iter().filter(|m| !m).count();
     anyhow::ensure!(unmoved == 0, "{unmoved} tokens not moved");
     Ok(out)
 }

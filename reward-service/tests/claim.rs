@@ -937,31 +937,41 @@ async fn a_finish_that_may_not_change_a_record_leaves_it_as_it_was() {
     assert!(matches!(c.claim(&bad).await, Err(ClaimError::Invalid(_))));
 }
 
-/// A store whose claim records an earlier build kept as hashes is refused at start
-/// with the error that says so; one with none starts and names its format.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_of_hash_records_is_refused_at_start() {
-    use reward_service::claim::{ClaimConfig, Claims};
+/// A one-shard store under a fresh prefix holding one claim record as a hash (as an
+/// earlier build wrote them); answers the prefix and the store's config.
+async fn hash_record_store(
+    redis: &fred::prelude::Client,
+) -> (String, reward_service::claim::ClaimConfig) {
     let prefix = format!("claim-test-{:08x}", rand::random::<u32>());
-    let redis = raw_redis().await;
-    // What an earlier build left: its pin (no record format) and a hash record.
-    let _: () =
-        fred::prelude::HashesInterface::hset(&redis, format!("{prefix}:meta"), ("shards", 1))
-            .await
-            .unwrap();
+    // Every trade number is in shard 0 of one shard.
     let _: () = fred::prelude::HashesInterface::hset(
-        &redis,
+        redis,
         format!("{prefix}:{{{prefix}.0}}:t:old"),
         [("state", "GRANTED"), ("amount", "5")],
     )
     .await
     .unwrap();
-    let cfg = ClaimConfig {
+    let cfg = reward_service::claim::ClaimConfig {
         key_prefix: prefix.clone(),
         shards: 1,
         retention_secs: 3600,
-        ..ClaimConfig::default()
+        ..reward_service::claim::ClaimConfig::default()
     };
+    (prefix, cfg)
+}
+
+/// A store whose claim records an earlier build kept as hashes is refused at start
+/// with the error that says so; one with none starts and names its format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_hash_records_is_refused_at_start() {
+    use reward_service::claim::Claims;
+    let redis = raw_redis().await;
+    // What an earlier build left: a hash record and its pin (no record format).
+    let (prefix, cfg) = hash_record_store(&redis).await;
+    let _: () =
+        fred::prelude::HashesInterface::hset(&redis, format!("{prefix}:meta"), ("shards", 1))
+            .await
+            .unwrap();
     match Claims::connect(&redis_url(), cfg.clone()).await {
         Err(ClaimError::HashRecords(p)) => assert_eq!(p, prefix),
         other => panic!("started on hash records: {other:?}"),
@@ -986,23 +996,9 @@ async fn a_store_of_hash_records_is_refused_at_start() {
 /// the only witness of the format.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_hash_records_without_its_pin_is_refused() {
-    use reward_service::claim::{ClaimConfig, Claims};
-    let prefix = format!("claim-test-{:08x}", rand::random::<u32>());
+    use reward_service::claim::Claims;
     let redis = raw_redis().await;
-    // A record in the right shard for one shard (every trade number is in shard 0).
-    let _: () = fred::prelude::HashesInterface::hset(
-        &redis,
-        format!("{prefix}:{{{prefix}.0}}:t:old"),
-        [("state", "GRANTED"), ("amount", "5")],
-    )
-    .await
-    .unwrap();
-    let cfg = ClaimConfig {
-        key_prefix: prefix.clone(),
-        shards: 1,
-        retention_secs: 3600,
-        ..ClaimConfig::default()
-    };
+    let (prefix, cfg) = hash_record_store(&redis).await;
     match Claims::connect(&redis_url(), cfg).await {
         Err(ClaimError::HashRecords(p)) => assert_eq!(p, prefix),
         other => panic!("started on hash records without a pin: {other:?}"),
