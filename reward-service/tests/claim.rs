@@ -868,6 +868,64 @@ async fn a_batch_that_meets_a_foreign_key_writes_nothing() {
     assert_eq!(c.spent("rain").await.unwrap(), spent + 16);
 }
 
+/// A record the scripts cannot read (a value not in the record format, or a key of
+/// another type) fails its claim, moves no budget, and is counted for the operator's
+/// alert (`reward_service_unreadable_records_total`), whether claimed alone or in a
+/// batch. Runs on one thread: the test's own recorder is that thread's.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unreadable_record_is_counted_and_credits_nothing() {
+    use fred::interfaces::KeysInterface;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let count = || {
+        let text = handle.render();
+        text.lines()
+            .find_map(|l| l.strip_prefix("reward_service_unreadable_records_total "))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    let c = claims(1, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    let redis = raw_redis().await;
+    let _: () = redis
+        .set(
+            c.record_key(0, "bad:text"),
+            "not a record",
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let _: () = fred::prelude::HashesInterface::hset(
+        &redis,
+        c.record_key(0, "bad:hash"),
+        ("state", "IN_PROGRESS"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count(), 0);
+    assert!(c.claim(&grant("bad:text", 5)).await.is_err());
+    assert_eq!(count(), 1);
+    assert!(c.claim(&grant("bad:hash", 5)).await.is_err());
+    assert_eq!(count(), 2);
+    let out = c.claim_many(&[grant("bad:text", 5)]).await;
+    assert!(out.iter().all(Result::is_err), "{out:?}");
+    assert_eq!(count(), 3);
+    let out = c
+        .claim_many(&[grant("bad:ok", 5), grant("bad:hash", 5)])
+        .await;
+    assert!(out.iter().all(Result::is_err), "{out:?}");
+    assert_eq!(count(), 4, "one failed call counts once");
+    assert_eq!(c.spent("rain").await.unwrap(), 0, "the budget moved");
+    // A readable claim counts nothing.
+    assert!(matches!(
+        c.claim(&grant("bad:ok", 5)).await.unwrap(),
+        Claim::Claimed { .. }
+    ));
+    assert_eq!(count(), 4);
+}
+
 /// A finish may change only a live record of its own grant: one for another grant
 /// (other amount), one finished already (another receipt) or another owner's (a
 /// failure) is left exactly as it was, though the finish writes before it reads.

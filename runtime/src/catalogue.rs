@@ -547,6 +547,11 @@ pub const SERVICE: &[Metric] = &[
         "claim calls no replica acknowledged in time (nothing credited, grants retried)",
         &[],
     ),
+    counter(
+        "reward_service_unreadable_records_total",
+        "claim records the scripts could not read (not the record format, or a key of another type); their grants failed, nothing credited",
+        &[],
+    ),
 ];
 
 /// Dynamic settings' metrics.

@@ -405,6 +405,110 @@ async fn a_direct_write_answers_only_once_stored_or_refuses() {
     );
 }
 
+/// Direct writes that wait together go as one call, each decided and answered as if
+/// alone: 520 writers at once on one call slot, 20 users of 26 trade numbers under a
+/// cap of 15 (the cap refuses inside the shared calls), one trade number whose credit
+/// came first, a user whose hash is a key of another type, and a user whose due shard
+/// is: every answer is the write's own, every cap exact, every stored token has its
+/// due entry, and far fewer calls than writes went to Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_writes_waiting_together_share_a_call_and_keep_their_own_answers() {
+    use fred::interfaces::{HashesInterface, KeysInterface, SortedSetsInterface};
+    let st = TokenStore::connect(StoreConfig {
+        pool_size: 1,
+        ..cfg(common::stack().redis_url, WriteMode::Direct, 15)
+    })
+    .await
+    .unwrap();
+    let redis = st.pool().next().clone();
+    let users: Vec<String> = (0..20).map(|u| format!("u{u}")).collect();
+    let shards: std::collections::HashSet<u32> = users.iter().map(|u| st.due_shard(u)).collect();
+    // A user whose due shard no other user here has: that shard holds a string.
+    let lone = (0..10_000)
+        .map(|i| format!("u-lone{i}"))
+        .find(|u| !shards.contains(&st.due_shard(u)))
+        .unwrap();
+    let _: () = redis
+        .set(
+            st.due_key(st.due_shard(&lone)),
+            "not a zset",
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let _: () = redis
+        .set(st.key("u-typed", "act"), "not a hash", None, None, false)
+        .await
+        .unwrap();
+    // u0's t3 was credited before its write: a mark waits in its field.
+    let _: () = redis.hset(st.key("u0", "act"), ("t3", "!")).await.unwrap();
+    let mut writes: Vec<(String, String)> = Vec::new();
+    for t in 0..26 {
+        for u in &users {
+            writes.push((u.clone(), format!("t{t}")));
+        }
+    }
+    for t in 0..5 {
+        writes.push((lone.clone(), format!("t{t}")));
+        writes.push(("u-typed".to_string(), format!("t{t}")));
+    }
+    let answers =
+        futures_util::future::join_all(writes.iter().map(|(u, t)| submit(&st, u, t, "sealed")))
+            .await;
+    let calls = n(&st.stats().direct_calls);
+    assert!(
+        calls * 4 < writes.len() as u64,
+        "{calls} calls for {} writes",
+        writes.len()
+    );
+    let mut stored: std::collections::HashMap<&str, usize> = Default::default();
+    let mut capped: std::collections::HashMap<&str, usize> = Default::default();
+    for ((u, t), r) in writes.iter().zip(&answers) {
+        match r {
+            Ok(Submitted::Stored) => *stored.entry(u).or_default() += 1,
+            Err(StoreError::CapReached { cap: 15 }) => *capped.entry(u).or_default() += 1,
+            Err(_) if u == "u-typed" || *u == lone => {}
+            other => panic!("{u} {t}: {other:?}"),
+        }
+    }
+    for u in &users {
+        // u0's credited trade number is answered stored and holds no place.
+        let (want_stored, want_capped) = if u == "u0" { (16, 10) } else { (15, 11) };
+        assert_eq!(stored.get(u.as_str()), Some(&want_stored), "{u}");
+        assert_eq!(capped.get(u.as_str()), Some(&want_capped), "{u}");
+        let pending = st.list(u, "act").await.unwrap();
+        assert_eq!(pending.len(), 15, "{u}: {pending:?}");
+        for t in pending.keys() {
+            let score: Option<f64> = redis
+                .zscore(st.due_key(st.due_shard(u)), st.due_member(u, "act", t))
+                .await
+                .unwrap();
+            assert!(score.is_some(), "{u} {t}: a token without its due entry");
+        }
+    }
+    let credited: Option<String> = redis.hget(st.key("u0", "act"), "t3").await.unwrap();
+    assert_eq!(
+        credited.as_deref(),
+        Some("!sealed"),
+        "credited, never pending"
+    );
+    for u in [lone.as_str(), "u-typed"] {
+        assert_eq!(
+            stored.get(u),
+            None,
+            "{u}: stored past a key of another type"
+        );
+        assert_eq!(capped.get(u), None, "{u}");
+    }
+    assert!(
+        st.list(&lone, "act").await.unwrap().is_empty(),
+        "no token without its entry"
+    );
+    let _: () = redis.del(st.due_key(st.due_shard(&lone))).await.unwrap();
+}
+
 /// On a single Redis a direct write is one script call: its due entry and its token
 /// land together, or (a due shard Redis refuses, here a key of another type) neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

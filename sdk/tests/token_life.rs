@@ -216,3 +216,117 @@ proptest! {
         });
     }
 }
+
+/// One write of the differential test: user, trade number, token.
+type Put = (usize, usize, usize);
+
+/// Runs `puts` on a fresh prefix with `marks` (user, trade) credited before any write,
+/// either one call per write ([`indexed_write_lua`]) or all in one call
+/// ([`INDEXED_WRITE_MANY_LUA`]); answers the replies and what Redis holds after.
+async fn run_puts(
+    client: &Client,
+    puts: &[Put],
+    marks: &[(usize, usize)],
+    cap: i64,
+    together: bool,
+) -> (
+    Vec<i64>,
+    Vec<BTreeMap<String, String>>,
+    Vec<Vec<(String, f64)>>,
+) {
+    use sdk::store::life::{INDEXED_WRITE_MANY_LUA, indexed_write_lua};
+    let prefix = common::unique("together");
+    let hash = |u: usize| format!("{prefix}:h:{u}");
+    let due = |u: usize| format!("{prefix}:due:{}", u % 2);
+    for &(u, t) in marks {
+        let _: () = client.hset(hash(u), (trade(t), "!")).await.unwrap();
+        // A mark comes with its hash's TTL (the move gives it one).
+        let _: () = client.expire(hash(u), 600, None).await.unwrap();
+    }
+    let field = |p: &Put| trade(p.1);
+    let value = |p: &Put| format!("sealed{}", p.2);
+    let member = |p: &Put| format!("{}|act|{}", p.0, trade(p.1));
+    let replies: Vec<i64> = if together {
+        let mut keys: Vec<String> = puts.iter().map(|p| hash(p.0)).collect();
+        keys.extend(puts.iter().map(|p| due(p.0)));
+        let mut args: Vec<Value> = vec![Value::from(cap), Value::from(600)];
+        for p in puts {
+            args.push(Value::from(field(p)));
+            args.push(Value::from(value(p)));
+        }
+        for (i, p) in puts.iter().enumerate() {
+            args.push(Value::from(i as f64));
+            args.push(Value::from(member(p)));
+        }
+        client
+            .eval(INDEXED_WRITE_MANY_LUA, keys, args)
+            .await
+            .unwrap()
+    } else {
+        let one = indexed_write_lua();
+        let mut out = Vec::new();
+        for (i, p) in puts.iter().enumerate() {
+            let r: i64 = client
+                .eval(
+                    one.as_str(),
+                    vec![hash(p.0), due(p.0)],
+                    vec![
+                        Value::from(field(p)),
+                        Value::from(value(p)),
+                        Value::from(cap),
+                        Value::from(600),
+                        Value::from(i as f64),
+                        Value::from(member(p)),
+                    ],
+                )
+                .await
+                .unwrap();
+            out.push(r);
+        }
+        out
+    };
+    let mut hashes = Vec::new();
+    let mut dues = Vec::new();
+    for u in 0..USERS.len() {
+        let h: BTreeMap<String, String> = client.hgetall(hash(u)).await.unwrap();
+        let ttl: i64 = client.ttl(hash(u)).await.unwrap();
+        assert!(
+            h.is_empty() || ttl > 0,
+            "a hash without its TTL: {h:?} {ttl}"
+        );
+        hashes.push(h);
+        let d: Vec<(String, f64)> = client
+            .zrange(due(u), 0, -1, None, false, None, true)
+            .await
+            .unwrap();
+        dues.push(d);
+        let _: () = client.del(vec![hash(u), due(u)]).await.unwrap();
+    }
+    (replies, hashes, dues)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Writes sent together in one call (direct writes that waited for a call slot,
+    /// `sdk::store::combine`) are decided exactly as one call each, in order: the same
+    /// answers (stored, capped, credited already), the same hashes, the same due
+    /// entries, whatever the mix of repeats, caps and credits that came first.
+    #[test]
+    fn writes_sent_together_are_decided_as_one_by_one(
+        puts in proptest::collection::vec((0..USERS.len(), 0..5usize, 0..2usize), 1..30),
+        marks in proptest::collection::vec((0..USERS.len(), 0..5usize), 0..4),
+        cap in 1..5i64,
+    ) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client = Builder::from_config(Config::from_url(&common::stack().redis_url).unwrap())
+                .build()
+                .unwrap();
+            client.init().await.unwrap();
+            let alone = run_puts(&client, &puts, &marks, cap, false).await;
+            let together = run_puts(&client, &puts, &marks, cap, true).await;
+            assert_eq!(alone, together, "{puts:?} marks {marks:?} cap {cap}");
+        });
+    }
+}

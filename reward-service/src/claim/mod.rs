@@ -546,8 +546,23 @@ fn check_layout(prefix: &str, shards: u32, proof: LayoutProof) -> Result<(), Cla
 
 impl From<fred::error::Error> for ClaimError {
     fn from(e: fred::error::Error) -> Self {
-        ClaimError::Redis(e.to_string())
+        let text = e.to_string();
+        if text.contains("WRONGTYPE") {
+            // A key of another type under a record's name (a hash record of an
+            // earlier build, another program's key): the call changed nothing.
+            unreadable_record();
+        }
+        ClaimError::Redis(text)
     }
+}
+
+/// Counts a claim record the scripts could not read (`BADRECORD`: not in the record
+/// format; or a key of another type under its name). Its grant fails
+/// `STORE_UNAVAILABLE` and is retried; nothing is credited while it stays. Someone
+/// else writes into the claims' keys, or an earlier build still runs on the store: the
+/// operator is alerted (`RewardClaimRecordsUnreadable`).
+pub(crate) fn unreadable_record() {
+    metrics::counter!("reward_service_unreadable_records_total").increment(1);
 }
 
 /// The claim store.

@@ -122,6 +122,10 @@ impl Claims {
             "CONFLICT" => Claim::Conflict,
             "EXHAUSTED" => Claim::BudgetExhausted,
             "NOBUDGET" => Claim::NoBudget,
+            "BADRECORD" => {
+                super::unreadable_record();
+                return Err(ClaimError::Reply(vec![code.to_string(), detail]));
+            }
             _ => return Err(ClaimError::Reply(vec![code.to_string(), detail])),
         })
     }

@@ -137,7 +137,25 @@ pub fn indexed_write_lua() -> String {
 /// token. The commands go through `redis.pcall` and are checked one by one; a Lua
 /// `pcall` around a closure per write cost more Redis CPU than the calls it saved
 /// (measured: `docs/findings/benchmarks-history.md`).
-pub const WRITE_MANY_LUA: &str = include_str!("lua/write_many.lua");
+pub const WRITE_MANY_LUA: &str = concat!(
+    "local n, skip = #KEYS, {}\n",
+    include_str!("lua/write_many.lua")
+);
+
+/// [`WRITE_MANY_LUA`] with each write's due entry first, for a single Redis (direct
+/// writes that arrive together, `super::combine`). KEYS: the user's hash of each of the
+/// `n` writes, then the due shard of each. ARGV: cap, ttl seconds, field and value of
+/// each write, then score and member of each write's due entry. A write whose entry
+/// Redis refused (a key of another type under the shard's name) answers that error and
+/// stores nothing: a token is never stored without its entry.
+pub const INDEXED_WRITE_MANY_LUA: &str = concat!(
+    "local n, skip = #KEYS / 2, {}\n",
+    "for i = 1, n do\n",
+    "  local z = redis.pcall('ZADD', KEYS[n + i], 'NX', ARGV[2 * n + 2 * i + 1], ARGV[2 * n + 2 * i + 2])\n",
+    "  if type(z) == 'table' and z.err then skip[i] = z.err end\n",
+    "end\n",
+    include_str!("lua/write_many.lua")
+);
 
 /// KEYS: the user's hash of each token. ARGV: TTL seconds, then the trade number of
 /// each. Returns per token 1 when it moved from pending to credited, 0 when it was not

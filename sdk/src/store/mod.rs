@@ -43,8 +43,9 @@
 //! credited reward as pending again. How writes travel is [`crate::config::WriteMode`]:
 //! - **direct** (default): the caller sends its index entry and its script call (one
 //!   call on a single Redis, two on a cluster) on the next pooled connection and awaits
-//!   the replies (fred pipelines concurrent commands
-//!   on a connection by itself). The cap refuses the reward (`TooManyTokens`), and so
+//!   the replies. On a single Redis, writes that wait together (every one of
+//!   `pool_size` call slots busy) go as one call, each decided and answered as alone
+//!   (`combine`: a script call's own cost is most of a write's). The cap refuses the reward (`TooManyTokens`), and so
 //!   does a refusal of the command itself. A Redis failure is tried again by the
 //!   caller (20 ms doubling to 200 ms apart) until `write_wait_ms` has passed, then
 //!   the reward is refused: a call that answers has its token stored, so a process
@@ -94,6 +95,7 @@
 //! mode a reply of `NOSCRIPT` (Redis restarted, or a cluster node that never saw the
 //! script or was just promoted) sends the call once more with the script's body.
 
+mod combine;
 pub mod layout;
 pub mod life;
 mod writer;
@@ -109,7 +111,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use reward_runtime::keyspace::LayoutProof;
 
-use self::life::{WRITE_LUA, WRITE_MANY_LUA, indexed_write_lua};
+use self::combine::Combiner;
+use self::life::{INDEXED_WRITE_MANY_LUA, WRITE_LUA, WRITE_MANY_LUA, indexed_write_lua};
 use self::writer::{Reply, Shared, Unsettled, Write, outcome, settle};
 use crate::config::{StoreConfig, WriteMode};
 
@@ -334,6 +337,9 @@ pub struct StoreStats {
     pub unstored: AtomicU64,
     /// Pipelines sent.
     pub pipelines: AtomicU64,
+    /// Script calls that carried direct-mode writes: on a single Redis, fewer than the
+    /// writes when writes waited together for a call slot.
+    pub direct_calls: AtomicU64,
     /// Writes not yet answered (queued, in flight, waiting for a retry).
     pub pending: AtomicU64,
 }
@@ -342,9 +348,9 @@ pub struct StoreStats {
 #[derive(Clone)]
 pub struct TokenStore {
     script: Script,
-    /// On a single Redis (not a cluster): the due entry and the token in one call
-    /// ([`life::indexed_write_lua`]).
-    indexed: Option<Script>,
+    /// On a single Redis (not a cluster): direct writes, each with its due entry in
+    /// the same call, and those waiting together sent as one call ([`combine`]).
+    combiner: Option<Arc<Combiner>>,
     pool: Pool,
     cfg: Arc<StoreConfig>,
     /// The writer task's queue (batched and deferred writes, retries).
@@ -366,7 +372,7 @@ impl TokenStore {
     pub async fn connect(cfg: StoreConfig) -> Result<Self, StoreError> {
         let timeout = Duration::from_millis(cfg.timeout_ms);
         let mut attempt = 1;
-        let (pool, (script, many, indexed)) = loop {
+        let (pool, (script, many, combined)) = loop {
             let pool = reward_runtime::redis::builder(&cfg.redis_url, timeout)?
                 .build_pool(cfg.pool_size)?;
             match Self::prepare(&pool, &cfg).await {
@@ -396,9 +402,19 @@ impl TokenStore {
         });
         // The writer runs in every mode: retries go through it.
         tokio::spawn(writer::run(pool.clone(), many, rx, shared.clone()));
+        let ttl = i64::try_from(cfg.ttl_secs).unwrap_or(i64::MAX);
+        let combiner = combined.map(|(one, many)| {
+            Arc::new(Combiner::new(
+                one,
+                many,
+                cfg.pool_size,
+                cfg.max_tokens_per_user,
+                ttl,
+            ))
+        });
         Ok(Self {
             script,
-            indexed,
+            combiner,
             pool,
             cfg,
             tx,
@@ -411,20 +427,25 @@ impl TokenStore {
     async fn prepare(
         pool: &Pool,
         cfg: &StoreConfig,
-    ) -> Result<Result<(Script, Script, Option<Script>), StoreError>, fred::error::Error> {
+    ) -> Result<Result<(Script, Script, Option<(Script, Script)>), StoreError>, fred::error::Error>
+    {
         pool.init().await?;
         let script = Script::load(pool.next(), WRITE_LUA).await?;
         let many = Script::load(pool.next(), WRITE_MANY_LUA).await?;
         // A cluster puts the due shard and the user's hashes in different slots, which
-        // one script may not touch: there the entry goes first, in its own call.
-        let indexed = if pool.next().client_config().server.is_clustered() {
+        // one script may not touch: there the entry goes first, in its own call, and
+        // each direct write is its own call (writes of one slot rarely meet).
+        let combined = if pool.next().client_config().server.is_clustered() {
             None
         } else {
-            Some(Script::load(pool.next(), &indexed_write_lua()).await?)
+            Some((
+                Script::load(pool.next(), &indexed_write_lua()).await?,
+                Script::load(pool.next(), INDEXED_WRITE_MANY_LUA).await?,
+            ))
         };
         Ok(check_due_shards(pool.next(), cfg)
             .await?
-            .map(|()| (script, many, indexed)))
+            .map(|()| (script, many, combined)))
     }
 
     /// The hash key of a user's tokens in an activity.
@@ -644,27 +665,20 @@ impl TokenStore {
         field: &str,
         value: &str,
     ) -> Result<i64, fred::error::Error> {
+        if let Some(combiner) = &self.combiner {
+            // One round trip, the entry and the token in one atomic call (with the
+            // writes waiting beside it, when every call slot is busy).
+            return combiner
+                .attempt(&self.pool, &self.shared.stats, due, key, field, value)
+                .await;
+        }
+        self.shared
+            .stats
+            .direct_calls
+            .fetch_add(1, Ordering::Relaxed);
         let client = self.pool.next();
         let cap = self.cfg.max_tokens_per_user;
         let ttl = i64::try_from(self.cfg.ttl_secs).unwrap_or(i64::MAX);
-        if let Some(indexed) = &self.indexed {
-            // One round trip, the entry and the token in one atomic call.
-            return indexed
-                .eval(client, || {
-                    (
-                        vec![key.to_string(), due.0.clone()],
-                        vec![
-                            Value::from(field),
-                            Value::from(value),
-                            Value::from(i64::from(cap)),
-                            Value::from(ttl),
-                            Value::from(due.2),
-                            Value::from(due.1.as_str()),
-                        ],
-                    )
-                })
-                .await;
-        }
         // The index entry first: a token is never stored without one (module doc).
         let _: i64 = client
             .zadd(

@@ -15,7 +15,7 @@ use crate::config::StoreConfig;
 
 /// Most writes in one [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) call (Redis runs a script to its end before
 /// anything else, so a call stays well under a millisecond).
-const WRITES_PER_CALL: usize = 128;
+pub(super) const WRITES_PER_CALL: usize = 128;
 
 /// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -429,7 +429,7 @@ async fn run_pipeline(
 /// every time it is sent, so it is not retried (the kind a refused single script call
 /// gets); anything else Redis can refuse mid-script (out of memory, a replica that
 /// became read-only in a failover) passes, so it is retried like a lost connection.
-fn write_reply(item: Value) -> Result<i64, fred::error::Error> {
+pub(super) fn write_reply(item: Value) -> Result<i64, fred::error::Error> {
     match item {
         Value::Integer(n) => Ok(n),
         other => {

@@ -1,14 +1,18 @@
+-- `n` writes; `skip[i]`, when set, is write i's error (its due entry failed): both
+-- come from the prelude (life.rs).
 local cap, ttl = tonumber(ARGV[1]), ARGV[2]
 local armed = {}
 local out = {}
 local function failed(r)
   return type(r) == 'table' and r.err
 end
-for i = 1, #KEYS do
+for i = 1, n do
   local h = KEYS[i]
   local f, v = ARGV[2 * i + 1], ARGV[2 * i + 2]
-  local added = redis.pcall('HSETNX', h, f, v)
-  if failed(added) then
+  local added = skip[i] or redis.pcall('HSETNX', h, f, v)
+  if skip[i] then
+    out[i] = skip[i]
+  elseif failed(added) then
     out[i] = added.err
   elseif added == 1 then
     local n = redis.pcall('HLEN', h)
