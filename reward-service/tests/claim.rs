@@ -356,6 +356,65 @@ async fn a_batch_of_credits_answers_each_in_order_as_single_credits_would() {
     assert!(l.credit_many(&[]).await.is_empty());
 }
 
+/// A ledger that honours the key decides repeats inside one call as it would across
+/// calls: a repeat answers the first receipt and moves nothing, a reused key with other
+/// fields is refused. A call Redis fails midway (one user's balance is a key of another
+/// type) leaves every credit of it in doubt (retryable), never "not credited", and the
+/// status query then tells each one truly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_call_decides_repeats_as_single_credits_and_a_failed_call_is_in_doubt() {
+    use fred::interfaces::KeysInterface;
+    use reward_service::downstream::CreditStatus;
+    let prefix = format!("ledger-test-{:08x}", rand::random::<u32>());
+    let l = Ledger::connect(&redis_url(), &prefix, &HashMap::new())
+        .await
+        .unwrap()
+        .honouring_key(true);
+    let c = |user: &str, trade: &str, amount: i64| Credit {
+        user_id: user.into(),
+        ..credit_of(&grant(trade, amount))
+    };
+    let batch = [
+        c("h1", "rain:9:a", 3),
+        c("h1", "rain:9:a", 3),
+        c("h1", "rain:9:a", 4),
+        c("h2", "rain:9:b", 5),
+    ];
+    let answers = l.credit_many(&batch).await;
+    assert_eq!(answers[0].as_deref(), Ok("ledger:rain:9:a"));
+    assert_eq!(answers[1].as_deref(), Ok("ledger:rain:9:a"), "a repeat");
+    assert_eq!(answers[2].as_ref().unwrap_err().code, ErrorCode::Invalid);
+    assert_eq!(answers[3].as_deref(), Ok("ledger:rain:9:b"));
+    assert_eq!(l.balance("h1", "cash").await.unwrap(), 3);
+    let account = l.account("h1").await.unwrap();
+    assert_eq!((account.repeats, account.double_credits), (1, 1));
+
+    // h4's balance hash is a string: the call fails after h3's credit went through.
+    let redis = raw_redis().await;
+    let before = l.balance("h3", "cash").await.unwrap();
+    let balance_key = format!("{prefix}:ledger:{{h4}}:balance");
+    let _: () = redis
+        .set(&balance_key, "x", None, None, false)
+        .await
+        .unwrap();
+    let failed = [c("h3", "rain:9:c", 7), c("h4", "rain:9:d", 7)];
+    let answers = l.credit_many(&failed).await;
+    for a in &answers {
+        let e = a.as_ref().unwrap_err();
+        assert!(e.code.retryable(), "{e:?}");
+    }
+    assert_eq!(l.balance("h3", "cash").await.unwrap(), before + 7);
+    assert!(matches!(
+        l.status(&failed[0]).await.unwrap(),
+        CreditStatus::Credited(_)
+    ));
+    assert_eq!(
+        l.status(&failed[1]).await.unwrap(),
+        CreditStatus::NotCredited
+    );
+    let _: () = redis.del(&balance_key).await.unwrap();
+}
+
 /// The shape of a claim, without its random claim id.
 fn kind(c: &Result<Claim, ClaimError>) -> String {
     match c {

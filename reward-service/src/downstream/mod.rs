@@ -44,14 +44,16 @@
 //! # A batch's credits travel together
 //! A `GrantBatch` hands each downstream all its credits at once
 //! ([`Downstream::credit_many`]). Each credit stays its own operation with its own
-//! answer, so one refused credit never fails another. What a downstream may share is
-//! the transport: the ledger sends a batch as one Redis pipeline of one script call
-//! per credit (one write and one read on its connection instead of one each per
-//! credit, which saves CPU in the consumer-bench's process;
-//! docs/findings/benchmarks-history.md), and a downstream without a batch API (HTTP)
-//! gets its credits sent concurrently, one request each. Batching the credits into
-//! one script would be cheaper still, but a wallet API takes one credit per call, and
-//! the ledger stands in for one.
+//! answer, so one refused credit never fails another. The ledger takes a batch as a
+//! wallet's batch credit API would: one script call (per cluster slot) that decides
+//! and answers each credit as if alone. It used to be one script call per credit in
+//! one pipeline, but fred writes every script call to the socket on its own, pipeline
+//! or not, so the pipeline saved no system call, and a script call's own cost in Redis
+//! (~10 µs) was most of a credit's: the ledger was half the script calls of a
+//! `GrantBatch` (docs/findings/benchmarks-history.md, "Calls, not commands"). A call
+//! that fails leaves all its credits in doubt (Redis does not roll a script back),
+//! resolved by [`Downstream::status`] like any other. A downstream without a batch
+//! API (HTTP) gets its credits sent concurrently, one request each.
 
 use std::future::Future;
 use std::pin::Pin;
