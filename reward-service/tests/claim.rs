@@ -358,11 +358,11 @@ async fn a_batch_of_credits_answers_each_in_order_as_single_credits_would() {
 
 /// A ledger that honours the key decides repeats inside one call as it would across
 /// calls: a repeat answers the first receipt and moves nothing, a reused key with other
-/// fields is refused. A call Redis fails midway (one user's balance is a key of another
-/// type) leaves every credit of it in doubt (retryable), never "not credited", and the
-/// status query then tells each one truly.
+/// fields is refused. A credit whose balance is a key of another type is refused alone,
+/// known not credited (retryable, nothing of it written), and the others of the call go
+/// through; the status query tells each truly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_call_decides_repeats_as_single_credits_and_a_failed_call_is_in_doubt() {
+async fn a_batch_call_decides_repeats_as_single_credits_and_refuses_a_broken_key_alone() {
     use fred::interfaces::KeysInterface;
     use reward_service::downstream::CreditStatus;
     let prefix = format!("ledger-test-{:08x}", rand::random::<u32>());
@@ -389,7 +389,8 @@ async fn a_batch_call_decides_repeats_as_single_credits_and_a_failed_call_is_in_
     let account = l.account("h1").await.unwrap();
     assert_eq!((account.repeats, account.double_credits), (1, 1));
 
-    // h4's balance hash is a string: the call fails after h3's credit went through.
+    // h4's balance hash is a string: its credit alone is refused, known not credited
+    // (nothing of it written); h3's beside it goes through.
     let redis = raw_redis().await;
     let before = l.balance("h3", "cash").await.unwrap();
     let balance_key = format!("{prefix}:ledger:{{h4}}:balance");
@@ -397,22 +398,47 @@ async fn a_batch_call_decides_repeats_as_single_credits_and_a_failed_call_is_in_
         .set(&balance_key, "x", None, None, false)
         .await
         .unwrap();
-    let failed = [c("h3", "rain:9:c", 7), c("h4", "rain:9:d", 7)];
+    let failed = [
+        c("h4", "rain:9:d", 7),
+        c("h3", "rain:9:c", 7),
+        c("h4", "rain:9:e", 7),
+    ];
     let answers = l.credit_many(&failed).await;
-    for a in &answers {
+    assert_eq!(answers[1].as_deref(), Ok("ledger:rain:9:c"));
+    for a in [&answers[0], &answers[2]] {
         let e = a.as_ref().unwrap_err();
-        assert!(e.code.retryable(), "{e:?}");
+        assert!(e.code.retryable() && !e.in_doubt, "{e:?}");
     }
     assert_eq!(l.balance("h3", "cash").await.unwrap(), before + 7);
     assert!(matches!(
-        l.status(&failed[0]).await.unwrap(),
+        l.status(&failed[1]).await.unwrap(),
         CreditStatus::Credited(_)
     ));
     assert_eq!(
-        l.status(&failed[1]).await.unwrap(),
+        l.status(&failed[0]).await.unwrap(),
         CreditStatus::NotCredited
     );
     let _: () = redis.del(&balance_key).await.unwrap();
+    // h5's credited hash is a string: its balance moves and is put back in the same
+    // call, so the refused credit leaves the balance as it was.
+    l.credit(&c("h5", "rain:9:f", 2)).await.unwrap();
+    let credited_key = format!("{prefix}:ledger:{{h5}}:credited");
+    let _: () = redis.del(&credited_key).await.unwrap();
+    let _: () = redis
+        .set(&credited_key, "x", None, None, false)
+        .await
+        .unwrap();
+    let answers = l
+        .credit_many(&[c("h5", "rain:9:g", 9), c("h3", "rain:9:h", 1)])
+        .await;
+    assert!(!answers[0].as_ref().unwrap_err().in_doubt);
+    assert!(answers[1].is_ok());
+    assert_eq!(
+        l.balance("h5", "cash").await.unwrap(),
+        2,
+        "the balance moved"
+    );
+    let _: () = redis.del(&credited_key).await.unwrap();
 }
 
 /// The shape of a claim, without its random claim id.

@@ -549,7 +549,7 @@ pub const SERVICE: &[Metric] = &[
     ),
     counter(
         "reward_service_unreadable_records_total",
-        "claim records the scripts could not read (not the record format, or a key of another type); their grants failed, nothing credited",
+        "claim-store keys the scripts could not read (a record not in the record format; a key of another type under a record's, budget's or index's name); their grants failed, nothing credited",
         &[],
     ),
 ];

@@ -509,6 +509,69 @@ async fn direct_writes_waiting_together_share_a_call_and_keep_their_own_answers(
     let _: () = redis.del(st.due_key(st.due_shard(&lone))).await.unwrap();
 }
 
+/// A caller whose deadline passes while its call carries other callers' writes does not
+/// fail them: the call runs to its end on its own task. One call slot, Redis hung: X's
+/// lone write holds the slot and X gives up; Z, next in line, takes itself and ten
+/// more writers into one call and gives up too; when Redis resumes, the ten are
+/// answered stored at their first attempt (none failed and retried), and every token is
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_giving_up_never_fails_the_writes_its_call_carries() {
+    let redis = PrivateRedis::start();
+    let st = Arc::new(
+        TokenStore::connect(StoreConfig {
+            pool_size: 1,
+            write_wait_ms: 20_000,
+            ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+        })
+        .await
+        .unwrap(),
+    );
+    redis.signal("-STOP");
+    let give_up = |trade: &'static str, after_ms: u64| {
+        let st = st.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(
+                Duration::from_millis(after_ms),
+                submit(&st, "u-quick", trade, "s"),
+            )
+            .await
+        })
+    };
+    let x = give_up("tx", 200);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let z = give_up("tz", 600);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let patient: Vec<_> = (0..10)
+        .map(|i| {
+            let st = st.clone();
+            tokio::spawn(async move { submit(&st, &format!("u{i}"), &format!("t{i}"), "s").await })
+        })
+        .collect();
+    assert!(x.await.unwrap().is_err(), "X gave up");
+    assert!(z.await.unwrap().is_err(), "Z gave up");
+    redis.signal("-CONT");
+    for (i, p) in patient.into_iter().enumerate() {
+        let r = p.await.unwrap();
+        assert!(matches!(r, Ok(Submitted::Stored)), "writer {i}: {r:?}");
+        assert_eq!(
+            st.get(&format!("u{i}"), "act", &format!("t{i}"))
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s")
+        );
+    }
+    assert_eq!(
+        n(&st.stats().failed),
+        0,
+        "a carried write failed and was retried"
+    );
+    // X's and Z's writes were handed to the background when they gave up: they land.
+    assert_eq!(st.flush(Duration::from_secs(30)).await, 0);
+    assert_eq!(st.list("u-quick", "act").await.unwrap().len(), 2);
+}
+
 /// On a single Redis a direct write is one script call: its due entry and its token
 /// land together, or (a due shard Redis refuses, here a key of another type) neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -548,8 +548,8 @@ impl From<fred::error::Error> for ClaimError {
     fn from(e: fred::error::Error) -> Self {
         let text = e.to_string();
         if text.contains("WRONGTYPE") {
-            // A key of another type under a record's name (a hash record of an
-            // earlier build, another program's key): the call changed nothing.
+            // A key of another type under a record's, a budget's or the doubt index's
+            // name (a hash record of an earlier build, another program's key).
             unreadable_record();
         }
         ClaimError::Redis(text)

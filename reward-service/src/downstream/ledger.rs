@@ -23,18 +23,24 @@ use super::{
 /// credit: reward type, amount, trade no, and user, type and amount as one string (what
 /// a repeat must match). Returns per credit {balance, again}: again = 0 credited now,
 /// 1 credited a second time (incident), 2 a repeat answered with the first receipt, 3
-/// a repeat with other fields (refused, incident; balance 0 for both repeats). A
-/// command Redis refuses fails the call: the credits before it in the call stand, the
-/// failing one moved nothing (its balance and its credited mark go together), so the
-/// status query tells each truly.
+/// a repeat with other fields (refused, incident; balance 0 for both repeats), 4
+/// refused by Redis (a key of another type under its balance or credited hash: nothing
+/// of it written, the others go on). A command Redis refuses past those (the counters,
+/// the receipt) fails the call: its credits are then in doubt, and the status query
+/// tells each truly.
 const LEDGER_LUA: &str = r"
 local now, honour = ARGV[1], ARGV[2]
 local out = {}
+local function refused(r) return type(r) == 'table' and r.err end
 for i = 1, #KEYS / 5 do
   local k, a = (i - 1) * 5, 2 + (i - 1) * 4
   local typ, amount, trade, fields = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local balance, again = 0, 0
-  if honour == '1' and redis.call('HEXISTS', KEYS[k + 2], trade) == 1 then
+  local seen = 0
+  if honour == '1' then seen = redis.pcall('HEXISTS', KEYS[k + 2], trade) end
+  if refused(seen) then
+    again = 4
+  elseif seen == 1 then
     local first = redis.call('HGET', KEYS[k + 5], trade)
     if first and first ~= fields then
       redis.call('INCR', KEYS[k + 3])
@@ -45,19 +51,23 @@ for i = 1, #KEYS / 5 do
     end
   else
     -- The balance and the credited mark move together or not at all: a key of
-    -- another type under either fails the call with nothing of this credit written.
+    -- another type under either refuses this credit alone, with nothing written.
     balance = redis.pcall('HINCRBY', KEYS[k + 1], typ, amount)
-    if type(balance) == 'table' then return balance end
-    local added = redis.pcall('HSET', KEYS[k + 2], trade, now)
-    if type(added) == 'table' then
-      redis.call('HINCRBY', KEYS[k + 1], typ, -tonumber(amount))
-      return added
+    if refused(balance) then
+      balance, again = 0, 4
+    else
+      local added = redis.pcall('HSET', KEYS[k + 2], trade, now)
+      if refused(added) then
+        redis.call('HINCRBY', KEYS[k + 1], typ, '-' .. amount)
+        balance, again = 0, 4
+      else
+        if added == 0 then
+          again = 1
+          redis.call('INCR', KEYS[k + 3])
+        end
+        if honour == '1' then redis.call('HSET', KEYS[k + 5], trade, fields) end
+      end
     end
-    if added == 0 then
-      again = 1
-      redis.call('INCR', KEYS[k + 3])
-    end
-    if honour == '1' then redis.call('HSET', KEYS[k + 5], trade, fields) end
   end
   out[#out + 1] = balance
   out[#out + 1] = again
@@ -303,6 +313,12 @@ impl Ledger {
                     "idempotency key reused with another user, type or amount",
                 ))
             }
+            // Nothing of it was written, so it is known not credited; it may succeed
+            // once the key is mended.
+            Some(4) => Err(CreditError::not_credited(
+                ErrorCode::Unavailable,
+                "the ledger's Redis refused this credit (a key of another type under its balance or credited hash)",
+            )),
             _ => Err(CreditError::new(
                 ErrorCode::Unavailable,
                 format!("unexpected ledger reply {reply:?}"),

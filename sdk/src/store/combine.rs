@@ -2,20 +2,27 @@
 //! attempts waiting when a call slot frees, on a single Redis (not a cluster).
 //!
 //! # Why
-//! A direct write was one script call per reward, and a script call's own cost is most
-//! of what the write costs: Redis spends ~11 µs of CPU on the call around ~5 µs of
-//! commands in it, and the client one `writev` per call (fred flushes its socket after
-//! every `EVALSHA`, in a pipeline too). Under load many writes are waiting at the same
-//! moment; sending them as one [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) call
-//! pays that cost once.
+//! A direct write was one script call per reward, and a script call costs on both
+//! sides beyond its commands: the client writes every call to its socket on its own
+//! (fred flushes after each `EVALSHA`, in a pipeline too), and Redis parses, looks up
+//! and sets up each call. Under load many writes wait at the same moment; sending them
+//! as one [`INDEXED_WRITE_MANY_LUA`](super::life::INDEXED_WRITE_MANY_LUA) call pays
+//! that once. Measured (docs/findings/benchmarks-history.md, "Calls, not commands"):
+//! 128 writers at once went from 5.00 to 4.04 Redis commands a write and the SDK's
+//! throughput against a bare producer from 0.77 to 0.88, but Redis's CPU per write
+//! only from ~15 to ~14 µs: what a write costs Redis is mostly its four commands run
+//! from Lua and written to the AOF, not the call around them.
 //!
 //! # How
 //! No task stands between a caller and Redis. A caller queues its attempt, then waits
 //! for its answer or for one of `pool_size` call slots, whichever comes first. A caller
 //! that gets a slot takes the oldest waiting attempts (up to
 //! [`WRITES_PER_CALL`](super::writer::WRITES_PER_CALL), its own among them or ahead of
-//! it), sends them as one call, answers each, and gives the slot back. A caller whose
-//! attempt another caller took only waits for its answer. So with a slot free an
+//! it), sends them as one call, answers each, and gives the slot back. A call of one
+//! write (the caller's own) runs in the caller's own time; a call carrying others'
+//! writes runs on a task of its own, holding its slot to its end, so a caller whose
+//! deadline passes never fails the writes it carried. A caller whose attempt another
+//! caller took only waits for its answer. So with a slot free an
 //! attempt goes at once, alone, as the single-write script it always was (no added
 //! latency when the store is quiet); only while every slot is busy do attempts gather,
 //! and the busier Redis is (slower answers), the more go in one call.
@@ -23,14 +30,13 @@
 //! # What stays as it was
 //! Each write in a call is decided exactly as alone (the many-writes script runs the
 //! single script's steps per write, in order), its due entry first; a write is answered
-//! only with its own outcome. An attempt whose sender was dropped mid-call (its caller
-//! timed out) answers the others of that call with an in-doubt error: they retry, and a
-//! repeated write stores nothing twice (same field, same value). A waiting attempt
-//! whose caller went away is not sent.
+//! only with its own outcome. A write whose call failed or timed out is in doubt and
+//! retried by its caller; a repeated write stores nothing twice (same field, same
+//! value). A waiting attempt whose caller went away is not sent.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use fred::prelude::*;
 use reward_runtime::script::Script;
@@ -62,7 +68,7 @@ struct Queue {
 /// The waiting attempts and the call slots of one store.
 pub(super) struct Combiner {
     queue: Mutex<Queue>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     /// The single write with its due entry ([`super::life::indexed_write_lua`]).
     one: Script,
     /// Many writes with their due entries ([`super::life::INDEXED_WRITE_MANY_LUA`]).
@@ -84,7 +90,7 @@ impl Combiner {
     pub(super) fn new(one: Script, many: Script, slots: usize, cap: u32, ttl: i64) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
-            slots: Semaphore::new(slots.max(1)),
+            slots: Arc::new(Semaphore::new(slots.max(1))),
             one,
             many,
             cap: i64::from(cap),
@@ -102,7 +108,7 @@ impl Combiner {
 
     /// One attempt of a write: its answer, from a call this caller sent or another did.
     pub(super) async fn attempt(
-        &self,
+        self: &Arc<Self>,
         pool: &Pool,
         stats: &StoreStats,
         due: &(String, String, f64),
@@ -132,14 +138,34 @@ impl Combiner {
             tokio::select! {
                 biased;
                 answer = &mut rx => return answer.unwrap_or_else(|_| Err(dropped())),
-                slot = self.slots.acquire() => {
-                    let Ok(_slot) = slot else {
+                slot = self.slots.clone().acquire_owned() => {
+                    let Ok(slot) = slot else {
                         return Err(dropped());
                     };
-                    let calls = self.take();
-                    if !calls.is_empty() {
-                        stats.direct_calls.fetch_add(1, Ordering::Relaxed);
-                        self.send(pool.next(), calls).await;
+                    // Taken by another sender meanwhile: the slot is not this caller's
+                    // to spend on others' writes.
+                    let calls = if self.lock().taken >= seq {
+                        Vec::new()
+                    } else {
+                        self.take()
+                    };
+                    if calls.is_empty() {
+                        continue;
+                    }
+                    stats.direct_calls.fetch_add(1, Ordering::Relaxed);
+                    let client = pool.next().clone();
+                    if calls.len() == 1 {
+                        // Alone: sent in this caller's own time, no task hop.
+                        self.send(&client, calls).await;
+                    } else {
+                        // Others' writes ride along: the call must not die with this
+                        // caller's deadline (they would all be in doubt, and Redis
+                        // would still run it), and it holds its slot to its end.
+                        let me = Arc::clone(self);
+                        tokio::spawn(async move {
+                            me.send(&client, calls).await;
+                            drop(slot);
+                        });
                     }
                 }
             }
