@@ -34,7 +34,8 @@ pub struct StoreConfig {
     pub write_mode: WriteMode,
     /// Most writes in one pipeline round trip (batched and deferred modes).
     pub pipeline_max: usize,
-    /// Redis connections in the pool.
+    /// Redis connections in the pool; also how many direct-mode write calls are in
+    /// flight at once (writes that arrive while all are busy share the next call).
     pub pool_size: usize,
     /// Timeout of one store round trip.
     pub timeout_ms: u64,
