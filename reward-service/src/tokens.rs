@@ -111,20 +111,15 @@ impl Tokens {
     pub async fn credited_many(&self, moves: &[Move<'_>]) -> Vec<bool> {
         let mut out = vec![false; moves.len()];
         let client = self.store.pool().next();
-        let clustered = client.is_clustered();
-        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, (user, activity, _)) in moves.iter().enumerate() {
-            let slot = if clustered {
-                fred::types::Key::from(self.store.key(user, activity)).cluster_hash()
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push(i);
-        }
-        let calls = groups
-            .values()
-            .flat_map(|idx| idx.chunks(MOVE_CHUNK))
-            .map(|idx| async move { (idx, self.move_chunk(moves, idx).await) });
+        let chunks = reward_runtime::redis::slot_chunks(
+            client.is_clustered(),
+            0..moves.len(),
+            |i| self.store.key(moves[i].0, moves[i].1),
+            MOVE_CHUNK,
+        );
+        let calls = chunks
+            .iter()
+            .map(|idx| async move { (idx.as_slice(), self.move_chunk(moves, idx).await) });
         for (idx, r) in futures_util::future::join_all(calls).await {
             match r {
                 Ok(moved) if moved.len() == idx.len() => {

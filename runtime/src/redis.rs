@@ -68,3 +68,48 @@ pub fn builder(url: &str, timeout: Duration) -> Result<Builder, fred::error::Err
     .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2));
     Ok(b)
 }
+
+/// The calls a script over many keys needs: the indexes `items`, grouped by the cluster
+/// slot of their key (`key_of`, asked only on a cluster; one group on a single node),
+/// in order within a group, cut into chunks of at most `per_call`. A script's keys
+/// must share one slot on a cluster.
+pub fn slot_chunks<K: AsRef<[u8]>>(
+    clustered: bool,
+    items: impl IntoIterator<Item = usize>,
+    key_of: impl Fn(usize) -> K,
+    per_call: usize,
+) -> Vec<Vec<usize>> {
+    let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for i in items {
+        let slot = if clustered {
+            fred::util::redis_keyslot(key_of(i).as_ref())
+        } else {
+            0
+        };
+        groups.entry(slot).or_default().push(i);
+    }
+    groups
+        .into_values()
+        .flat_map(|g| {
+            g.chunks(per_call.max(1))
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::slot_chunks;
+
+    #[test]
+    fn items_group_by_slot_in_order_and_chunk() {
+        let keys = ["{a}:1", "{b}:1", "{a}:2", "{a}:3", "{b}:2"];
+        let one = slot_chunks(false, 0..5, |i| keys[i], 2);
+        assert_eq!(one, vec![vec![0, 1], vec![2, 3], vec![4]]);
+        let mut by_slot = slot_chunks(true, 0..5, |i| keys[i], 2);
+        by_slot.sort();
+        assert_eq!(by_slot, vec![vec![0, 2], vec![1, 4], vec![3]]);
+        assert!(slot_chunks(true, 0..0, |i| keys[i], 2).is_empty());
+    }
+}

@@ -347,34 +347,23 @@ impl Ledger {
             cs.iter().map(|c| self.precheck(c).err().map(Err)).collect();
         let send: Vec<usize> = (0..cs.len()).filter(|&i| out[i].is_none()).collect();
         let now = now_ms();
-        // Slot (0 on a single node) -> the credits for it, in batch order: a script's
-        // keys must share one slot on a cluster.
         let client = self.pool.next();
-        let clustered = client.is_clustered();
-        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> =
-            std::collections::BTreeMap::new();
-        for &i in &send {
-            let slot = if clustered {
-                fred::util::redis_keyslot(self.balance_key(&cs[i].user_id).as_bytes())
-            } else {
-                0
-            };
-            groups.entry(slot).or_default().push(i);
-        }
-        let chunks: Vec<&[usize]> = groups
-            .values()
-            .flat_map(|g| g.chunks(CREDITS_PER_CALL))
-            .collect();
+        let chunks = reward_runtime::redis::slot_chunks(
+            client.is_clustered(),
+            send.iter().copied(),
+            |i| self.balance_key(&cs[i].user_id),
+            CREDITS_PER_CALL,
+        );
         let calls = chunks
             .iter()
             .map(|chunk| {
                 let mut call: Vec<Value> = Vec::with_capacity(3 + chunk.len() * 9);
                 call.push(Value::from(chunk.len() as i64 * 5));
-                for &i in *chunk {
+                for &i in chunk {
                     call.extend(self.keys(&cs[i]).into_iter().map(Value::from));
                 }
                 call.extend(self.head(now));
-                for &i in *chunk {
+                for &i in chunk {
                     call.extend(self.args(&cs[i]));
                 }
                 call
@@ -398,7 +387,7 @@ impl Ledger {
                             format!("unexpected ledger reply {pairs:?}"),
                         ),
                     };
-                    for &i in *chunk {
+                    for &i in chunk {
                         out[i] = Some(Err(e.clone()));
                     }
                 }

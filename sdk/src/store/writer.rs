@@ -354,32 +354,23 @@ async fn run_pipeline(
     cap: u32,
     ttl: i64,
 ) -> Vec<Result<i64, fred::error::Error>> {
-    // Slot (0 on a single node) -> the writes for it, in batch order.
-    let clustered = client.is_clustered();
-    let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = std::collections::BTreeMap::new();
-    for (i, _) in indexed.iter().enumerate().filter(|(_, ix)| ix.is_ok()) {
-        let slot = if clustered {
-            fred::util::redis_keyslot(batch[i].key.as_bytes())
-        } else {
-            0
-        };
-        groups.entry(slot).or_default().push(i);
-    }
-    let chunks: Vec<&[usize]> = groups
-        .values()
-        .flat_map(|g| g.chunks(WRITES_PER_CALL))
-        .collect();
+    let chunks = reward_runtime::redis::slot_chunks(
+        client.is_clustered(),
+        (0..indexed.len()).filter(|&i| indexed[i].is_ok()),
+        |i| batch[i].key.as_str(),
+        WRITES_PER_CALL,
+    );
     let calls = chunks
         .iter()
         .map(|chunk| {
             let mut call = Vec::with_capacity(1 + chunk.len() * 3 + 2);
             call.push(Value::from(chunk.len() as i64));
-            for &i in *chunk {
+            for &i in chunk {
                 call.push(Value::from(batch[i].key.as_str()));
             }
             call.push(Value::from(i64::from(cap)));
             call.push(Value::from(ttl));
-            for &i in *chunk {
+            for &i in chunk {
                 call.push(Value::from(batch[i].field.as_str()));
                 call.push(Value::from(batch[i].value.as_str()));
             }
@@ -410,12 +401,12 @@ async fn run_pipeline(
                     fred::error::ErrorKind::Protocol,
                     format!("a write script call answered {other:?}"),
                 );
-                for &i in *chunk {
+                for &i in chunk {
                     out[i] = Err(e.clone());
                 }
             }
             Err(e) => {
-                for &i in *chunk {
+                for &i in chunk {
                     out[i] = Err(e.clone());
                 }
             }
