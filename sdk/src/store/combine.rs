@@ -142,19 +142,13 @@ impl Combiner {
                     let Ok(slot) = slot else {
                         return Err(dropped());
                     };
-                    // Taken by another sender meanwhile: the slot is not this caller's
-                    // to spend on others' writes.
-                    let calls = if self.lock().taken >= seq {
-                        Vec::new()
-                    } else {
-                        self.take()
-                    };
+                    let calls = self.take(seq);
                     if calls.is_empty() {
                         continue;
                     }
                     stats.direct_calls.fetch_add(1, Ordering::Relaxed);
                     let client = pool.next().clone();
-                    if calls.len() == 1 {
+                    if calls.len() == 1 && calls[0].seq == seq {
                         // Alone: sent in this caller's own time, no task hop.
                         self.send(&client, calls).await;
                     } else {
@@ -172,10 +166,15 @@ impl Combiner {
         }
     }
 
-    /// The oldest waiting attempts whose callers still wait, up to a call's worth.
-    fn take(&self) -> Vec<Attempt> {
+    /// The oldest waiting attempts whose callers still wait, up to a call's worth; none
+    /// when attempt `seq` was taken by another sender already (checked under the same
+    /// lock: the slot is not this caller's to spend on others' writes alone).
+    fn take(&self, seq: u64) -> Vec<Attempt> {
         let mut q = self.lock();
         let mut out = Vec::new();
+        if q.taken >= seq {
+            return out;
+        }
         while out.len() < WRITES_PER_CALL {
             let Some(a) = q.waiting.pop_front() else {
                 break;
