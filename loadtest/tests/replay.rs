@@ -1055,7 +1055,10 @@ fn all_credited_but_the_lost(r: &serde_json::Value) {
 /// whose token reached the store. In the default (direct) write mode every answered
 /// call's token was stored before the answer, so no answered reward is lost: only
 /// calls still unanswered when the host died may vanish, and reconciliation counts
-/// them apart.
+/// them apart. Those calls count as refused in the `accepted` SLO: how many there are
+/// is the host's calls in flight at the kill (the rate times the call latency), which
+/// on a busy machine alone can pass 1 % of a 15 s run's ~2 000 calls, so the target is
+/// lowered to what a kill allows; what this test holds is that no answered call is lost.
 #[test]
 fn a_killed_sdk_host_loses_no_reward_whose_call_answered() {
     let env = stack_env();
@@ -1064,7 +1067,7 @@ fn a_killed_sdk_host_loses_no_reward_whose_call_answered() {
         "host-kill",
         15,
         "[[faults]]\nat_secs = 5\naction = \"kill-sdk-host\"\nfor_secs = 2\n",
-        &[],
+        &["--slo", "accepted=0.95"],
     );
     all_credited_but_the_lost(&r);
     let v = one_fault_recovered(&r, "kill -9 SDK host 0");
