@@ -217,11 +217,13 @@ pub async fn run(
 ) -> anyhow::Result<ConsumerBenchReport> {
     let probe = Duration::from_secs(2);
     check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+    check_reachable(Server::WalletRedis, &env.wallet_host_port()?, probe).await?;
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
-    let (service, credential) = crate::grant::start_service(env, &tag, &dir, 0).await?;
+    let (service, credential) =
+        crate::grant::start_service(env, &tag, &dir, 0, &env.wallet_redis_url).await?;
     let claims = service.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", "rain");
     claims
@@ -272,6 +274,7 @@ pub async fn run(
         anyhow::bail!("not a clean run: {stats:?}, {} unsettled", report.unsettled);
     }
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
+    reward_tools::clean::bench_run(&env.wallet_redis_url, &tag).await;
     Ok(ConsumerBenchReport {
         raw: raw_timing,
         consumer: consumer_timing,
@@ -361,7 +364,12 @@ async fn check_ledger(
     tag: &str,
     opts: &ConsumerBenchOptions,
 ) -> anyhow::Result<()> {
-    let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new()).await?;
+    let ledger = Ledger::connect(
+        &env.wallet_redis_url,
+        &format!("gbl-{tag}"),
+        &HashMap::new(),
+    )
+    .await?;
     for u in 0..opts.users.min(opts.messages) {
         let want = (opts.messages - u).div_ceil(opts.users);
         let got = ledger.balance(&u.to_string(), "cash").await?;

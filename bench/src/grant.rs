@@ -3,7 +3,11 @@
 //!
 //! # What is compared
 //! - **service**: the reward service runs in this process (config `ops/reward-service.toml`
-//!   with fresh key prefixes and free ports), `cash` credited by the built-in ledger.
+//!   with fresh key prefixes and free ports), `cash` credited by the built-in ledger,
+//!   which keeps its balances on the wallet's own Redis (`WALLET_REDIS_URL`): the
+//!   wallet is the downstream, and its credits are not the pipeline's Redis work
+//!   (`--ledger-on-pipeline-redis` puts them back on the pipeline's, as runs before
+//!   issue 39's third round had them).
 //!   `concurrency` gRPC clients send `GrantBatch` calls of `batch` new trade numbers
 //!   each until `grants` are granted, signed as the SDK signs them and with
 //!   `require_proof` as a consumer sends them, so every proof is verified. One grant is four Redis scripts: claim (the
@@ -54,6 +58,10 @@ pub struct GrantBenchOptions {
     /// (`conformance/bench_grants.py`: 8 channels, batches of 100) grants `grants`
     /// through the same service after the Rust client, in the same sitting.
     pub python: Option<std::path::PathBuf>,
+    /// Keep the built-in ledger on the pipeline's Redis (as runs before issue 39's
+    /// third round did) instead of the wallet's own: its credits then share the Redis
+    /// the claim script's ceiling is measured on.
+    pub ledger_on_pipeline_redis: bool,
 }
 
 /// The figures.
@@ -89,12 +97,14 @@ fn hex_id() -> String {
 }
 
 /// A reward service in this process (config `ops/reward-service.toml`, key prefixes
-/// named by `tag`, files in `dir`); returns it and its bearer credential.
+/// named by `tag`, files in `dir`, the built-in ledger on `ledger_redis_url`); returns
+/// it and its bearer credential.
 pub async fn start_service(
     env: &StackEnv,
     tag: &str,
     dir: &std::path::Path,
     replica_acks: u32,
+    ledger_redis_url: &str,
 ) -> anyhow::Result<(reward_service::server::Running, String)> {
     std::fs::create_dir_all(dir)?;
     let keys = dir.join("keys");
@@ -109,6 +119,10 @@ pub async fn start_service(
         ("REWARD_SERVICE__SERVER__HTTP_ADDR", "127.0.0.1:0".into()),
         ("REWARD_SERVICE__CLAIMS__KEY_PREFIX", format!("gb-{tag}")),
         ("REWARD_SERVICE__LEDGER__KEY_PREFIX", format!("gbl-{tag}")),
+        (
+            "REWARD_SERVICE__LEDGER__REDIS_URL",
+            ledger_redis_url.to_string(),
+        ),
         // Bench records need not outlive the bench by 30 days.
         ("REWARD_SERVICE__CLAIMS__RETENTION_SECS", "3600".into()),
         (
@@ -162,13 +176,31 @@ fn event(i: u64, users: u64, scene: &str) -> RewardEvent {
 pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<GrantBenchReport> {
     let probe = Duration::from_secs(2);
     check_reachable(Server::Redis, &env.redis_host_port()?, probe).await?;
+    if !opts.ledger_on_pipeline_redis {
+        check_reachable(Server::WalletRedis, &env.wallet_host_port()?, probe).await?;
+    }
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let report = measure(env, opts, &tag).await;
     // The run's keys go whatever came of it (a failed check left 400 000 behind).
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
+    if ledger_url(env, opts) != env.redis_url {
+        reward_tools::clean::bench_run(ledger_url(env, opts), &tag).await;
+    }
     report
+}
+
+/// Where the built-in ledger (the stand-in wallet) keeps its balances: the wallet's
+/// own Redis, so that its credits are not the pipeline's Redis work; the pipeline's
+/// when [`GrantBenchOptions::ledger_on_pipeline_redis`] asks (figures comparable with
+/// runs before the wallet had a Redis of its own).
+fn ledger_url<'a>(env: &'a StackEnv, opts: &GrantBenchOptions) -> &'a str {
+    if opts.ledger_on_pipeline_redis {
+        &env.redis_url
+    } else {
+        &env.wallet_redis_url
+    }
 }
 
 /// The service run, the Python client's when asked, and the script's ceiling.
@@ -179,7 +211,8 @@ async fn measure(
 ) -> anyhow::Result<GrantBenchReport> {
     let tag = tag.to_string();
     let dir = std::env::temp_dir().join(format!("grant-bench-{tag}"));
-    let (running, credential) = start_service(env, &tag, &dir, opts.replica_acks).await?;
+    let (running, credential) =
+        start_service(env, &tag, &dir, opts.replica_acks, ledger_url(env, opts)).await?;
     let scene = "rain";
     let claims = running.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", scene);
@@ -202,9 +235,13 @@ async fn measure(
         }
         None => None,
     };
-    let ledger = Ledger::connect(&env.redis_url, &format!("gbl-{tag}"), &HashMap::new())
-        .await
-        .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
+    let ledger = Ledger::connect(
+        ledger_url(env, opts),
+        &format!("gbl-{tag}"),
+        &HashMap::new(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("ledger: {e}"))?;
     let sample_user = "0";
     let want_user0 = opts.grants.div_ceil(opts.users);
     let user0 = ledger
@@ -395,6 +432,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         users: 1,
         replica_acks: 0,
         python: None,
+        ledger_on_pipeline_redis: false,
     };
     let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;

@@ -29,9 +29,10 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     );
     let tag = format!("ctl{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("control-{tag}"));
-    let (service, credential) = reward_bench::grant::start_service(&env, &tag, &dir, 0)
-        .await
-        .unwrap();
+    let (service, credential) =
+        reward_bench::grant::start_service(&env, &tag, &dir, 0, &env.wallet_redis_url)
+            .await
+            .unwrap();
     service
         .service()
         .granter()
@@ -119,7 +120,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     // Credit times from the ledger: ~200/s before the change, ~50/s from one second
     // after it.
     let ledger = reward_service::downstream::Ledger::connect(
-        &env.redis_url,
+        &env.wallet_redis_url,
         &format!("gbl-{tag}"),
         &HashMap::new(),
     )

@@ -71,6 +71,12 @@ pub struct GrantBenchArgs {
     /// (ops/test makes one: ~/.cache/reward-dispatch/conformance-venv/bin/python).
     #[arg(long, env = "REWARD_CONFORMANCE_PYTHON")]
     python: Option<std::path::PathBuf>,
+    /// Keep the built-in ledger (the stand-in wallet) on the pipeline's Redis, where
+    /// runs before issue 39's third round kept it, instead of the wallet's own
+    /// (WALLET_REDIS_URL): its credits then load the Redis the claim script's ceiling
+    /// is measured on. For comparing with older figures.
+    #[arg(long)]
+    ledger_on_pipeline_redis: bool,
 }
 
 /// The arguments of `reward-bench consumer`.
@@ -164,6 +170,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         users,
         replica_acks,
         python,
+        ledger_on_pipeline_redis,
     } = args;
     let opts = GrantBenchOptions {
         grants,
@@ -174,9 +181,15 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         users,
         replica_acks,
         python,
+        ledger_on_pipeline_redis,
     };
     println!(
-        "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}"
+        "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}, ledger on {}",
+        if ledger_on_pipeline_redis {
+            "the pipeline's Redis"
+        } else {
+            "the wallet's Redis"
+        }
     );
     match grant::run(&StackEnv::from_env(), &opts).await {
         Ok(r) => {
