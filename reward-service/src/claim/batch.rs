@@ -1,33 +1,54 @@
-//! Many grants at once: grouped by shard, one script call per group, all groups
-//! concurrently, each answer put back at its grant's place.
+//! Many grants at once: one script call per group, all groups concurrently, each
+//! answer put back at its grant's place. On a single Redis a group is the whole batch
+//! (up to [`GRANTS_PER_CALL`]), whatever its scenes and shards; on a Redis Cluster a
+//! call's keys must share a slot, so a group is one shard's grants.
+//!
+//! Why one call, not one per shard, on a single Redis: a batch of 200 grants over the
+//! 16 shards of `ops/reward-service.toml` was 16 claim calls and 16 finish calls, and
+//! every call is a task, a socket write and a reply read in this process and a script
+//! call in Redis. The decisions are the same (each grant as by the single claim, in
+//! order); `reward-bench grant` measured +20 % grants/s with one shard against 16
+//! (`docs/findings/benchmarks-history.md`, "One call per batch").
 
 use fred::prelude::*;
 
 use super::keys::{check_grant, new_claim_id, secs};
 use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant};
 
+/// Grants in one claim or finish call at most: a call runs in Redis as one script,
+/// which holds every other client for its length (~10 µs a grant here).
+pub const GRANTS_PER_CALL: usize = 500;
+
 impl Claims {
-    /// Groups items by (scene, shard): index lists.
-    fn by_shard<'a>(&self, grants: impl Iterator<Item = (usize, &'a Grant)>) -> Vec<Vec<usize>> {
-        let mut groups: std::collections::BTreeMap<(&str, &str, u32), Vec<usize>> =
+    /// Groups items into calls: on a Redis Cluster by shard (a call's keys share the
+    /// shard's slot), else in order, [`GRANTS_PER_CALL`] at most per call. Index lists.
+    fn calls<'a>(&self, grants: impl Iterator<Item = (usize, &'a Grant)>) -> Vec<Vec<usize>> {
+        if !self.pool.next().is_clustered() {
+            let all: Vec<usize> = grants.map(|(i, _)| i).collect();
+            return all.chunks(GRANTS_PER_CALL).map(<[usize]>::to_vec).collect();
+        }
+        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> =
             std::collections::BTreeMap::new();
         for (i, g) in grants {
             groups
-                .entry((
-                    g.scene.as_str(),
-                    g.activity_id.as_str(),
-                    self.shard_of(&g.trade_no),
-                ))
+                .entry(self.shard_of(&g.trade_no))
                 .or_default()
                 .push(i);
         }
-        groups.into_values().collect()
+        groups
+            .into_values()
+            .flat_map(|idx| {
+                idx.chunks(GRANTS_PER_CALL)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Claims many grants: exactly what [`Claims::claim`] would answer for each, in
-    /// one script call per (scene, shard) instead of one per grant. Grants of one
-    /// shard are decided in their order in `grants`; the answers come back in that
-    /// order too.
+    /// one script call per batch (per shard on a Redis Cluster) instead of one per
+    /// grant. Grants are decided in their order in `grants`; the answers come back in
+    /// that order too.
     pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
         let mut invalid = Vec::new();
         let valid = grants
@@ -40,10 +61,10 @@ impl Claims {
                     false
                 }
             });
-        let groups = self.by_shard(valid.collect::<Vec<_>>().into_iter());
+        let groups = self.calls(valid.collect::<Vec<_>>().into_iter());
         let mut out = self
-            .per_shard(grants, groups, |me, part| async move {
-                me.claim_shard(&part).await
+            .per_call(grants, groups, |me, part| async move {
+                me.claim_call(&part).await
             })
             .await;
         for (i, e) in invalid {
@@ -72,11 +93,11 @@ impl Claims {
         out
     }
 
-    /// Runs `run` once per group of `items` (indices from [`Claims::by_shard`]), all
+    /// Runs `run` once per group of `items` (indices from [`Claims::calls`]), all
     /// groups at once, and puts each answer back at its item's place. A group whose
     /// call failed answers its error for each of its items; an item in no group
     /// answers an error (its caller replaces it).
-    async fn per_shard<T, R, F, Fut>(
+    async fn per_call<T, R, F, Fut>(
         &self,
         items: &[T],
         groups: Vec<Vec<usize>>,
@@ -113,34 +134,34 @@ impl Claims {
             }
         }
         out.into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("shard task failed".into()))))
+            .map(|o| o.unwrap_or_else(|| Err(ClaimError::Redis("claim call task failed".into()))))
             .collect()
     }
 
-    /// One (scene, shard)'s grants in one script call.
-    async fn claim_shard(
+    /// One call's grants (of one shard on a Redis Cluster) in one script call.
+    async fn claim_call(
         &self,
         part: &[Grant],
     ) -> Result<Vec<Result<Claim, ClaimError>>, ClaimError> {
         let Some(first) = part.first() else {
             return Ok(Vec::new());
         };
-        let shard = self.shard_of(&first.trade_no);
         let ids: Vec<String> = part.iter().map(|_| new_claim_id()).collect();
         let client = self.pool.next();
         let reply: Vec<String> = self
             .scripts
             .claim_many
             .eval(client, || {
-                let mut keys = vec![self.budget_key(&first.scene, shard)];
-                let mut args = vec![
-                    secs(self.cfg.lease_ms),
-                    secs(self.cfg.retention_secs),
-                    Value::from(first.scene.as_str()),
-                    Value::from(first.activity_id.as_str()),
-                ];
+                let mut keys = Vec::with_capacity(part.len() * 2);
+                let mut args = Vec::with_capacity(2 + part.len() * 6);
+                args.push(secs(self.cfg.lease_ms));
+                args.push(secs(self.cfg.retention_secs));
                 for (g, id) in part.iter().zip(&ids) {
+                    let shard = self.shard_of(&g.trade_no);
                     keys.push(self.record_key(shard, &g.trade_no));
+                    keys.push(self.budget_key(&g.scene, shard));
+                    args.push(Value::from(g.scene.as_str()));
+                    args.push(Value::from(g.activity_id.as_str()));
                     args.push(Value::from(g.user_id.as_str()));
                     args.push(Value::from(g.reward_type.as_str()));
                     args.push(Value::from(g.amount.to_string()));
@@ -149,6 +170,9 @@ impl Claims {
                 (keys, args)
             })
             .await?;
+        // One WAIT per call: on a cluster the call is one shard's, on one node any key
+        // routes to it.
+        let shard = self.shard_of(&first.trade_no);
         self.replicated(client, &self.budget_key(&first.scene, shard))
             .await?;
         if reply.len() != part.len() * 2 {
@@ -162,7 +186,7 @@ impl Claims {
     }
 
     /// Marks many credited grants `GRANTED` with their receipts, one script call per
-    /// shard. `items`: grant, claim id, receipt. A receipt proves the credit, so a
+    /// batch (per shard on a Redis Cluster). `items`: grant, claim id, receipt. A receipt proves the credit, so a
     /// record whose lease has passed to another owner is marked all the same.
     pub async fn grant_many(
         &self,
@@ -176,52 +200,42 @@ impl Claims {
         items: &[(Grant, String, String)],
         state: ClaimState,
     ) -> Vec<Result<Finish, ClaimError>> {
-        let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (i, (g, _, _)) in items.iter().enumerate() {
-            groups
-                .entry(self.shard_of(&g.trade_no))
-                .or_default()
-                .push(i);
-        }
-        self.per_shard(
-            items,
-            groups.into_values().collect(),
-            move |me, part| async move {
-                Ok(me
-                    .finish_shard(&part, state)
-                    .await?
-                    .into_iter()
-                    .map(Ok)
-                    .collect())
-            },
-        )
+        let groups = self.calls(items.iter().map(|(g, _, _)| g).enumerate());
+        self.per_call(items, groups, move |me, part| async move {
+            Ok(me
+                .finish_call(&part, state)
+                .await?
+                .into_iter()
+                .map(Ok)
+                .collect())
+        })
         .await
     }
 
-    async fn finish_shard(
+    async fn finish_call(
         &self,
         part: &[(Grant, String, String)],
         state: ClaimState,
     ) -> Result<Vec<Finish>, ClaimError> {
-        let Some((first, _, _)) = part.first() else {
+        if part.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         for (g, _, _) in part {
             check_grant(g)?;
         }
-        let shard = self.shard_of(&first.trade_no);
         let reply: Vec<i64> = self
             .scripts
             .finish_many
             .eval(self.pool.next(), || {
-                let mut keys = vec![self.doubt_key(shard)];
-                let mut args = vec![
-                    secs(self.cfg.retention_secs),
-                    secs(super::scripts::REARM_AFTER_MS),
-                ];
+                let mut keys = Vec::with_capacity(part.len() * 3);
+                let mut args = Vec::with_capacity(2 + part.len() * 9);
+                args.push(secs(self.cfg.retention_secs));
+                args.push(secs(super::scripts::REARM_AFTER_MS));
                 for (g, id, result) in part {
+                    let shard = self.shard_of(&g.trade_no);
                     keys.push(self.record_key(shard, &g.trade_no));
                     keys.push(self.budget_key(&g.scene, shard));
+                    keys.push(self.doubt_key(shard));
                     args.push(Value::from(id.as_str()));
                     args.push(Value::from(state.as_str()));
                     args.push(Value::from(result.as_str()));

@@ -77,34 +77,41 @@ return {code, ''}
 "
 );
 
-/// The claim script for many grants of one shard and scene at once: each grant is
-/// decided exactly as by [`CLAIM_LUA`], in order, and the budget's `spent` moves once.
-/// KEYS: budget, then one record per grant. ARGV: lease ms, retention s, scene,
-/// activity, then per grant: user, type, amount, claim id. Returns code, detail per
+/// The claim script for many grants at once, of any scenes and shards (on a Redis
+/// Cluster the caller keeps one call's keys in one slot, so one shard): each grant is
+/// decided exactly as by [`CLAIM_LUA`], in order, and each budget's `spent` moves once.
+/// KEYS: per grant its record, then its budget. ARGV: lease ms, retention s, then per
+/// grant: scene, activity, user, type, amount, claim id. Returns code, detail per
 /// grant.
 ///
 /// A new trade number costs one command (`SET NX GET EX`: created, or the record there
 /// comes back to be judged); only a grant the budget would refuse reads first (`GET`),
-/// so a refusal writes nothing. Redis does not roll a script back when it fails midway:
-/// every amount is checked and the budget read (a wrong-typed budget fails there)
-/// before any write, and the record commands go through `redis.pcall`, so a key of
-/// another type under a record's name undoes what this call wrote (records it created
-/// deleted, records it took over put back) before the error is answered: a call
-/// changes nothing or all it decided.
+/// so a refusal writes nothing. Each budget is read once (`HMGET`) and moved once
+/// (`HINCRBY`). Redis does not roll a script back when it fails midway: every amount is
+/// checked and every budget read (a wrong-typed budget fails there) before any write,
+/// and the record commands go through `redis.pcall`, so a key of another type under a
+/// record's name undoes what this call wrote (records it created deleted, records it
+/// took over put back) before the error is answered: a call changes nothing or all it
+/// decided.
 pub(super) const CLAIM_MANY_LUA: &str = concat!(
     record_lua!(),
     r"
 local lease = now + tonumber(ARGV[1])
-local ttl, scene, activity = ARGV[2], ARGV[3], ARGV[4]
-local b = redis.call('HMGET', KEYS[1], 'cap', 'spent', 'hold')
-local cap = tonumber(b[1])
-local spent = tonumber(b[2] or '0')
-local hold = tonumber(b[3] or '0')
-for i = 2, #KEYS do
-  local amount = ARGV[5 + (i - 2) * 4 + 2]
+local ttl = ARGV[2]
+local n = #KEYS / 2
+-- Each budget once, by key, in the order first seen: cap, spent, hold, and what this
+-- call adds.
+local budgets, order = {}, {}
+for i = 1, n do
+  local amount = ARGV[2 + (i - 1) * 6 + 5]
   if not tonumber(amount) then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
+  local bk = KEYS[2 * i]
+  if not budgets[bk] then
+    local b = redis.call('HMGET', bk, 'cap', 'spent', 'hold')
+    budgets[bk] = {tonumber(b[1]), tonumber(b[2] or '0'), tonumber(b[3] or '0'), 0}
+    order[#order + 1] = bk
+  end
 end
-local add = 0
 local out = {}
 -- What this call wrote, by key: a later grant of the same trade number in the batch
 -- sees it exactly as it would see the written record.
@@ -118,15 +125,16 @@ local function fail(err)
   end
   return redis.error_reply('record ' .. tostring(err))
 end
-for i = 2, #KEYS do
-  local k = KEYS[i]
-  local a = 5 + (i - 2) * 4
-  local user, typ, amount, id = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local n = tonumber(amount)
+for i = 1, n do
+  local k, b = KEYS[2 * i - 1], budgets[KEYS[2 * i]]
+  local cap, spent, hold = b[1], b[2], b[3]
+  local a = 2 + (i - 1) * 6
+  local scene, activity, user, typ, amount, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local amt = tonumber(amount)
   local code, detail = nil, ''
   local old = planned[k]
   if old == nil then
-    if hold > now or not cap or spent + add + n > cap then
+    if hold > now or not cap or spent + b[4] + amt > cap then
       old = redis.pcall('GET', k)
       if failed(old) then return fail(old.err) end
       if not old then
@@ -141,7 +149,7 @@ for i = 2, #KEYS do
       if not old then
         undo[#undo + 1] = {k, false}
         planned[k] = v
-        add = add + n
+        b[4] = b[4] + amt
         code = 'CLAIMED'
       end
     end
@@ -170,14 +178,18 @@ for i = 2, #KEYS do
   out[#out + 1] = code
   out[#out + 1] = detail
 end
-if add > 0 then redis.call('HINCRBY', KEYS[1], 'spent', add) end
+for _, bk in ipairs(order) do
+  local add = budgets[bk][4]
+  if add > 0 then redis.call('HINCRBY', bk, 'spent', add) end
+end
 return out
 "
 );
 
 /// Marks grants `GRANTED` (a receipt proves the credit, so no lease is needed: any
 /// `IN_PROGRESS` or `IN_DOUBT` record takes it) or `FAILED` (only by the owner of a
-/// live claim; refunded). KEYS: doubt index, then per grant its record and budget.
+/// live claim; refunded). KEYS: per grant its record, its budget and its shard's doubt
+/// index (grants of any shards; on a Redis Cluster the caller keeps a call to one).
 /// ARGV: retention s, re-arm after ms ([`REARM_AFTER_MS`]), then per grant: claim id,
 /// final state, result, trade no, then the grant's amount, scene, user, type and
 /// activity.
@@ -192,9 +204,9 @@ pub(super) const FINISH_MANY_LUA: &str = concat!(
     record_lua!(),
     r"
 local out = {}
-local n = (#KEYS - 1) / 2
+local n = #KEYS / 3
 for i = 1, n do
-  local rk, bk = KEYS[2 * i], KEYS[2 * i + 1]
+  local rk, bk, dk = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local a = 3 + (i - 1) * 9
   local id, state, result, trade = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local amount, scene, user, typ, activity = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
@@ -221,7 +233,7 @@ for i = 1, n do
       if r[6] == 'IN_DOUBT' or (tonumber(r[7]) or 0) + tonumber(ARGV[2]) < now then
         redis.call('EXPIRE', rk, ARGV[1])
       end
-      if r[6] == 'IN_DOUBT' then redis.call('ZREM', KEYS[1], trade) end
+      if r[6] == 'IN_DOUBT' then redis.call('ZREM', dk, trade) end
       done = 1
     else
       redis.call('SET', rk, old, 'KEEPTTL')

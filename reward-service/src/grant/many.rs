@@ -1,5 +1,6 @@
-//! Many grants at once: claims and final marks batched per budget shard, credits sent
-//! per reward type in one call each, token moves together, answers in request order.
+//! Many grants at once: claims and final marks batched (per budget shard on a Redis
+//! Cluster), credits sent per reward type in one call each, token moves together,
+//! answers in request order.
 
 use std::collections::{HashMap, HashSet};
 
@@ -105,7 +106,8 @@ impl<'a> Batch<'a> {
 
 impl Granter {
     /// Grants many: each exactly as [`Granter::grant`] would, but the claims and the
-    /// final `GRANTED` marks go to Redis as one script call per budget shard
+    /// final `GRANTED` marks go to Redis as one script call per batch (per budget
+    /// shard on a Redis Cluster)
     /// ([`Claims::claim_many`], [`Claims::grant_many`]) instead of one per grant, and
     /// the tokens of the credited (and duplicate) grants move together
     /// ([`Tokens::credited_many`]). Downstream credits run concurrently. Answers in

@@ -15,8 +15,9 @@
 //!   caller's retry takes the claim over.
 //! - **GrantBatch**: each event as in Grant, all of them at once, answered in request
 //!   order. The claims, and the final `GRANTED` marks, go to Redis as one script call
-//!   per budget shard rather than one per event (`Granter::grant_many`); the ledger
-//!   credits and token moves stay one per event (they live in the user's slot).
+//!   per batch (per budget shard on a Redis Cluster) rather than one per event
+//!   (`Granter::grant_many`); the credits go as one call per reward type, and the
+//!   token moves as one call per batch (per slot on a cluster).
 //!
 //! # Budget scope
 //! A grant's budget is its event's `activity_id/scene_id` ([`scope`]).
