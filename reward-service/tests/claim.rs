@@ -558,6 +558,96 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
     }
 }
 
+/// One call mixing scenes runs one scene's budget out partway: every grant is answered
+/// as by one claim each, in order (the small scene's later grants exhausted, the other
+/// scene's still claimed), and each scene spends exactly what the single claims did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_mixing_scenes_runs_one_budget_out_as_single_claims_do() {
+    let single = claims(1, 30_000).await;
+    let batch = claims(1, 30_000).await;
+    for c in [&single, &batch] {
+        c.set_budget("rain", 1_000).await.unwrap();
+        c.set_budget("snow", 10).await.unwrap();
+    }
+    let grants: Vec<Grant> = (0..10)
+        .map(|i| {
+            let mut g = grant(&format!("mix:{i}"), 3);
+            if i % 2 == 1 {
+                g.scene = "snow".into();
+            }
+            g
+        })
+        .collect();
+    let mut one_by_one = Vec::new();
+    for g in &grants {
+        one_by_one.push(kind(&single.claim(g).await));
+    }
+    let together: Vec<String> = batch.claim_many(&grants).await.iter().map(kind).collect();
+    assert_eq!(one_by_one, together);
+    let exhausted: Vec<usize> = together
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.contains("Exhausted"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(exhausted, vec![7, 9], "{together:?}");
+    assert_eq!(batch.spent("snow").await.unwrap(), 9);
+    assert_eq!(batch.spent("rain").await.unwrap(), 15);
+    assert_eq!(single.spent("snow").await.unwrap(), 9);
+}
+
+/// A budget whose `spent` or `hold` is not a number (written by hand or by another
+/// program) fails the whole call before any write: no record is created for the other
+/// scene's grant in the same call, and no budget moves; a single claim is refused
+/// before its record is written. (Without the checks the batch script stopped at the
+/// broken budget with the first grant's record written and nothing deducted for it, and
+/// a single claim wrote its record before its `HINCRBY` failed on a `spent` of 1.5.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_is_not_numbers_fails_its_call_before_any_write() {
+    use fred::interfaces::{HashesInterface, KeysInterface};
+    let c = claims(1, 30_000).await;
+    c.set_budget("rain", 1_000).await.unwrap();
+    c.set_budget("snow", 1_000).await.unwrap();
+    let redis = raw_redis().await;
+    let snow = c.budget_key("snow", 0);
+    for (field, bad) in [("hold", "abc"), ("spent", "1.5")] {
+        let before: Option<String> = redis.hget(&snow, field).await.unwrap();
+        let _: () = redis.hset(&snow, (field, bad)).await.unwrap();
+        let batch = [
+            grant(&format!("nan:{field}:1"), 5),
+            Grant {
+                scene: "snow".into(),
+                ..grant(&format!("nan:{field}:2"), 5)
+            },
+        ];
+        let out = c.claim_many(&batch).await;
+        assert!(out.iter().all(Result::is_err), "{field}: {out:?}");
+        for g in &batch {
+            let n: i64 = redis.exists(c.record_key(0, &g.trade_no)).await.unwrap();
+            assert_eq!(n, 0, "{field}: {} was created", g.trade_no);
+        }
+        assert_eq!(c.spent("rain").await.unwrap(), 0, "{field}");
+        // Claimed alone, too: refused before its record is written.
+        assert!(c.claim(&batch[1]).await.is_err(), "{field}");
+        let n: i64 = redis
+            .exists(c.record_key(0, &batch[1].trade_no))
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{field}: a single claim created its record");
+        match before {
+            Some(v) => {
+                let _: () = redis.hset(&snow, (field, v)).await.unwrap();
+            }
+            None => {
+                let _: i64 = redis.hdel(&snow, field).await.unwrap();
+            }
+        }
+    }
+    // Mended, the same grants go through.
+    let out = c.claim_many(&[grant("nan:ok", 5)]).await;
+    assert!(matches!(out[0], Ok(Claim::Claimed { .. })), "{out:?}");
+}
+
 /// A finish within the lease keeps the TTL its claim set moments before (no `EXPIRE`
 /// per grant); a finish of a record that was in doubt re-arms the full retention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,13 @@
 //! call's keys must share a slot, so a group is one shard's grants.
 //!
 //! Why one call, not one per shard, on a single Redis: a batch of 200 grants over the
-//! 16 shards of `ops/reward-service.toml` was 16 claim calls and 16 finish calls, and
-//! every call is a task, a socket write and a reply read in this process and a script
-//! call in Redis. The decisions are the same (each grant as by the single claim, in
-//! order); `reward-bench grant` measured +20 % grants/s with one shard against 16
-//! (`docs/findings/benchmarks-history.md`, "One call per batch").
+//! 16 shards of `ops/reward-service.toml` was up to 16 claim calls and 16 finish calls,
+//! and every call is a task, a socket write and a reply read in this process and a
+//! script call in Redis. The decisions are the same (each grant as by the single claim,
+//! in order within its call). `reward-bench grant` measured +12 % grants/s
+//! (`docs/findings/benchmarks-history.md`, "One call per batch"). The price: a key of
+//! another type, or a budget that is not numbers, fails every claim of its call, and a
+//! call of [`GRANTS_PER_CALL`] grants holds Redis for a few milliseconds.
 
 use fred::prelude::*;
 
@@ -46,9 +48,10 @@ impl Claims {
     }
 
     /// Claims many grants: exactly what [`Claims::claim`] would answer for each, in
-    /// one script call per batch (per shard on a Redis Cluster) instead of one per
-    /// grant. Grants are decided in their order in `grants`; the answers come back in
-    /// that order too.
+    /// one script call per batch (per shard on a Redis Cluster; [`GRANTS_PER_CALL`] at
+    /// most per call) instead of one per grant. The grants of one call are decided in
+    /// their order in `grants` (calls run concurrently); the answers come back in that
+    /// order.
     pub async fn claim_many(&self, grants: &[Grant]) -> Vec<Result<Claim, ClaimError>> {
         let mut invalid = Vec::new();
         let valid = grants

@@ -43,6 +43,10 @@ local user, typ, amount, id, scene = ARGV[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local n = tonumber(amount)
 if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
 local b = redis.call('HMGET', KEYS[2], 'cap', 'spent', 'hold')
+-- Not numbers: refused before the record is written (HINCRBY would fail after it).
+if (b[2] and not string.match(b[2], '^%-?%d+$')) or (b[3] and not tonumber(b[3])) then
+  return redis.error_reply('budget ' .. KEYS[2] .. ' holds a spent or hold that is not a number')
+end
 local hold = tonumber(b[3] or '0')
 local cap = tonumber(b[1])
 local spent = tonumber(b[2] or '0')
@@ -88,7 +92,8 @@ return {code, ''}
 /// comes back to be judged); only a grant the budget would refuse reads first (`GET`),
 /// so a refusal writes nothing. Each budget is read once (`HMGET`) and moved once
 /// (`HINCRBY`). Redis does not roll a script back when it fails midway: every amount is
-/// checked and every budget read (a wrong-typed budget fails there) before any write,
+/// checked and every budget read before any write (a wrong-typed budget, or one whose
+/// `spent` is not an integer or `hold` not a number, fails the whole call there),
 /// and the record commands go through `redis.pcall`, so a key of another type under a
 /// record's name undoes what this call wrote (records it created deleted, records it
 /// took over put back) before the error is answered: a call changes nothing or all it
@@ -108,6 +113,12 @@ for i = 1, n do
   local bk = KEYS[2 * i]
   if not budgets[bk] then
     local b = redis.call('HMGET', bk, 'cap', 'spent', 'hold')
+    -- A field that is not a number would stop the script midway (Lua error, no undo)
+    -- or fail the final HINCRBY after the records were written: refuse the call now,
+    -- before any write.
+    if (b[2] and not string.match(b[2], '^%-?%d+$')) or (b[3] and not tonumber(b[3])) then
+      return redis.error_reply('budget ' .. bk .. ' holds a spent or hold that is not a number')
+    end
     budgets[bk] = {tonumber(b[1]), tonumber(b[2] or '0'), tonumber(b[3] or '0'), 0}
     order[#order + 1] = bk
   end
