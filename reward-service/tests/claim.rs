@@ -602,15 +602,30 @@ async fn a_batch_mixing_scenes_runs_one_budget_out_as_single_claims_do() {
 /// before its record is written. (Without the checks the batch script stopped at the
 /// broken budget with the first grant's record written and nothing deducted for it, and
 /// a single claim wrote its record before its `HINCRBY` failed on a `spent` of 1.5.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Each refused call is counted for the operator's alert (`BADBUDGET`, in
+/// `reward_service_unreadable_records_total`). Runs on one thread: the test's own
+/// recorder is that thread's.
+#[tokio::test(flavor = "current_thread")]
 async fn a_budget_that_is_not_numbers_fails_its_call_before_any_write() {
     use fred::interfaces::{HashesInterface, KeysInterface};
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let count = || {
+        handle
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix("reward_service_unreadable_records_total "))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
     let c = claims(1, 30_000).await;
     c.set_budget("rain", 1_000).await.unwrap();
     c.set_budget("snow", 1_000).await.unwrap();
     let redis = raw_redis().await;
     let snow = c.budget_key("snow", 0);
-    for (field, bad) in [("hold", "abc"), ("spent", "1.5")] {
+    let mut counted = 0;
+    // "007" reads as a number in Lua, but HINCRBY refuses it.
+    for (field, bad) in [("hold", "abc"), ("spent", "1.5"), ("spent", "007")] {
         let before: Option<String> = redis.hget(&snow, field).await.unwrap();
         let _: () = redis.hset(&snow, (field, bad)).await.unwrap();
         let batch = [
@@ -622,6 +637,12 @@ async fn a_budget_that_is_not_numbers_fails_its_call_before_any_write() {
         ];
         let out = c.claim_many(&batch).await;
         assert!(out.iter().all(Result::is_err), "{field}: {out:?}");
+        counted += 1;
+        assert_eq!(
+            count(),
+            counted,
+            "{field} {bad}: one refused call counts once"
+        );
         for g in &batch {
             let n: i64 = redis.exists(c.record_key(0, &g.trade_no)).await.unwrap();
             assert_eq!(n, 0, "{field}: {} was created", g.trade_no);
@@ -629,6 +650,8 @@ async fn a_budget_that_is_not_numbers_fails_its_call_before_any_write() {
         assert_eq!(c.spent("rain").await.unwrap(), 0, "{field}");
         // Claimed alone, too: refused before its record is written.
         assert!(c.claim(&batch[1]).await.is_err(), "{field}");
+        counted += 1;
+        assert_eq!(count(), counted, "{field} {bad}");
         let n: i64 = redis
             .exists(c.record_key(0, &batch[1].trade_no))
             .await

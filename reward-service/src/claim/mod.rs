@@ -547,9 +547,11 @@ fn check_layout(prefix: &str, shards: u32, proof: LayoutProof) -> Result<(), Cla
 impl From<fred::error::Error> for ClaimError {
     fn from(e: fred::error::Error) -> Self {
         let text = e.to_string();
-        if text.contains("WRONGTYPE") {
+        if text.contains("WRONGTYPE") || text.contains("BADBUDGET") {
             // A key of another type under a record's, a budget's or the doubt index's
-            // name (a hash record of an earlier build, another program's key).
+            // name (a hash record of an earlier build, another program's key), or a
+            // budget whose `spent` or `hold` is not a number (the claim scripts refuse
+            // it before any write).
             unreadable_record();
         }
         ClaimError::Redis(text)

@@ -7,7 +7,8 @@ use reward_runtime::script::Script;
 /// The Lua helpers every record script starts with: a record is one string of ten
 /// lines (`amount`, `scene`, `user`, `type`, `activity`, `state`, `lease`, `owner`,
 /// `clean`, `result`; the module doc of [`super`] says why one string), `rec_parse`
-/// splits one (nil when it is not a record), `rec_join` makes one.
+/// splits one (nil when it is not a record), `rec_join` makes one, `bad_budget` tells
+/// a budget the claim scripts must refuse before any write.
 macro_rules! record_lua {
     () => {
         r"
@@ -25,6 +26,15 @@ end
 -- A redis.pcall answer that is an error (a status reply is a table too).
 local function failed(r)
   return type(r) == 'table' and r.err ~= nil
+end
+-- Whether a budget's `spent` is not an integer HINCRBY takes (no leading zeros, no
+-- -0, 17 characters at most) or its `hold` not a number (HMGET answers false for a
+-- field that is not there).
+local function bad_budget(spent, hold)
+  if spent and spent ~= '0' and not (#spent <= 17 and string.match(spent, '^%-?[1-9]%d*$')) then
+    return true
+  end
+  return hold and not tonumber(hold)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -44,8 +54,8 @@ local n = tonumber(amount)
 if not n then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
 local b = redis.call('HMGET', KEYS[2], 'cap', 'spent', 'hold')
 -- Not numbers: refused before the record is written (HINCRBY would fail after it).
-if (b[2] and not string.match(b[2], '^%-?%d+$')) or (b[3] and not tonumber(b[3])) then
-  return redis.error_reply('budget ' .. KEYS[2] .. ' holds a spent or hold that is not a number')
+if bad_budget(b[2], b[3]) then
+  return redis.error_reply('BADBUDGET ' .. KEYS[2] .. ' holds a spent or hold that is not a number')
 end
 local hold = tonumber(b[3] or '0')
 local cap = tonumber(b[1])
@@ -116,8 +126,8 @@ for i = 1, n do
     -- A field that is not a number would stop the script midway (Lua error, no undo)
     -- or fail the final HINCRBY after the records were written: refuse the call now,
     -- before any write.
-    if (b[2] and not string.match(b[2], '^%-?%d+$')) or (b[3] and not tonumber(b[3])) then
-      return redis.error_reply('budget ' .. bk .. ' holds a spent or hold that is not a number')
+    if bad_budget(b[2], b[3]) then
+      return redis.error_reply('BADBUDGET ' .. bk .. ' holds a spent or hold that is not a number')
     end
     budgets[bk] = {tonumber(b[1]), tonumber(b[2] or '0'), tonumber(b[3] or '0'), 0}
     order[#order + 1] = bk
