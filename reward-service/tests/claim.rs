@@ -459,10 +459,10 @@ fn kind(c: &Result<Claim, ClaimError>) -> String {
 /// A batch claim answers exactly what one claim per grant, in the same order, would:
 /// new trade numbers, repeats inside the batch, conflicts, duplicates of granted ones,
 /// an invalid grant, a scene with no budget; and spends the same in each scene. On a
-/// single Redis the whole batch (4 shards, 3 scenes) is one script call. (At a budget's end a batch borrows for its
-/// refused grants after its shards' scripts ran, so which of two grants racing for
-/// the last units wins may differ from one-by-one order; the budget tests below hold
-/// both to the scene's total.)
+/// single Redis the whole batch (4 shards, 3 scenes) is one script call. (At a
+/// budget's end a batch borrows for its refused grants after its script calls ran, so
+/// which of two grants racing for the last units wins may differ from one-by-one
+/// order; the budget tests below hold both to the scene's total.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_claim_decides_as_single_claims_in_order() {
     for round in 0..3u64 {

@@ -7,7 +7,7 @@
 //! 16 shards of `ops/reward-service.toml` was up to 16 claim calls and 16 finish calls,
 //! and every call is a task, a socket write and a reply read in this process and a
 //! script call in Redis. The decisions are the same (each grant as by the single claim,
-//! in order within its call). `reward-bench grant` measured +12 % grants/s
+//! in order within its call). `reward-bench grant` measured +10 % grants/s
 //! (`docs/findings/benchmarks-history.md`, "One call per batch"). The price: a key of
 //! another type, or a budget that is not numbers, fails every claim of its call, and a
 //! call of [`GRANTS_PER_CALL`] grants holds Redis for a few milliseconds.
