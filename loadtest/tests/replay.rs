@@ -1604,8 +1604,13 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
     // before the call, which on a busy machine includes the wait for a runtime
     // thread to poll it at all. So the SDK's p99 is at most the tester's (plus a
     // bucket of interpolation), and on a quiet machine within a bucket of it.
+    // The quantiles read each bucket's final count (`max_over_time`: every process
+    // of the run starts its counters at zero), as the counts above do: `increase`
+    // extrapolates each bucket series on its own from its first and last samples,
+    // which over a run of a few scrapes skewed the quantile (a p99 of 96 ms against
+    // the tester's 47 ms, on a busy machine).
     let send = count(
-        "histogram_quantile(0.99, sum by (le) (increase(reward_sdk_send_reward_seconds_bucket[10m])))",
+        "histogram_quantile(0.99, sum by (le) (max_over_time(reward_sdk_send_reward_seconds_bucket[10m])))",
     );
     let call_p99 = r["call_latency_us"]["p99"].as_f64().unwrap() / 1e6;
     assert!(
@@ -1615,7 +1620,7 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
     // End to end: the service times each first credit from the event's creation;
     // the tester from its send to the credit it reads back: within a bucket.
     let e2e = count(
-        "histogram_quantile(0.99, sum by (le) (increase(reward_service_event_age_seconds_bucket[10m])))",
+        "histogram_quantile(0.99, sum by (le) (max_over_time(reward_service_event_age_seconds_bucket[10m])))",
     );
     let e2e_p99 = r["end_to_end_ms"]["p99"].as_f64().unwrap() / 1e3;
     assert!(
