@@ -19,7 +19,16 @@
 //!   of one Redis for the one script a grant cannot do without.
 //!
 //! The ratio service/script is the headline figure (target ≥ 0.6, issue 39). Both runs use the
-//! same Redis, back to back, so the ratio survives the machine's drift.
+//! same Redis, back to back, so the ratio survives the machine's drift. It does not survive
+//! the noise of one run: on the shared 2-core machine the script side alone moved between
+//! 58 000 and 77 000 EVALSHA/s from one run to the next in one sitting, so `--rounds N`
+//! repeats both sides (a fresh service and fresh keys each round) and reports the median
+//! ratio and the ratio of the means beside every round's figures.
+//!
+//! Both sides share the machine's two cores with everything else on it: the service run
+//! is bound by the CPU all its processes spend per grant (the pipeline's Redis, the
+//! wallet's, this process's client and service), the script run by one Redis core.
+//! `docs/findings/benchmarks-history.md` ("Where a reward's CPU goes") has the split.
 //!
 //! # Checks
 //! The run fails instead of reporting a rate unless every grant came back `GRANTED`,

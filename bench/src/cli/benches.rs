@@ -77,6 +77,12 @@ pub struct GrantBenchArgs {
     /// is measured on. For comparing with older figures.
     #[arg(long)]
     ledger_on_pipeline_redis: bool,
+    /// Rounds, each a service run then a script run (a fresh service and fresh keys
+    /// each): every round's figures, then the median ratio and the ratio of the
+    /// means. The script side alone swings by ±10 % from one run to the next on a
+    /// shared machine, so one round's ratio is a sample, not a figure.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    rounds: u32,
 }
 
 /// The arguments of `reward-bench consumer`.
@@ -171,6 +177,7 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         replica_acks,
         python,
         ledger_on_pipeline_redis,
+        rounds,
     } = args;
     let opts = GrantBenchOptions {
         grants,
@@ -184,52 +191,111 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
         ledger_on_pipeline_redis,
     };
     println!(
-        "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}, ledger on {}",
+        "grant-bench: {grants} grants in batches of {batch}, {concurrency} callers, replica_acks {replica_acks}, ledger on {}, {rounds} round(s)",
         if ledger_on_pipeline_redis {
             "the pipeline's Redis"
         } else {
             "the wallet's Redis"
         }
     );
-    match grant::run(&StackEnv::from_env(), &opts).await {
-        Ok(r) => {
-            println!("service GrantBatch   {:>10.0} grants/s", r.service_rate);
-            println!(
-                "  batch latency us   p50 {} p99 {} p99.9 {} max {} ({} calls)",
-                r.batch_latency.p50,
-                r.batch_latency.p99,
-                r.batch_latency.p999,
-                r.batch_latency.max,
-                r.batch_latency.count
-            );
-            if r.script_rate > 0.0 {
-                println!(
-                    "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms",
-                    r.script_rate, r.script_p99_ms
-                );
-                println!("  ({})", r.script_command);
-                println!("ratio service/script {:>10.2}", r.ratio());
-            } else {
-                println!("claim script alone   not run: {}", r.script_command);
-            }
-            if let Some(p) = &r.python {
-                let rate = p["rate"].as_f64().unwrap_or(0.0);
-                println!(
-                    "Python client        {rate:>10.0} grants/s (grpcio, 8 channels x batches of 100, no proofs), batch p50 {} ms p99 {} ms; python/rust {:.2}",
-                    p["batch_p50_ms"],
-                    p["batch_p99_ms"],
-                    rate / r.service_rate
-                );
-            }
-            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
-                println!("{w}");
-            }
-            ExitCode::SUCCESS
+    let env = StackEnv::from_env();
+    let mut done: Vec<grant::GrantBenchReport> = Vec::new();
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("== round {round} of {rounds}");
         }
-        Err(e) => {
-            println!("grant-bench FAILED: {e:#}");
-            ExitCode::FAILURE
+        match grant::run(&env, &opts).await {
+            Ok(r) => {
+                print_grant_round(&r);
+                done.push(r);
+            }
+            Err(e) => {
+                println!("grant-bench FAILED: {e:#}");
+                return ExitCode::FAILURE;
+            }
         }
+    }
+    if done.len() > 1 {
+        print_grant_rounds(&done);
+    }
+    ExitCode::SUCCESS
+}
+
+/// One round of `reward-bench grant`: the service's rate and batch latency, the
+/// script's, their ratio, the Python client's when asked, and a fork warning.
+fn print_grant_round(r: &grant::GrantBenchReport) {
+    println!("service GrantBatch   {:>10.0} grants/s", r.service_rate);
+    println!(
+        "  batch latency us   p50 {} p99 {} p99.9 {} max {} ({} calls)",
+        r.batch_latency.p50,
+        r.batch_latency.p99,
+        r.batch_latency.p999,
+        r.batch_latency.max,
+        r.batch_latency.count
+    );
+    if r.script_rate > 0.0 {
+        println!(
+            "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms",
+            r.script_rate, r.script_p99_ms
+        );
+        println!("  ({})", r.script_command);
+        println!("ratio service/script {:>10.2}", r.ratio());
+    } else {
+        println!("claim script alone   not run: {}", r.script_command);
+    }
+    if let Some(p) = &r.python {
+        let rate = p["rate"].as_f64().unwrap_or(0.0);
+        println!(
+            "Python client        {rate:>10.0} grants/s (grpcio, 8 channels x batches of 100, no proofs), batch p50 {} ms p99 {} ms; python/rust {:.2}",
+            p["batch_p50_ms"],
+            p["batch_p99_ms"],
+            rate / r.service_rate
+        );
+    }
+    if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+        println!("{w}");
+    }
+}
+
+/// The rounds together: each side's rates, the median ratio and the ratio of the
+/// means (the script side not run on a cluster: service rates only).
+fn print_grant_rounds(rounds: &[grant::GrantBenchReport]) {
+    let list = |f: &dyn Fn(&grant::GrantBenchReport) -> f64| {
+        rounds
+            .iter()
+            .map(|r| format!("{:.0}", f(r)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let mean = |f: &dyn Fn(&grant::GrantBenchReport) -> f64| {
+        rounds.iter().map(f).sum::<f64>() / rounds.len() as f64
+    };
+    println!("== {} rounds", rounds.len());
+    println!(
+        "service GrantBatch   {} grants/s (mean {:.0})",
+        list(&|r| r.service_rate),
+        mean(&|r| r.service_rate)
+    );
+    if rounds.iter().all(|r| r.script_rate > 0.0) {
+        println!(
+            "claim script alone   {} EVALSHA/s (mean {:.0})",
+            list(&|r| r.script_rate),
+            mean(&|r| r.script_rate)
+        );
+        let mut ratios: Vec<f64> = rounds.iter().map(grant::GrantBenchReport::ratio).collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = if n % 2 == 1 {
+            ratios[n / 2]
+        } else {
+            (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+        };
+        println!(
+            "ratio service/script median {median:.2} (rounds {:.2}-{:.2}), of the means {:.2}",
+            ratios[0],
+            ratios[n - 1],
+            mean(&|r| r.service_rate) / mean(&|r| r.script_rate)
+        );
     }
 }
 
