@@ -608,16 +608,9 @@ async fn a_batch_mixing_scenes_runs_one_budget_out_as_single_claims_do() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_budget_that_is_not_numbers_fails_its_call_before_any_write() {
     use fred::interfaces::{HashesInterface, KeysInterface};
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    let _local = metrics::set_default_local_recorder(&recorder);
-    let count = || {
-        handle
-            .render()
-            .lines()
-            .find_map(|l| l.strip_prefix("reward_service_unreadable_records_total "))
-            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
-    };
+    let recorder = ThreadRecorder::new();
+    let _local = recorder.install();
+    let count = || recorder.unreadable_records();
     let c = claims(1, 30_000).await;
     c.set_budget("rain", 1_000).await.unwrap();
     c.set_budget("snow", 1_000).await.unwrap();
@@ -1087,15 +1080,9 @@ async fn a_batch_that_meets_a_foreign_key_writes_nothing() {
 #[tokio::test(flavor = "current_thread")]
 async fn an_unreadable_record_is_counted_and_credits_nothing() {
     use fred::interfaces::KeysInterface;
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    let _local = metrics::set_default_local_recorder(&recorder);
-    let count = || {
-        let text = handle.render();
-        text.lines()
-            .find_map(|l| l.strip_prefix("reward_service_unreadable_records_total "))
-            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
-    };
+    let recorder = ThreadRecorder::new();
+    let _local = recorder.install();
+    let count = || recorder.unreadable_records();
     let c = claims(1, 30_000).await;
     c.set_budget("rain", 1_000).await.unwrap();
     let redis = raw_redis().await;
@@ -1277,4 +1264,28 @@ async fn a_store_of_hash_records_without_its_pin_is_refused() {
         .await
         .unwrap();
     assert_eq!(pinned, 0, "a refused start wrote the pin");
+}
+
+/// A metrics recorder for one test on one thread (`current_thread`), and what it has
+/// counted of `reward_service_unreadable_records_total`.
+struct ThreadRecorder(metrics_exporter_prometheus::PrometheusRecorder);
+
+impl ThreadRecorder {
+    fn new() -> Self {
+        Self(metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder())
+    }
+
+    /// This thread's recorder until the guard drops.
+    fn install(&self) -> metrics::LocalRecorderGuard<'_> {
+        metrics::set_default_local_recorder(&self.0)
+    }
+
+    fn unreadable_records(&self) -> u64 {
+        self.0
+            .handle()
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix("reward_service_unreadable_records_total "))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    }
 }
