@@ -20,8 +20,9 @@
 //!
 //! The ratio service/script is the headline figure (target ≥ 0.6, issue 39). Both runs use the
 //! same Redis, back to back, so the ratio survives the machine's drift. It does not survive
-//! the noise of one run: on the shared 2-core machine the script side alone moved between
-//! 58 000 and 77 000 EVALSHA/s from one run to the next in one sitting, so `--rounds N`
+//! the noise of one run: on the shared 2-core machine the script side alone moves by ±10 %
+//! between neighbouring runs (and drifted from 58 000 to 89 000 EVALSHA/s over one
+//! afternoon), so `--rounds N`
 //! repeats both sides (a fresh service and fresh keys each round) and reports the median
 //! ratio and the ratio of the means beside every round's figures.
 //!

@@ -210,7 +210,10 @@ pub async fn grant_bench_cmd(args: GrantBenchArgs) -> ExitCode {
                 done.push(r);
             }
             Err(e) => {
-                println!("grant-bench FAILED: {e:#}");
+                println!("grant-bench FAILED in round {round}: {e:#}");
+                if done.len() > 1 {
+                    print_grant_rounds(&done);
+                }
                 return ExitCode::FAILURE;
             }
         }
