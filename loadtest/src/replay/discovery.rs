@@ -14,6 +14,10 @@
 //!   `targets/<run>-<pid>.open.json` (consumers, itself) every second from the
 //!   processes running now, so a restarted consumer on a new port is followed, with
 //!   the labels `component` (`service`, `consumer`, `loadtest`), `process` and `run`;
+//! - starts the schedule only once Prometheus has scraped every listed process (at
+//!   most [`PROMETHEUS_WAIT`] after they are up), so every counter's first sample is
+//!   taken before the first call: a rate cannot see what a series did before its
+//!   first sample;
 //! - removes them before it stops its processes, so Prometheus does not count a
 //!   process stopped on purpose as down. Lists a crashed replay left behind (their
 //!   pid no longer alive) are removed by the next replay.
@@ -139,6 +143,43 @@ impl Published {
             files,
             stop,
             task: std::sync::Mutex::new(Some(task)),
+        }
+    }
+
+    /// Waits until Prometheus has scraped every process the run lists, after this
+    /// call began (so after the services, the consumers and the SDK are up, and
+    /// before any traffic). `rate` and `increase` take a series' first sample as
+    /// their baseline: a process first scraped seconds into a run hides those
+    /// seconds from every rate, alert and panel over it (in a 15 s replay on a busy
+    /// machine that was a third of its calls, and all of its slow start). Ends after
+    /// [`PROMETHEUS_WAIT`] (said on stderr).
+    pub(super) async fn scraped_before_traffic(&self) {
+        let asked = unix_secs();
+        let files = self.files.clone();
+        let scraped = format!(
+            "count(timestamp(up{{run=\"{}\"}} == 1) >= {asked})",
+            self.run
+        );
+        let ready = wait_for(|| {
+            let listed: usize = files.iter().map(|f| listed_targets(f)).sum();
+            let scraped = scraped.clone();
+            async move {
+                if listed == 0 {
+                    return None;
+                }
+                let v = query(&scraped).await?;
+                let n = v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse::<f64>().ok())?;
+                (n >= listed as f64).then_some(())
+            }
+        })
+        .await;
+        if ready.is_none() {
+            eprintln!(
+                "replay: Prometheus had not scraped every process of the run within {} s of their start; its rates may miss the run's first seconds",
+                PROMETHEUS_WAIT.as_secs()
+            );
         }
     }
 
@@ -305,6 +346,22 @@ fn lists(s: &Services, own: Option<SocketAddr>, run: &str) -> (String, String) {
         serde_json::Value::Array(services).to_string(),
         serde_json::Value::Array(open).to_string(),
     )
+}
+
+/// The targets a list file names (0 when it is not there yet or not a list).
+fn listed_targets(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| {
+            v.as_array().map(|groups| {
+                groups
+                    .iter()
+                    .filter_map(|g| g["targets"].as_array().map(Vec::len))
+                    .sum()
+            })
+        })
+        .unwrap_or(0)
 }
 
 /// Writes `path` whole or not at all (Prometheus may read it at any moment).

@@ -117,6 +117,9 @@ impl<'a> Run<'a> {
         });
         let sdk = Arc::new(Self::start_sdk(env, opts, &setup, &links).await?);
         let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
+        if let Some(p) = &published {
+            p.scraped_before_traffic().await;
+        }
         let start = Instant::now();
         setup.manifest.started_unix_ms = unix_ms();
         setup.manifest.save(&dir)?;
