@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use super::children::{Services, http_addr};
 
-/// The longest a run waits for Prometheus to scrape its processes once more after
-/// the drain, and again for it to drop them after their lists are gone (its discovery
-/// passes changes on every 5 s).
+/// The longest a run waits for Prometheus to scrape its processes before its traffic,
+/// once more after the drain, and again for it to drop them after their lists are
+/// gone (its discovery passes changes on every 5 s, and it scrapes every 2 s).
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(15);
 
 /// The stack's Prometheus directory, when `ops/stack up` made one.
@@ -156,10 +156,16 @@ impl Published {
     pub(super) async fn scraped_before_traffic(&self) {
         let asked = unix_secs();
         let files = self.files.clone();
+        // `timestamp` of a bare selector is each sample's own time; `and` keeps the
+        // targets whose latest scrape, after `asked`, succeeded.
         let scraped = format!(
-            "count(timestamp(up{{run=\"{}\"}} == 1) >= {asked})",
-            self.run
+            "count(timestamp(up{{run=\"{run}\"}}) >= {asked} and up{{run=\"{run}\"}} == 1)",
+            run = self.run
         );
+        if query("vector(1)").await.is_none() {
+            eprintln!("replay: the stack's Prometheus does not answer; it will not see this run");
+            return;
+        }
         let ready = wait_for(|| {
             let listed: usize = files.iter().map(|f| listed_targets(f)).sum();
             let scraped = scraped.clone();

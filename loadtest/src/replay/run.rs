@@ -99,7 +99,9 @@ impl Watchers {
 
 impl<'a> Run<'a> {
     /// Prepares the run (stack reachable, run directory, topics and configs), starts
-    /// the downstream double, the services and the SDK, then starts the clock.
+    /// the downstream double, the services and the SDK, waits for the stack's
+    /// Prometheus (when there is one) to have scraped them all, then starts the cost
+    /// probe and the clock.
     pub(super) async fn start(env: &'a StackEnv, opts: &'a ReplayOptions) -> anyhow::Result<Self> {
         let mut setup = Self::prepare(env, opts).await?;
         let dir = setup.dir.clone();
@@ -116,10 +118,11 @@ impl<'a> Run<'a> {
             super::discovery::Published::start(&p, &run, services.clone(), opts.metrics_served)
         });
         let sdk = Arc::new(Self::start_sdk(env, opts, &setup, &links).await?);
-        let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
+        // Before the cost probe, so its window holds the run's traffic, not the wait.
         if let Some(p) = &published {
             p.scraped_before_traffic().await;
         }
+        let probe = crate::cost::Probe::start(env, &children::procs(&*services.lock().await)).await;
         let start = Instant::now();
         setup.manifest.started_unix_ms = unix_ms();
         setup.manifest.save(&dir)?;
