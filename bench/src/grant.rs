@@ -22,9 +22,9 @@
 //! same Redis, back to back, so the ratio survives the machine's drift. It does not survive
 //! the noise of one run: on the shared 2-core machine the script side alone moves by ±10 %
 //! between neighbouring runs (and drifted from 58 000 to 89 000 EVALSHA/s over one
-//! afternoon), so `--rounds N`
-//! repeats both sides (a fresh service and fresh keys each round) and reports the median
-//! ratio and the ratio of the means beside every round's figures.
+//! afternoon), so `--rounds N` repeats both sides (a fresh service and fresh keys each
+//! round) and reports the median ratio and the ratio of the means beside every round's
+//! figures.
 //!
 //! Both sides share the machine's two cores with everything else on it: the service run
 //! is bound by the CPU all its processes spend per grant (the pipeline's Redis, the

@@ -173,10 +173,7 @@ impl Published {
                 if listed == 0 {
                     return None;
                 }
-                let v = query(&scraped).await?;
-                let n = v["data"]["result"][0]["value"][1]
-                    .as_str()
-                    .and_then(|s| s.parse::<f64>().ok())?;
+                let n = query_number(&scraped).await?;
                 (n >= listed as f64).then_some(())
             }
         })
@@ -198,10 +195,7 @@ impl Published {
         let asked = unix_secs();
         let scraped = format!("min(timestamp(up{{run=\"{}\"}}))", self.run);
         let fresh = wait_for(|| async {
-            let v = query(&scraped).await?;
-            let t = v["data"]["result"][0]["value"][1]
-                .as_str()
-                .and_then(|s| s.parse::<f64>().ok())?;
+            let t = query_number(&scraped).await?;
             (t >= asked).then_some(())
         })
         .await;
@@ -282,6 +276,15 @@ async fn query(expr: &str) -> Option<serde_json::Value> {
         })
         .collect();
     api(&format!("/api/v1/query?query={encoded}")).await
+}
+
+/// The value of an instant query's first series; `None` when Prometheus does not
+/// answer or the query has no series.
+async fn query_number(expr: &str) -> Option<f64> {
+    let v = query(expr).await?;
+    v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
 }
 
 fn unix_secs() -> f64 {
