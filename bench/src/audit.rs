@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fred::prelude::*;
+use reward_tools::cpu::redis_cpu;
 use reward_tools::stack::StackEnv;
 
 /// What to measure.
@@ -147,18 +148,4 @@ async fn measure(
         took,
         redis_cpu_secs,
     })
-}
-
-/// `used_cpu_sys + used_cpu_user` of the Redis, seconds.
-async fn redis_cpu(client: &Client) -> anyhow::Result<f64> {
-    let info: String = client.info(Some(fred::types::InfoKind::Cpu)).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            l.strip_prefix("used_cpu_sys:")
-                .or_else(|| l.strip_prefix("used_cpu_user:"))
-        })
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum())
 }

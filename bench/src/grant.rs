@@ -31,6 +31,15 @@
 //! wallet's, this process's client and service), the script run by one Redis core.
 //! `docs/findings/benchmarks-history.md` ("Where a reward's CPU goes") has the split.
 //!
+//! # CPU per grant
+//! Each round also prints what the service run cost each process per grant: this
+//! process (the gRPC clients, which build and sign the events, and the service), the
+//! pipeline's Redis and the wallet's, from `/proc/self/stat` and `INFO cpu` read
+//! before and after it (`reward_tools::cpu`); and the pipeline's Redis CPU per call of
+//! the script run. A rate on this machine moves with whatever else runs; the CPU a
+//! grant costs moves much less, so a change to the service shows there when the
+//! ratio cannot tell it from noise.
+//!
 //! # Checks
 //! The run fails instead of reporting a rate unless every grant came back `GRANTED`,
 //! the scene's spent budget equals the number of grants (amount 1 each), and the
@@ -93,6 +102,73 @@ pub struct GrantBenchReport {
     /// The Python client's figures (`conformance/bench_grants.py`'s JSON line), when
     /// [`GrantBenchOptions::python`] was set; checked: all granted, spent exact.
     pub python: Option<serde_json::Value>,
+    /// CPU per grant of the service run, by process.
+    pub service_cpu: GrantCpu,
+    /// The pipeline's Redis CPU per `EVALSHA` of the script run, microseconds (`None`
+    /// when it was not run or Redis did not answer `INFO`).
+    pub script_redis_us: Option<f64>,
+}
+
+/// CPU per grant of the service run, microseconds, from counters read before and
+/// after it (`reward_tools::cpu`): what each process spent, whatever the machine's
+/// speed that sitting. On a busy machine a rate moves with what else runs; the CPU a
+/// grant costs moves much less, so a change shows here first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrantCpu {
+    /// This process: the gRPC clients (building and signing the events) and the
+    /// service (`/proc/self/stat`, 10 ms ticks).
+    pub process_us: Option<f64>,
+    /// The pipeline's Redis (claim, finish, token move).
+    pub redis_us: Option<f64>,
+    /// The wallet's Redis (the built-in ledger's credits), when it is not the
+    /// pipeline's.
+    pub wallet_us: Option<f64>,
+}
+
+/// CPU counters at one instant: this process (ticks), the pipeline's Redis and the
+/// wallet's (seconds; `None` when not read).
+struct CpuMark {
+    process: Option<u64>,
+    redis: Option<f64>,
+    wallet: Option<f64>,
+}
+
+impl CpuMark {
+    async fn now(redis: &fred::prelude::Client, wallet: Option<&fred::prelude::Client>) -> Self {
+        let wallet = match wallet {
+            Some(w) => reward_tools::cpu::redis_cpu(w).await.ok(),
+            None => None,
+        };
+        Self {
+            process: reward_tools::cpu::proc_ticks(std::process::id()),
+            redis: reward_tools::cpu::redis_cpu(redis).await.ok(),
+            wallet,
+        }
+    }
+
+    /// Microseconds per `n` since `before`.
+    fn per(&self, before: &Self, n: u64) -> GrantCpu {
+        let n = n.max(1) as f64;
+        let secs = |a: Option<f64>, b: Option<f64>| Some((a? - b?) * 1e6 / n);
+        GrantCpu {
+            process_us: match (self.process, before.process) {
+                (Some(a), Some(b)) => {
+                    Some(a.saturating_sub(b) as f64 / reward_tools::cpu::USER_HZ * 1e6 / n)
+                }
+                _ => None,
+            },
+            redis_us: secs(self.redis, before.redis),
+            wallet_us: secs(self.wallet, before.wallet),
+        }
+    }
+}
+
+/// A client of `url` for the CPU counters (`INFO cpu`).
+async fn info_client(url: &str) -> anyhow::Result<fred::prelude::Client> {
+    use fred::prelude::*;
+    let client = Builder::from_config(Config::from_url(url)?).build()?;
+    client.init().await?;
+    Ok(client)
 }
 
 impl GrantBenchReport {
@@ -233,11 +309,21 @@ async fn measure(
     let batches = opts.grants.div_ceil(opts.batch as u64);
     let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let started = Instant::now();
+    let redis = info_client(&env.redis_url).await?;
+    let wallet = if ledger_url(env, opts) == env.redis_url {
+        None
+    } else {
+        Some(info_client(ledger_url(env, opts)).await?)
+    };
     let sdk = running.service().sdk().clone();
+    let cpu_before = CpuMark::now(&redis, wallet.as_ref()).await;
+    let started = Instant::now();
     let (mut latencies, not_granted) =
         grant_all(&url, &credential, opts, scene, batches, next, &sdk).await?;
     let elapsed = started.elapsed();
+    let service_cpu = CpuMark::now(&redis, wallet.as_ref())
+        .await
+        .per(&cpu_before, opts.grants);
     let spent = claims.spent(&scope).await?;
     let python = match &opts.python {
         Some(py) => {
@@ -274,15 +360,23 @@ async fn measure(
     let service_rate = opts.grants as f64 / elapsed.as_secs_f64();
 
     // redis-benchmark drives one node: on a cluster only the service side runs.
-    let (script_rate, script_p99_ms, script_command) =
+    let (script_rate, script_p99_ms, script_command, script_redis_us) =
         if env.redis_url.starts_with("redis-cluster://") {
             (
                 0.0,
                 0.0,
                 "redis-benchmark drives one node, not a Redis Cluster".to_string(),
+                None,
             )
         } else {
-            redis_benchmark(env, &claims, &tag, opts).await?
+            let before = reward_tools::cpu::redis_cpu(&redis).await.ok();
+            let (rate, p99, command, calls) = redis_benchmark(env, &claims, &tag, opts).await?;
+            let after = reward_tools::cpu::redis_cpu(&redis).await.ok();
+            let us = match (before, after) {
+                (Some(b), Some(a)) => Some((a - b) * 1e6 / calls.max(1) as f64),
+                _ => None,
+            };
+            (rate, p99, command, us)
         };
     let redis_forks = forks.since_start().await;
     Ok(GrantBenchReport {
@@ -293,6 +387,8 @@ async fn measure(
         script_command,
         redis_forks,
         python,
+        service_cpu,
+        script_redis_us,
     })
 }
 
@@ -444,7 +540,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
         python: None,
         ledger_on_pipeline_redis: false,
     };
-    let (rps, _, command) = redis_benchmark(env, &claims, &tag, &opts).await?;
+    let (rps, _, command, _) = redis_benchmark(env, &claims, &tag, &opts).await?;
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     Ok((rps, command))
 }
@@ -454,7 +550,7 @@ async fn redis_benchmark(
     claims: &reward_service::claim::Claims,
     tag: &str,
     opts: &GrantBenchOptions,
-) -> anyhow::Result<(f64, f64, String)> {
+) -> anyhow::Result<(f64, f64, String, u64)> {
     use fred::prelude::*;
     let client = Builder::from_config(Config::from_url(&env.redis_url)?).build()?;
     client.init().await?;
@@ -469,7 +565,8 @@ async fn redis_benchmark(
     let (host, port) = hostport
         .rsplit_once(':')
         .ok_or_else(|| anyhow::anyhow!("redis address {hostport} has no port"))?;
-    let n = opts.grants.max(100_000).to_string();
+    let calls = opts.grants.max(100_000);
+    let n = calls.to_string();
     let clients = opts.redis_clients.to_string();
     let pipeline = opts.pipeline.to_string();
     let args = [
@@ -521,7 +618,7 @@ async fn redis_benchmark(
     let spent: i64 = client.hget(&budget, "spent").await?;
     anyhow::ensure!(spent > 0, "{command}: the script deducted nothing");
     let _: i64 = client.del(&budget).await?;
-    Ok((rps, p99, command))
+    Ok((rps, p99, command, calls))
 }
 
 /// The `EVALSHA` row of `redis-benchmark --csv`'s output `text`: calls/s and p99

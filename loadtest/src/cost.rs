@@ -47,10 +47,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use reward_tools::cpu::{USER_HZ, machine_busy_ticks, parse_redis_cpu, proc_ticks};
 use reward_tools::stack::StackEnv;
-
-/// Ticks per second of `/proc/PID/stat` CPU times (`USER_HZ`).
-const USER_HZ: f64 = 100.0;
 
 /// A process to follow: its role in the report and its pid.
 pub type Proc = (String, u32);
@@ -392,40 +390,6 @@ fn stack_role(stem: &str) -> &str {
     }
 }
 
-/// `utime + stime` of `pid`, ticks; `None` when it is gone.
-fn proc_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_proc_ticks(&stat)
-}
-
-/// `utime + stime` from a `/proc/PID/stat` line (fields 14 and 15; the command name
-/// in parentheses may hold spaces, so fields are counted after its closing `)`).
-fn parse_proc_ticks(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Busy ticks of the whole machine (`/proc/stat`'s `cpu` line).
-fn machine_busy_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_machine_busy(&stat)
-}
-
-fn parse_machine_busy(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    let at = |i: usize| v.get(i).copied().unwrap_or(0);
-    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
-}
-
 /// The wallet's Redis, when it is not the pipeline's (`None` also when it does not
 /// answer: the report then says the wallet was not measured apart).
 async fn wallet_reading(env: &StackEnv) -> Option<RedisReading> {
@@ -473,7 +437,7 @@ pub(crate) async fn redis_readings(url: &str) -> BTreeMap<String, RedisReading> 
             name,
             RedisReading {
                 commands: parse_commandstats(&cmds),
-                cpu_secs: parse_cpu(&cpu),
+                cpu_secs: parse_redis_cpu(&cpu),
             },
         );
     }
@@ -510,43 +474,18 @@ fn parse_commandstats(info: &str) -> BTreeMap<String, CommandCost> {
     out
 }
 
-/// `used_cpu_sys + used_cpu_user`, seconds.
-fn parse_cpu(info: &str) -> f64 {
-    info.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            l.strip_prefix("used_cpu_sys:")
-                .or_else(|| l.strip_prefix("used_cpu_user:"))
-        })
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_proc_and_redis_counters() {
-        let stat = "4242 (my (odd) name) S 1 2 3 4 5 6 7 8 9 10 130 27 0 0 20 0";
-        assert_eq!(parse_proc_ticks(stat), Some(157));
-        assert_eq!(parse_proc_ticks("garbage"), None);
-        assert_eq!(
-            parse_machine_busy("cpu  10 1 5 1000 7 2 3 4 0 0\ncpu0 1 1 1 1\n"),
-            Some(10 + 1 + 5 + 2 + 3 + 4)
-        );
+    fn reads_redis_counters() {
         let cmds = parse_commandstats(
             "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=340,usec_per_call=28.3,rejected_calls=0\r\ncmdstat_client|id:calls=1,usec=2\r\n",
         );
         assert_eq!(cmds["evalsha"].calls, 12);
         assert_eq!(cmds["evalsha"].usec, 340);
         assert_eq!(cmds["client|id"].calls, 1);
-        assert!(
-            (parse_cpu("used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\nused_cpu_sys_children:9\r\n")
-                - 3.75)
-                .abs()
-                < 1e-9
-        );
         assert_eq!(stack_role("cluster3"), "redis");
         assert_eq!(stack_role("kafka"), "kafka broker (tansu)");
     }

@@ -523,14 +523,18 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
             assert_eq!(spent, batch.spent(scene).await.unwrap(), "{scene}");
         }
 
-        // Finishing the batch's claims in one go marks exactly those granted.
+        // Finishing the batch's claims in one go marks exactly those granted. A
+        // receipt may hold line breaks (a downstream's, kept as it came): the batch
+        // script takes it as the rest of its grant's packed fields.
         let items: Vec<(Grant, String, String)> = grants
             .iter()
             .zip(&together)
             .filter_map(|(g, c)| match c {
-                Ok(Claim::Claimed { claim_id, .. }) => {
-                    Some((g.clone(), claim_id.clone(), format!("ref-{}", g.trade_no)))
-                }
+                Ok(Claim::Claimed { claim_id, .. }) => Some((
+                    g.clone(),
+                    claim_id.clone(),
+                    format!("ref-{}\nsecond line\n", g.trade_no),
+                )),
                 _ => None,
             })
             .collect();
@@ -546,6 +550,12 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
         // A granted record stays as it is: a second receipt changes nothing, and a
         // stale claim id cannot fail it.
         let (g0, id0, r0) = &items[0];
+        assert_eq!(
+            batch.claim_many(std::slice::from_ref(g0)).await[0]
+                .as_ref()
+                .unwrap(),
+            &Claim::Duplicate { result: r0.clone() }
+        );
         let again = batch
             .grant_many(&[(g0.clone(), id0.clone(), "other".into())])
             .await;
@@ -836,6 +846,60 @@ async fn one_grant_of_the_whole_budget_is_accepted() {
         c.claim(&grant("whole:after", 1)).await.unwrap(),
         Claim::BudgetExhausted
     );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 48,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+    /// What the batch scripts get as a grant's one argument (`pack_fields`) unpacks
+    /// in the real Redis's Lua (`cmsgpack.unpack`) to exactly the fields packed, in
+    /// order: any characters (line breaks, NUL, non-ASCII) and every header size
+    /// (fixstr under 32 bytes, str 8 under 256, str 16, str 32 past 65 535).
+    #[test]
+    fn packed_fields_unpack_in_redis_to_the_same_fields(
+        fields in proptest::collection::vec(
+            proptest::prop_oneof![
+                "\\PC{0,40}",
+                "[a-z\n\\x00]{28,300}",
+                proptest::strategy::Strategy::prop_map(
+                    proptest::collection::vec(proptest::prelude::any::<char>(), 250..700),
+                    |c| c.into_iter().collect::<String>(),
+                ),
+            ],
+            0..12,
+        ),
+        big in proptest::prelude::any::<bool>(),
+    ) {
+        use fred::interfaces::{ClientLike, LuaInterface};
+        let mut fields = fields;
+        if big {
+            fields.push("x".repeat(70_000));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let back: Vec<String> = rt.block_on(async {
+            let redis = fred::prelude::Builder::from_config(
+                fred::prelude::Config::from_url(&redis_url()).unwrap(),
+            )
+            .build()
+            .unwrap();
+            redis.init().await.unwrap();
+            let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let packed = reward_service::claim::pack_fields(&refs);
+            let back: Vec<String> = redis
+                .eval(
+                    "return {cmsgpack.unpack(ARGV[1])}",
+                    Vec::<String>::new(),
+                    fred::types::Value::Bytes(packed.into()),
+                )
+                .await
+                .unwrap();
+            redis.quit().await.unwrap();
+            back
+        });
+        proptest::prop_assert_eq!(back, fields);
+    }
 }
 
 proptest::proptest! {

@@ -26,5 +26,6 @@ pub mod budget_api;
 pub mod clean;
 #[cfg(feature = "ctl")]
 pub mod control;
+pub mod cpu;
 pub mod stack;
 pub mod topics;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use reward_tools::stack::StackEnv;
 
 use crate::consumer::{self, ConsumerBenchOptions};
-use crate::grant::{self, GrantBenchOptions};
+use crate::grant::{self, GrantBenchOptions, GrantCpu};
 use crate::send::{self, BenchOptions, BenchReport, Percentiles};
 
 /// The arguments of `reward-bench send`.
@@ -236,10 +236,20 @@ fn print_grant_round(r: &grant::GrantBenchReport) {
         r.batch_latency.max,
         r.batch_latency.count
     );
+    let c = r.service_cpu;
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    println!(
+        "  CPU us per grant   this process (clients and service) {}, pipeline Redis {}, wallet Redis {}",
+        us(c.process_us),
+        us(c.redis_us),
+        us(c.wallet_us)
+    );
     if r.script_rate > 0.0 {
         println!(
-            "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms",
-            r.script_rate, r.script_p99_ms
+            "claim script alone   {:>10.0} EVALSHA/s, p99 {:.3} ms, Redis CPU {} us per call",
+            r.script_rate,
+            r.script_p99_ms,
+            us(r.script_redis_us)
         );
         println!("  ({})", r.script_command);
         println!("ratio service/script {:>10.2}", r.ratio());
@@ -278,6 +288,20 @@ fn print_grant_rounds(rounds: &[grant::GrantBenchReport]) {
         "service GrantBatch   {} grants/s (mean {:.0})",
         list(&|r| r.service_rate),
         mean(&|r| r.service_rate)
+    );
+    let cpu = |f: &dyn Fn(&GrantCpu) -> Option<f64>| {
+        let v: Vec<f64> = rounds.iter().filter_map(|r| f(&r.service_cpu)).collect();
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", v.iter().sum::<f64>() / v.len() as f64)
+        }
+    };
+    println!(
+        "  CPU us per grant, mean: this process {}, pipeline Redis {}, wallet Redis {}",
+        cpu(&|c| c.process_us),
+        cpu(&|c| c.redis_us),
+        cpu(&|c| c.wallet_us)
     );
     if rounds.iter().all(|r| r.script_rate > 0.0) {
         println!(

@@ -15,6 +15,7 @@
 use fred::prelude::*;
 
 use super::keys::{check_grant, new_claim_id, secs};
+use super::scripts::pack_fields as pack;
 use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant};
 
 /// Grants in one claim or finish call at most: a call runs in Redis as one script,
@@ -156,19 +157,24 @@ impl Claims {
             .claim_many
             .eval(client, || {
                 let mut keys = Vec::with_capacity(part.len() * 2);
-                let mut args = Vec::with_capacity(2 + part.len() * 6);
+                let mut args = Vec::with_capacity(2 + part.len());
                 args.push(secs(self.cfg.lease_ms));
                 args.push(secs(self.cfg.retention_secs));
                 for (g, id) in part.iter().zip(&ids) {
                     let shard = self.shard_of(&g.trade_no);
                     keys.push(self.record_key(shard, &g.trade_no));
                     keys.push(self.budget_key(&g.scene, shard));
-                    args.push(Value::from(g.scene.as_str()));
-                    args.push(Value::from(g.activity_id.as_str()));
-                    args.push(Value::from(g.user_id.as_str()));
-                    args.push(Value::from(g.reward_type.as_str()));
-                    args.push(Value::from(g.amount.to_string()));
-                    args.push(Value::from(id.as_str()));
+                    args.push(Value::Bytes(
+                        pack(&[
+                            &g.scene,
+                            &g.activity_id,
+                            &g.user_id,
+                            &g.reward_type,
+                            &g.amount.to_string(),
+                            id,
+                        ])
+                        .into(),
+                    ));
                 }
                 (keys, args)
             })
@@ -231,7 +237,7 @@ impl Claims {
             .finish_many
             .eval(self.pool.next(), || {
                 let mut keys = Vec::with_capacity(part.len() * 3);
-                let mut args = Vec::with_capacity(2 + part.len() * 9);
+                let mut args = Vec::with_capacity(2 + part.len());
                 args.push(secs(self.cfg.retention_secs));
                 args.push(secs(super::scripts::REARM_AFTER_MS));
                 for (g, id, result) in part {
@@ -239,15 +245,20 @@ impl Claims {
                     keys.push(self.record_key(shard, &g.trade_no));
                     keys.push(self.budget_key(&g.scene, shard));
                     keys.push(self.doubt_key(shard));
-                    args.push(Value::from(id.as_str()));
-                    args.push(Value::from(state.as_str()));
-                    args.push(Value::from(result.as_str()));
-                    args.push(Value::from(g.trade_no.as_str()));
-                    args.push(Value::from(g.amount.to_string()));
-                    args.push(Value::from(g.scene.as_str()));
-                    args.push(Value::from(g.user_id.as_str()));
-                    args.push(Value::from(g.reward_type.as_str()));
-                    args.push(Value::from(g.activity_id.as_str()));
+                    args.push(Value::Bytes(
+                        pack(&[
+                            id,
+                            state.as_str(),
+                            &g.trade_no,
+                            &g.amount.to_string(),
+                            &g.scene,
+                            &g.user_id,
+                            &g.reward_type,
+                            &g.activity_id,
+                            result,
+                        ])
+                        .into(),
+                    ));
                 }
                 (keys, args)
             })

@@ -95,8 +95,8 @@ return {code, ''}
 /// Cluster the caller keeps one call's keys in one slot, so one shard): each grant is
 /// decided exactly as by [`CLAIM_LUA`], in order, and each budget's `spent` moves once.
 /// KEYS: per grant its record, then its budget. ARGV: lease ms, retention s, then per
-/// grant: scene, activity, user, type, amount, claim id. Returns code, detail per
-/// grant.
+/// grant one argument, its fields [`pack_fields`]ed: scene, activity, user, type, amount,
+/// claim id. Returns code, detail per grant.
 ///
 /// A new trade number costs one command (`SET NX GET EX`: created, or the record there
 /// comes back to be judged); only a grant the budget would refuse reads first (`GET`),
@@ -114,12 +114,19 @@ pub(super) const CLAIM_MANY_LUA: &str = concat!(
 local lease = now + tonumber(ARGV[1])
 local ttl = ARGV[2]
 local n = #KEYS / 2
+-- Each grant's packed fields, unpacked once (fields that do not unpack, or an
+-- amount that is not a number, fail the call here, before any write).
+local G = {}
+for i = 1, n do
+  local g = {cmsgpack.unpack(ARGV[2 + i] or '')}
+  if #g ~= 6 then return redis.error_reply('grant ' .. i .. ' does not unpack to six fields') end
+  if not tonumber(g[5]) then return redis.error_reply('amount ' .. tostring(g[5]) .. ' is not a number') end
+  G[i] = g
+end
 -- Each budget once, by key, in the order first seen: cap, spent, hold, and what this
 -- call adds.
 local budgets, order = {}, {}
 for i = 1, n do
-  local amount = ARGV[2 + (i - 1) * 6 + 5]
-  if not tonumber(amount) then return redis.error_reply('amount ' .. tostring(amount) .. ' is not a number') end
   local bk = KEYS[2 * i]
   if not budgets[bk] then
     local b = redis.call('HMGET', bk, 'cap', 'spent', 'hold')
@@ -149,8 +156,8 @@ end
 for i = 1, n do
   local k, b = KEYS[2 * i - 1], budgets[KEYS[2 * i]]
   local cap, spent, hold = b[1], b[2], b[3]
-  local a = 2 + (i - 1) * 6
-  local scene, activity, user, typ, amount, id = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local g = G[i]
+  local scene, activity, user, typ, amount, id = g[1], g[2], g[3], g[4], g[5], g[6]
   local amt = tonumber(amount)
   local code, detail = nil, ''
   local old = planned[k]
@@ -211,9 +218,9 @@ return out
 /// `IN_PROGRESS` or `IN_DOUBT` record takes it) or `FAILED` (only by the owner of a
 /// live claim; refunded). KEYS: per grant its record, its budget and its shard's doubt
 /// index (grants of any shards; on a Redis Cluster the caller keeps a call to one).
-/// ARGV: retention s, re-arm after ms ([`REARM_AFTER_MS`]), then per grant: claim id,
-/// final state, result, trade no, then the grant's amount, scene, user, type and
-/// activity.
+/// ARGV: retention s, re-arm after ms ([`REARM_AFTER_MS`]), then per grant one
+/// argument, its fields [`pack_fields`]ed: claim id, final state, trade no, amount, scene,
+/// user, type, activity, result.
 /// Returns per grant 1 (done, or already GRANTED for a grant) or 0 (not this
 /// claim's, or no record).
 ///
@@ -226,11 +233,19 @@ pub(super) const FINISH_MANY_LUA: &str = concat!(
     r"
 local out = {}
 local n = #KEYS / 3
+-- Each grant's packed fields, unpacked once, all before the first write: a call
+-- whose arguments do not unpack changes nothing.
+local G = {}
+for i = 1, n do
+  local g = {cmsgpack.unpack(ARGV[2 + i] or '')}
+  if #g ~= 9 then return redis.error_reply('grant ' .. i .. ' does not unpack to nine fields') end
+  G[i] = g
+end
 for i = 1, n do
   local rk, bk, dk = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local a = 3 + (i - 1) * 9
-  local id, state, result, trade = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local amount, scene, user, typ, activity = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
+  local g = G[i]
+  local id, state, trade, amount, scene = g[1], g[2], g[3], g[4], g[5]
+  local user, typ, activity, result = g[6], g[7], g[8], g[9]
   local v = table.concat({amount, scene, user, typ, activity, state, '', '', '', result}, '\n')
   local old = redis.pcall('SET', rk, v, 'XX', 'GET', 'KEEPTTL')
   local done = 0
@@ -375,6 +390,37 @@ redis.call('HINCRBY', KEYS[1], 'cap', ARGV[1])
 return 1
 ";
 
+/// One grant's fields for the batch scripts, as one argument: a MessagePack string
+/// object each, one after the other, which the script's `cmsgpack.unpack` (built into
+/// Redis's Lua) turns back into the fields. [`CLAIM_MANY_LUA`] and [`FINISH_MANY_LUA`]
+/// take a grant's fields this way, not one argument a field: the Redis client builds,
+/// copies, encodes and frees every argument on its own, which made it half of a
+/// `GrantBatch`'s CPU in the service's process. One argument a grant costs the client
+/// one of each, and Redis unpacks it in C for no more than it spent on the separate
+/// arguments (splitting lines with `string.match` cost Redis more;
+/// `docs/findings/benchmarks-history.md`, "Arguments by the grant"). Any bytes go
+/// through: the lengths are in the headers.
+pub fn pack_fields(fields: &[&str]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(fields.iter().map(|f| f.len() + 5).sum());
+    for f in fields {
+        let n = f.len();
+        // str formats: fixstr, str 8, str 16, str 32 (big-endian lengths).
+        if n < 32 {
+            out.push(0xa0 | n as u8);
+        } else if let Ok(n) = u8::try_from(n) {
+            out.extend_from_slice(&[0xd9, n]);
+        } else if let Ok(n) = u16::try_from(n) {
+            out.push(0xda);
+            out.extend_from_slice(&n.to_be_bytes());
+        } else {
+            out.push(0xdb);
+            out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+        }
+        out.extend_from_slice(f.as_bytes());
+    }
+    out
+}
+
 /// A finish re-arms a record's TTL only when its lease ended longer ago than this
 /// (or it was in doubt): a credit finished within its lease keeps the TTL its claim
 /// set moments before, which saves an `EXPIRE` per grant.
@@ -396,4 +442,27 @@ pub(super) struct Scripts {
     pub(super) hmget: Script,
     /// Reads of a record ([`GET_LUA`]).
     pub(super) get: Script,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pack_fields;
+
+    #[test]
+    fn each_field_gets_the_smallest_string_header() {
+        assert_eq!(pack_fields(&[]), Vec::<u8>::new());
+        assert_eq!(pack_fields(&["", "ab"]), vec![0xa0, 0xa2, b'a', b'b']);
+        let f31 = "x".repeat(31);
+        assert_eq!(pack_fields(&[&f31])[0], 0xbf);
+        let f32 = "x".repeat(32);
+        assert_eq!(pack_fields(&[&f32])[..2], [0xd9, 32]);
+        let f255 = "x".repeat(255);
+        assert_eq!(pack_fields(&[&f255])[..2], [0xd9, 255]);
+        let f256 = "x".repeat(256);
+        assert_eq!(pack_fields(&[&f256])[..3], [0xda, 1, 0]);
+        let f65536 = "x".repeat(65_536);
+        let p = pack_fields(&[&f65536]);
+        assert_eq!(p[..5], [0xdb, 0, 1, 0, 0]);
+        assert_eq!(p.len(), 5 + 65_536);
+    }
 }

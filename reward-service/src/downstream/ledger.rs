@@ -20,8 +20,9 @@ use super::{
 /// Credits one or many, each decided as if alone and in order. KEYS: per credit its
 /// five keys (balance hash, credited hash, incident counter, repeat counter, receipt
 /// hash: one user's, one hash tag). ARGV: now (Unix ms), honour key (1/0), then per
-/// credit: reward type, amount, trade no, and user, type and amount as one string (what
-/// a repeat must match). Returns per credit {balance, again}: again = 0 credited now,
+/// credit one argument, its fields packed ([`crate::claim::pack_fields`]): reward type,
+/// amount, trade no, and user, type and amount as one string (what a repeat must
+/// match). Returns per credit {balance, again}: again = 0 credited now,
 /// 1 credited a second time (incident), 2 a repeat answered with the first receipt, 3
 /// a repeat with other fields (refused, incident; balance 0 for both repeats), 4
 /// refused by Redis (a key of another type under its balance or credited hash: nothing
@@ -32,9 +33,16 @@ const LEDGER_LUA: &str = r"
 local now, honour = ARGV[1], ARGV[2]
 local out = {}
 local function refused(r) return type(r) == 'table' and r.err end
+-- Each credit's packed fields, unpacked before the first write.
+local C = {}
 for i = 1, #KEYS / 5 do
-  local k, a = (i - 1) * 5, 2 + (i - 1) * 4
-  local typ, amount, trade, fields = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local c = {cmsgpack.unpack(ARGV[2 + i] or '')}
+  if #c ~= 4 then return redis.error_reply('credit ' .. i .. ' does not unpack to four fields') end
+  C[i] = c
+end
+for i = 1, #KEYS / 5 do
+  local k, c = (i - 1) * 5, C[i]
+  local typ, amount, trade, fields = c[1], c[2], c[3], c[4]
   local balance, again = 0, 0
   local seen = 0
   if honour == '1' then seen = redis.pcall('HEXISTS', KEYS[k + 2], trade) end
@@ -268,19 +276,24 @@ impl Ledger {
         ]
     }
 
-    /// One credit's arguments.
-    fn args(&self, c: &Credit) -> [Value; 4] {
-        [
-            Value::from(c.reward_type.as_str()),
-            Value::from(c.amount),
-            Value::from(c.trade_no.as_str()),
-            // Only a ledger that honours the key compares a repeat's fields.
-            Value::from(if self.honours_key {
-                Self::fields(c)
-            } else {
-                String::new()
-            }),
-        ]
+    /// One credit's arguments: its type, amount, trade number and (only for a ledger
+    /// that honours the key, which compares a repeat's) fields, packed into one as the
+    /// claim store's batch scripts take theirs ([`crate::claim::pack_fields`]).
+    fn args(&self, c: &Credit) -> [Value; 1] {
+        let fields = if self.honours_key {
+            Self::fields(c)
+        } else {
+            String::new()
+        };
+        [Value::Bytes(
+            crate::claim::pack_fields(&[
+                &c.reward_type,
+                &c.amount.to_string(),
+                &c.trade_no,
+                &fields,
+            ])
+            .into(),
+        )]
     }
 
     /// What a repeat of a credit must match.
