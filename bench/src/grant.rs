@@ -48,6 +48,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use fred::interfaces::ClientLike as _;
 use proto::v1::reward_service_client::RewardServiceClient;
 use proto::v1::{GrantBatchRequest, GrantOutcome, RewardEvent, UserInfo};
 use reward_service::config::ServiceConfig;
@@ -118,7 +119,9 @@ pub struct GrantCpu {
     /// This process: the gRPC clients (building and signing the events) and the
     /// service (`/proc/self/stat`, 10 ms ticks).
     pub process_us: Option<f64>,
-    /// The pipeline's Redis (claim, finish, token move).
+    /// The pipeline's Redis (claim, finish, token move; the ledger's credits too with
+    /// [`GrantBenchOptions::ledger_on_pipeline_redis`]). `None` on a Redis Cluster:
+    /// `INFO` asks one node, not every primary.
     pub redis_us: Option<f64>,
     /// The wallet's Redis (the built-in ledger's credits), when it is not the
     /// pipeline's.
@@ -134,15 +137,24 @@ struct CpuMark {
 }
 
 impl CpuMark {
-    async fn now(redis: &fred::prelude::Client, wallet: Option<&fred::prelude::Client>) -> Self {
-        let wallet = match wallet {
-            Some(w) => reward_tools::cpu::redis_cpu(w).await.ok(),
-            None => None,
+    /// Reads the counters; `redis` and `wallet` are `None` where not to be read.
+    async fn now(
+        redis: Option<&fred::prelude::Client>,
+        wallet: Option<&fred::prelude::Client>,
+    ) -> Self {
+        let read = |c: Option<&fred::prelude::Client>| {
+            let c = c.cloned();
+            async move {
+                match c {
+                    Some(c) => reward_tools::cpu::redis_cpu(&c).await.ok(),
+                    None => None,
+                }
+            }
         };
         Self {
             process: reward_tools::cpu::proc_ticks(std::process::id()),
-            redis: reward_tools::cpu::redis_cpu(redis).await.ok(),
-            wallet,
+            redis: read(redis).await,
+            wallet: read(wallet).await,
         }
     }
 
@@ -309,21 +321,30 @@ async fn measure(
     let batches = opts.grants.div_ceil(opts.batch as u64);
     let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let redis = info_client(&env.redis_url).await?;
+    // On a Redis Cluster `INFO` answers for one node: no pipeline figure there.
+    let clustered = env.redis_url.starts_with("redis-cluster://");
+    let redis = if clustered {
+        None
+    } else {
+        Some(info_client(&env.redis_url).await?)
+    };
     let wallet = if ledger_url(env, opts) == env.redis_url {
         None
     } else {
         Some(info_client(ledger_url(env, opts)).await?)
     };
     let sdk = running.service().sdk().clone();
-    let cpu_before = CpuMark::now(&redis, wallet.as_ref()).await;
+    let cpu_before = CpuMark::now(redis.as_ref(), wallet.as_ref()).await;
     let started = Instant::now();
     let (mut latencies, not_granted) =
         grant_all(&url, &credential, opts, scene, batches, next, &sdk).await?;
     let elapsed = started.elapsed();
-    let service_cpu = CpuMark::now(&redis, wallet.as_ref())
+    let service_cpu = CpuMark::now(redis.as_ref(), wallet.as_ref())
         .await
         .per(&cpu_before, opts.grants);
+    if let Some(w) = wallet {
+        let _ = w.quit().await;
+    }
     let spent = claims.spent(&scope).await?;
     let python = match &opts.python {
         Some(py) => {
@@ -360,24 +381,25 @@ async fn measure(
     let service_rate = opts.grants as f64 / elapsed.as_secs_f64();
 
     // redis-benchmark drives one node: on a cluster only the service side runs.
-    let (script_rate, script_p99_ms, script_command, script_redis_us) =
-        if env.redis_url.starts_with("redis-cluster://") {
-            (
-                0.0,
-                0.0,
-                "redis-benchmark drives one node, not a Redis Cluster".to_string(),
-                None,
-            )
-        } else {
-            let before = reward_tools::cpu::redis_cpu(&redis).await.ok();
+    let (script_rate, script_p99_ms, script_command, script_redis_us) = match &redis {
+        None => (
+            0.0,
+            0.0,
+            "redis-benchmark drives one node, not a Redis Cluster".to_string(),
+            None,
+        ),
+        Some(redis) => {
+            let before = reward_tools::cpu::redis_cpu(redis).await.ok();
             let (rate, p99, command, calls) = redis_benchmark(env, &claims, &tag, opts).await?;
-            let after = reward_tools::cpu::redis_cpu(&redis).await.ok();
+            let after = reward_tools::cpu::redis_cpu(redis).await.ok();
+            let _ = redis.quit().await;
             let us = match (before, after) {
                 (Some(b), Some(a)) => Some((a - b) * 1e6 / calls.max(1) as f64),
                 _ => None,
             };
             (rate, p99, command, us)
-        };
+        }
+    };
     let redis_forks = forks.since_start().await;
     Ok(GrantBenchReport {
         service_rate,

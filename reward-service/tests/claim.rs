@@ -524,8 +524,8 @@ async fn a_batch_claim_decides_as_single_claims_in_order() {
         }
 
         // Finishing the batch's claims in one go marks exactly those granted. A
-        // receipt may hold line breaks (a downstream's, kept as it came): the batch
-        // script takes it as the rest of its grant's packed fields.
+        // receipt may hold line breaks (a downstream's, kept as it came): it goes
+        // through the grant's packed fields and into the record as it was.
         let items: Vec<(Grant, String, String)> = grants
             .iter()
             .zip(&together)
@@ -846,6 +846,56 @@ async fn one_grant_of_the_whole_budget_is_accepted() {
         c.claim(&grant("whole:after", 1)).await.unwrap(),
         Claim::BudgetExhausted
     );
+}
+
+/// The scripts' unpacking helper (`FIELDS_LUA`) in the real Redis: exactly the strings
+/// asked for pass; a missing argument, another count, a nil (what a field too long for
+/// a header packs to) or a number among them is refused; bytes that are not
+/// MessagePack are an error. The scripts call it before their first write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unpacking_helper_passes_exactly_the_strings_asked_for() {
+    use fred::interfaces::{ClientLike, LuaInterface};
+    use fred::types::Value;
+    let redis =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis_url()).unwrap())
+            .build()
+            .unwrap();
+    redis.init().await.unwrap();
+    let script = format!(
+        "{}\nif ARGV[1] == 'none' then return unpack_fields(nil, 2) and 1 or 0 end\n\
+         return unpack_fields(ARGV[1], tonumber(ARGV[2])) and 1 or 0",
+        reward_service::claim::FIELDS_LUA
+    );
+    let run = |arg: Vec<u8>, want: i64| {
+        let (redis, script) = (redis.clone(), script.clone());
+        async move {
+            redis
+                .eval::<i64, _, _, _>(
+                    script,
+                    Vec::<String>::new(),
+                    vec![Value::Bytes(arg.into()), Value::from(want)],
+                )
+                .await
+        }
+    };
+    let two = reward_service::claim::pack_fields(&["ab", ""]);
+    assert_eq!(run(two.clone(), 2).await.unwrap(), 1);
+    assert_eq!(run(two.clone(), 3).await.unwrap(), 0, "too few");
+    assert_eq!(run(two, 1).await.unwrap(), 0, "too many");
+    assert_eq!(run(b"none".to_vec(), 2).await.unwrap(), 0, "no argument");
+    assert_eq!(run(Vec::new(), 2).await.unwrap(), 0, "empty argument");
+    // "ab", nil, "x": a nil among the fields, as a field past 4 GiB packs.
+    assert_eq!(
+        run(vec![0xa2, b'a', b'b', 0xc0, 0xa1, b'x'], 3)
+            .await
+            .unwrap(),
+        0
+    );
+    // "ab", then the number 1.
+    assert_eq!(run(vec![0xa2, b'a', b'b', 0x01], 2).await.unwrap(), 0);
+    // A header promising more bytes than there are.
+    assert!(run(vec![0xa5, b'a'], 1).await.is_err());
+    redis.quit().await.unwrap();
 }
 
 proptest::proptest! {

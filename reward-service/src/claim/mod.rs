@@ -112,7 +112,7 @@ mod replicas;
 mod scripts;
 mod single;
 
-pub use self::scripts::{CLAIM_LUA, pack_fields};
+pub use self::scripts::{CLAIM_LUA, FIELDS_LUA, pack_fields};
 
 use self::scripts::{
     BORROW_LUA, CLAIM_MANY_LUA, FINISH_MANY_LUA, GET_LUA, HOLD_LUA, LEND_LUA, RELEASE_LUA,

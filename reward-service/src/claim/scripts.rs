@@ -42,6 +42,32 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     };
 }
 
+/// The Lua helper of the scripts that take a grant's fields packed ([`pack_fields`]):
+/// `unpack_fields(arg, want)` unpacks one argument and answers its fields when they are
+/// exactly `want` strings, `nil` otherwise (a missing argument, bytes that are not
+/// MessagePack, another count, or a value that is not a string, such as the nil a
+/// field too long for a header packs to). `cmsgpack.unpack` raises a Lua error on bytes
+/// it cannot read; the scripts call it before their first write, so that error too
+/// leaves everything as it was.
+macro_rules! fields_lua {
+    () => {
+        r"
+local function unpack_fields(arg, want)
+  local g = {cmsgpack.unpack(arg or '')}
+  for j = 1, want do
+    if type(g[j]) ~= 'string' then return nil end
+  end
+  if g[want + 1] ~= nil then return nil end
+  return g
+end
+"
+    };
+}
+
+/// [`fields_lua!`] as text, for the scripts outside this module that take packed
+/// fields (the built-in ledger's).
+pub const FIELDS_LUA: &str = fields_lua!();
+
 /// The claim script (public for benchmarks that run it bare, e.g. `redis-benchmark`).
 /// KEYS: record, budget. ARGV: user, type, amount, lease ms, retention s, claim id,
 /// scene, activity. A new trade number whose budget has room costs one command besides
@@ -110,16 +136,17 @@ return {code, ''}
 /// decided.
 pub(super) const CLAIM_MANY_LUA: &str = concat!(
     record_lua!(),
+    fields_lua!(),
     r"
 local lease = now + tonumber(ARGV[1])
 local ttl = ARGV[2]
 local n = #KEYS / 2
--- Each grant's packed fields, unpacked once (fields that do not unpack, or an
--- amount that is not a number, fail the call here, before any write).
+-- Each grant's packed fields, unpacked once (fields that do not unpack to six
+-- strings, or an amount that is not a number, fail the call here, before any write).
 local G = {}
 for i = 1, n do
-  local g = {cmsgpack.unpack(ARGV[2 + i] or '')}
-  if #g ~= 6 then return redis.error_reply('grant ' .. i .. ' does not unpack to six fields') end
+  local g = unpack_fields(ARGV[2 + i], 6)
+  if not g then return redis.error_reply('grant ' .. i .. ' does not unpack to six strings') end
   if not tonumber(g[5]) then return redis.error_reply('amount ' .. tostring(g[5]) .. ' is not a number') end
   G[i] = g
 end
@@ -230,15 +257,16 @@ return out
 /// in the same script, so nobody ever reads the replaced value.
 pub(super) const FINISH_MANY_LUA: &str = concat!(
     record_lua!(),
+    fields_lua!(),
     r"
 local out = {}
 local n = #KEYS / 3
 -- Each grant's packed fields, unpacked once, all before the first write: a call
--- whose arguments do not unpack changes nothing.
+-- whose arguments do not unpack to nine strings a grant changes nothing.
 local G = {}
 for i = 1, n do
-  local g = {cmsgpack.unpack(ARGV[2 + i] or '')}
-  if #g ~= 9 then return redis.error_reply('grant ' .. i .. ' does not unpack to nine fields') end
+  local g = unpack_fields(ARGV[2 + i], 9)
+  if not g then return redis.error_reply('grant ' .. i .. ' does not unpack to nine strings') end
   G[i] = g
 end
 for i = 1, n do
@@ -399,7 +427,10 @@ return 1
 /// one of each, and Redis unpacks it in C for no more than it spent on the separate
 /// arguments (splitting lines with `string.match` cost Redis more;
 /// `docs/findings/benchmarks-history.md`, "Arguments by the grant"). Any bytes go
-/// through: the lengths are in the headers.
+/// through: the lengths are in the headers. A field too long for a header (4 GiB; Redis
+/// takes no argument over 512 MiB anyway) goes as a MessagePack nil, never as a
+/// short header over the whole field: the scripts refuse a grant whose fields are not
+/// all strings ([`FIELDS_LUA`]) before their first write.
 pub fn pack_fields(fields: &[&str]) -> Vec<u8> {
     let mut out = Vec::with_capacity(fields.iter().map(|f| f.len() + 5).sum());
     for f in fields {
@@ -412,9 +443,12 @@ pub fn pack_fields(fields: &[&str]) -> Vec<u8> {
         } else if let Ok(n) = u16::try_from(n) {
             out.push(0xda);
             out.extend_from_slice(&n.to_be_bytes());
-        } else {
+        } else if let Ok(n) = u32::try_from(n) {
             out.push(0xdb);
-            out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+            out.extend_from_slice(&n.to_be_bytes());
+        } else {
+            out.push(0xc0);
+            continue;
         }
         out.extend_from_slice(f.as_bytes());
     }

@@ -36,8 +36,8 @@ local function refused(r) return type(r) == 'table' and r.err end
 -- Each credit's packed fields, unpacked before the first write.
 local C = {}
 for i = 1, #KEYS / 5 do
-  local c = {cmsgpack.unpack(ARGV[2 + i] or '')}
-  if #c ~= 4 then return redis.error_reply('credit ' .. i .. ' does not unpack to four fields') end
+  local c = unpack_fields(ARGV[2 + i], 4)
+  if not c then return redis.error_reply('credit ' .. i .. ' does not unpack to four strings') end
   C[i] = c
 end
 for i = 1, #KEYS / 5 do
@@ -154,7 +154,9 @@ impl Ledger {
             .build_pool(LEDGER_POOL)
             .map_err(unavailable)?;
         pool.init().await.map_err(unavailable)?;
-        let script = Script::load(pool.next(), LEDGER_LUA)
+        // The packed fields' helper first ([`crate::claim::FIELDS_LUA`]).
+        let source = format!("{}{LEDGER_LUA}", crate::claim::FIELDS_LUA);
+        let script = Script::load(pool.next(), &source)
             .await
             .map_err(unavailable)?;
         let hmget = Script::load(pool.next(), reward_runtime::script::HMGET_LUA)
@@ -370,7 +372,7 @@ impl Ledger {
         let calls = chunks
             .iter()
             .map(|chunk| {
-                let mut call: Vec<Value> = Vec::with_capacity(3 + chunk.len() * 9);
+                let mut call: Vec<Value> = Vec::with_capacity(3 + chunk.len() * 6);
                 call.push(Value::from(chunk.len() as i64 * 5));
                 for &i in chunk {
                     call.extend(self.keys(&cs[i]).into_iter().map(Value::from));
