@@ -893,6 +893,19 @@ async fn the_unpacking_helper_passes_exactly_the_strings_asked_for() {
     );
     // "ab", then the number 1.
     assert_eq!(run(vec![0xa2, b'a', b'b', 0x01], 2).await.unwrap(), 0);
+    // The strings asked for, then a nil and another string; then a trailing nil.
+    assert_eq!(
+        run(vec![0xa2, b'a', b'b', 0xa1, b'x', 0xc0, 0xa1, b'y'], 2)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        run(vec![0xa2, b'a', b'b', 0xa1, b'x', 0xc0], 2)
+            .await
+            .unwrap(),
+        0
+    );
     // A header promising more bytes than there are.
     assert!(run(vec![0xa5, b'a'], 1).await.is_err());
     redis.quit().await.unwrap();

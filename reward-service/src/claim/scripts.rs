@@ -52,12 +52,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 macro_rules! fields_lua {
     () => {
         r"
+local function counted(...)
+  return select('#', ...), {...}
+end
 local function unpack_fields(arg, want)
-  local g = {cmsgpack.unpack(arg or '')}
+  -- select('#') counts every value unpacked, nils too (a table's length does not).
+  local n, g = counted(cmsgpack.unpack(arg or ''))
+  if n ~= want then return nil end
   for j = 1, want do
     if type(g[j]) ~= 'string' then return nil end
   end
-  if g[want + 1] ~= nil then return nil end
   return g
 end
 "
@@ -262,7 +266,7 @@ pub(super) const FINISH_MANY_LUA: &str = concat!(
 local out = {}
 local n = #KEYS / 3
 -- Each grant's packed fields, unpacked once, all before the first write: a call
--- whose arguments do not unpack to nine strings a grant changes nothing.
+-- with a grant whose argument is not nine strings changes nothing.
 local G = {}
 for i = 1, n do
   local g = unpack_fields(ARGV[2 + i], 9)
