@@ -220,7 +220,9 @@ pub async fn run(
     check_reachable(Server::WalletRedis, &env.wallet_host_port()?, probe).await?;
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
-    let tag = format!("{:08x}", rand::random::<u32>());
+    // A failed run drops the mark (it lapses within its TTL) and keeps its keys.
+    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let tag = live.tag().to_string();
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
     let (service, credential) =
         crate::grant::start_service(env, &tag, &dir, 0, &env.wallet_redis_url).await?;
@@ -275,6 +277,7 @@ pub async fn run(
     }
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     reward_tools::clean::bench_run(&env.wallet_redis_url, &tag).await;
+    live.end().await;
     Ok(ConsumerBenchReport {
         raw: raw_timing,
         consumer: consumer_timing,

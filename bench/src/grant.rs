@@ -279,13 +279,15 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     }
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let tag = live.tag().to_string();
     let report = measure(env, opts, &tag).await;
     // The run's keys go whatever came of it (a failed check left 400 000 behind).
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     if ledger_url(env, opts) != env.redis_url {
         reward_tools::clean::bench_run(ledger_url(env, opts), &tag).await;
     }
+    live.end().await;
     report
 }
 
@@ -542,7 +544,8 @@ async fn grant_all(
 /// (50 connections, 16 per round trip), calls/s and the command line. The replay's
 /// `--ceilings` puts it beside the end-to-end rate.
 pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, String)> {
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let tag = live.tag().to_string();
     let claims = reward_service::claim::Claims::connect(
         &env.redis_url,
         reward_service::claim::ClaimConfig {
@@ -564,6 +567,7 @@ pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, Stri
     };
     let (rps, _, command, _) = redis_benchmark(env, &claims, &tag, &opts).await?;
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
+    live.end().await;
     Ok((rps, command))
 }
 

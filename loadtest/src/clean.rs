@@ -7,12 +7,14 @@ use std::path::Path;
 use reward_tools::clean::{REPLAY_FAMILIES, Selection, is_tag};
 
 /// Marks as cleaned (at `at_ms`) every replay run directory directly under `out` whose
-/// manifest names `redis_url` and is not marked yet: after `clean --leftovers --yes` their
-/// keys are gone too, and `reconcile` must say so rather than fail on empty data.
+/// manifest names `redis_url`, is not marked yet and whose tag is not in `live` (runs
+/// still running, whose keys the clean left alone): after `clean --leftovers --yes`
+/// their keys are gone too, and `reconcile` must say so rather than fail on empty data.
 /// Returns the directories marked; a directory without a readable manifest is skipped.
 pub fn mark_runs_cleaned(
     out: &Path,
     redis_url: &str,
+    live: &BTreeSet<String>,
     at_ms: i64,
 ) -> anyhow::Result<Vec<std::path::PathBuf>> {
     let mut marked = Vec::new();
@@ -26,7 +28,7 @@ pub fn mark_runs_cleaned(
         let Ok(mut m) = crate::setup::Manifest::load(&dir) else {
             continue;
         };
-        if m.redis_url == redis_url && m.cleaned_unix_ms.is_none() {
+        if m.redis_url == redis_url && m.cleaned_unix_ms.is_none() && !live.contains(&m.tag) {
             m.cleaned_unix_ms = Some(at_ms);
             m.save(&dir)?;
             marked.push(dir);
@@ -59,9 +61,10 @@ pub fn replay_runs(dirs: &[&Path]) -> anyhow::Result<(String, Selection)> {
         }
         match &url {
             Some(u) if *u != m.redis_url => anyhow::bail!(
-                "{} used Redis {}, the others {u}: clean them separately",
+                "{} used Redis {}, the others {}: clean them separately",
                 dir.display(),
-                m.redis_url
+                reward_tools::stack::without_credentials(&m.redis_url),
+                reward_tools::stack::without_credentials(u)
             ),
             _ => url = Some(m.redis_url.clone()),
         }
@@ -84,33 +87,38 @@ mod tests {
     #[test]
     fn leftovers_mark_the_manifests_of_that_redis_only() {
         let out = std::env::temp_dir().join(format!("clean-mark-{:08x}", rand::random::<u32>()));
-        let manifest = |url: &str, cleaned: Option<i64>| {
+        let with_tag = |tag: &str, url: &str, cleaned: Option<i64>| {
             serde_json::json!({
-                "tag": "0a1b2c3d", "profile": "rain", "redis_url": url,
+                "tag": tag, "profile": "rain", "redis_url": url,
                 "token_prefix": "ltt-0a1b2c3d", "claims_prefix": "ltc-0a1b2c3d",
                 "claims_shards": 16, "ledger_prefix": "ltl-0a1b2c3d", "budgets": {},
                 "limits": {}, "topics": {}, "started_unix_ms": 1,
                 "token_write_failures": 0, "cleaned_unix_ms": cleaned,
             })
         };
+        let manifest = |url: &str, cleaned: Option<i64>| with_tag("0a1b2c3d", url, cleaned);
         for (name, m) in [
             ("a", manifest("redis://r1", None)),
             ("b", manifest("redis://r2", None)),
             ("c", manifest("redis://r1", Some(5))),
+            // Still running: its keys were left alone, so it is not marked.
+            ("d", with_tag("0e0e0e0e", "redis://r1", None)),
         ] {
             std::fs::create_dir_all(out.join(name)).unwrap();
             std::fs::write(out.join(name).join("manifest.json"), m.to_string()).unwrap();
         }
         std::fs::create_dir_all(out.join("no-manifest")).unwrap();
-        let marked = mark_runs_cleaned(&out, "redis://r1", 42).unwrap();
+        let live = BTreeSet::from(["0e0e0e0e".to_string()]);
+        let marked = mark_runs_cleaned(&out, "redis://r1", &live, 42).unwrap();
         assert_eq!(marked, vec![out.join("a")]);
         let load = |n: &str| crate::setup::Manifest::load(&out.join(n)).unwrap();
         assert_eq!(load("a").cleaned_unix_ms, Some(42));
         assert_eq!(load("b").cleaned_unix_ms, None);
         assert_eq!(load("c").cleaned_unix_ms, Some(5));
+        assert_eq!(load("d").cleaned_unix_ms, None);
         // Nothing under a directory that does not exist.
         assert!(
-            mark_runs_cleaned(&out.join("none"), "redis://r1", 1)
+            mark_runs_cleaned(&out.join("none"), "redis://r1", &BTreeSet::new(), 1)
                 .unwrap()
                 .is_empty()
         );

@@ -92,6 +92,9 @@ pub struct Setup {
     pub manifest: Manifest,
     /// The SDK's config text for the load tester itself.
     pub sdk_toml: String,
+    /// The run's live mark on its Redis, held while the run's process lives, so
+    /// `loadtest clean --leftovers` leaves its keys alone (`reward_tools::clean`).
+    pub live: std::sync::Arc<reward_tools::clean::LiveRun>,
 }
 
 impl Setup {
@@ -340,7 +343,9 @@ pub async fn prepare(
     limits: &BTreeMap<String, f64>,
     partitions: i32,
 ) -> anyhow::Result<Setup> {
-    let tag = format!("{:08x}", rand::random::<u32>());
+    // Marked live before the run writes anything of its own.
+    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let tag = live.tag().to_string();
     let dir = out.join(format!("{}-{tag}", plan.name));
     std::fs::create_dir_all(&dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
@@ -408,6 +413,7 @@ pub async fn prepare(
         dir,
         manifest,
         sdk_toml: String::new(),
+        live: std::sync::Arc::new(live),
     };
     setup.sdk_toml = standalone_sdk_toml(env, &setup.manifest, &setup.dir, "loadtest");
     Ok(setup)

@@ -118,9 +118,11 @@ where
 
 /// Runs the stages on `redis_url` with `rewards` rewards; removes its keys after.
 pub async fn measure(redis_url: &str, rewards: u64) -> anyhow::Result<Vec<StageCost>> {
-    let tag = format!("{:08x}", rand::random::<u32>());
+    let live = reward_tools::clean::LiveRun::start(redis_url).await?;
+    let tag = live.tag().to_string();
     let result = measure_under(redis_url, rewards, &tag).await;
     reward_tools::clean::bench_run(redis_url, &tag).await;
+    live.end().await;
     result
 }
 

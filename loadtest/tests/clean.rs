@@ -110,3 +110,99 @@ async fn clean_removes_exactly_the_runs_keys_and_marks_its_manifest() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&empty);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
+    let env = StackEnv::from_env();
+    assert!(
+        std::net::TcpStream::connect(env.redis_host_port().unwrap()).is_ok(),
+        "Redis is not answering; start the local stack with `ops/stack up`"
+    );
+    let client = Builder::from_config(Config::from_url(&env.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let live = reward_tools::clean::LiveRun::start(&env.redis_url)
+        .await
+        .unwrap();
+    let running = live.tag().to_string();
+    let dead = format!("{:08x}", rand::random::<u32>());
+    assert_ne!(running, dead);
+    let ttl: i64 = client
+        .ttl(reward_tools::clean::live_key(&running))
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the live mark has no TTL ({ttl})");
+    let keys = |tag: &str| -> Vec<String> {
+        vec![
+            format!("ltt-{tag}:{{u1}}:cny"),
+            format!("ltc-{tag}:{{rain.3}}:t:x"),
+            format!("gbl-{tag}:{{u1}}"),
+        ]
+    };
+    for k in keys(&running).iter().chain(&keys(&dead)) {
+        let _: () = client.set(k, "v", None, None, false).await.unwrap();
+    }
+    let sel = reward_tools::clean::Selection::Runs {
+        families: ["ltt-", "ltc-", "gbl-"].map(String::from).to_vec(),
+        tags: [running.clone(), dead.clone()].into(),
+    };
+    let exists = |ks: Vec<String>| {
+        let client = client.clone();
+        async move {
+            let mut n = 0;
+            for k in ks {
+                n += client.exists::<i64, _>(k).await.unwrap();
+            }
+            n
+        }
+    };
+
+    // The running run keeps all of its keys; the dead one loses all of its.
+    let done =
+        reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&env.redis_url), |_, _| {})
+            .await
+            .unwrap();
+    assert_eq!(done.removed, 3, "{done:?}");
+    assert_eq!(done.live, [running.clone()].into(), "{done:?}");
+    assert_eq!(exists(keys(&running)).await, 3);
+    assert_eq!(exists(keys(&dead)).await, 0);
+
+    // `loadtest clean DIR` of the running run: its keys stay, its manifest unmarked.
+    let dir = std::env::temp_dir().join(format!("clean-live-test-{running}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = serde_json::json!({
+        "tag": running, "profile": "rain", "redis_url": env.redis_url,
+        "token_prefix": format!("ltt-{running}"), "claims_prefix": format!("ltc-{running}"),
+        "claims_shards": 16, "ledger_prefix": format!("ltl-{running}"), "budgets": {},
+        "limits": {}, "topics": {}, "started_unix_ms": 1, "token_write_failures": 0,
+    });
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let (code, out) = loadtest(&["clean", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("still running: {running}")), "{out}");
+    assert_eq!(exists(keys(&running)).await, 3);
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(m["cleaned_unix_ms"].is_null(), "{m}");
+
+    // Once the run ends, its keys are leftovers like any other's.
+    live.end().await;
+    let n: i64 = client
+        .exists(reward_tools::clean::live_key(&running))
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "the mark outlived its run's end");
+    let (code, out) = loadtest(&["clean", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("clean: 2 keys removed"), "{out}");
+    // A bench family is not a replay's: the explicit clean took only the replay's two.
+    assert_eq!(exists(keys(&running)).await, 1);
+    let done =
+        reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&env.redis_url), |_, _| {})
+            .await
+            .unwrap();
+    assert_eq!(done.removed, 1, "{done:?}");
+    assert!(done.live.is_empty(), "{done:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

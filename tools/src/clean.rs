@@ -36,10 +36,26 @@
 //! `UNLINK` in chunks (freed by Redis's background thread, so a large hash does not
 //! stall it). Progress is reported per page. On a Redis Cluster every primary is
 //! walked.
+//!
+//! # A running run's keys are not leftovers
+//! `--leftovers` takes every tag, and a tag alone cannot tell a finished run from one
+//! still writing: a clean beside a running bench once removed its keys and failed its
+//! ledger check. So each run holds a [`LiveRun`]: before its first key it writes
+//! `ltlive-<tag>` (a string with a TTL of [`LIVE_TTL`]) on its Redis and re-arms it
+//! every [`LIVE_BEAT`] while the process that owns the run is alive. A clean given the
+//! Redis of the marks asks, page by page, whether each tag it is about to remove is
+//! marked (one `EXISTS` per distinct tag of the page), and leaves a marked tag's keys
+//! alone, naming the tag. No race: the mark is written before the run's first key, so
+//! any key a clean sees of a live run was written while its mark stood. A run whose
+//! process died (or stopped for longer than the TTL) is a leftover again within
+//! [`LIVE_TTL`].
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use fred::prelude::*;
+
+use crate::stack::without_credentials;
 
 /// Key families of a replay (see the module doc).
 pub const REPLAY_FAMILIES: [&str; 5] = ["ltt-", "ltc-", "ltl-", "ltd-", "ltcfg-"];
@@ -55,11 +71,126 @@ const SCAN_COUNT: u32 = 1_000;
 /// Keys per `UNLINK` call.
 const UNLINK_CHUNK: usize = 1_000;
 
+/// Prefix of the live-run marks, `ltlive-<tag>` (not a family: never cleaned, they
+/// expire).
+pub const LIVE_PREFIX: &str = "ltlive-";
+/// How long a mark outlives its last re-arm.
+pub const LIVE_TTL: Duration = Duration::from_secs(60);
+/// How often a live run re-arms its mark (several times per TTL, so a busy machine's
+/// late tick does not let it lapse).
+pub const LIVE_BEAT: Duration = Duration::from_secs(10);
+
+/// The mark of run `tag`.
+pub fn live_key(tag: &str) -> String {
+    format!("{LIVE_PREFIX}{tag}")
+}
+
+/// A run's tag, marked live on its Redis while this value lives (module doc, "A
+/// running run's keys are not leftovers").
+#[derive(Debug)]
+pub struct LiveRun {
+    tag: String,
+    client: Client,
+    beat: tokio::task::JoinHandle<()>,
+}
+
+impl LiveRun {
+    /// Picks a new run tag (8 hex digits) and marks it live on `redis_url` before the
+    /// run writes anything; the mark is re-armed until [`LiveRun::end`] or drop.
+    pub async fn start(redis_url: &str) -> anyhow::Result<LiveRun> {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        let safe = without_credentials(redis_url);
+        let client = reward_runtime::redis::builder(redis_url, Duration::from_secs(10))
+            .map_err(|e| anyhow::anyhow!("Redis URL {safe}: {e}"))?
+            .build()
+            .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e}"))?;
+        client
+            .init()
+            .await
+            .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e} (is `ops/stack up` running?)"))?;
+        mark_live(&client, &tag)
+            .await
+            .map_err(|e| anyhow::anyhow!("marking run {tag} live at {safe}: {e}"))?;
+        let beat = tokio::spawn({
+            let (client, tag) = (client.clone(), tag.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(LIVE_BEAT).await;
+                    // A missed beat is re-tried at the next; the TTL covers several.
+                    if let Err(e) = mark_live(&client, &tag).await {
+                        eprintln!("run {tag}: live mark not re-armed ({e}); trying again");
+                    }
+                }
+            }
+        });
+        Ok(LiveRun { tag, client, beat })
+    }
+
+    /// The run's tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Ends the mark at once (the run's keys are leftovers from now on); a mark that
+    /// cannot be removed expires within [`LIVE_TTL`].
+    pub async fn end(self) {
+        self.beat.abort();
+        let _: Result<i64, _> = self.client.del(live_key(&self.tag)).await;
+        let _ = self.client.quit().await;
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        self.beat.abort();
+    }
+}
+
+async fn mark_live(client: &Client, tag: &str) -> Result<(), fred::error::Error> {
+    let ttl = i64::try_from(LIVE_TTL.as_secs()).unwrap_or(60);
+    client
+        .set::<(), _, _>(live_key(tag), 1, Some(Expiration::EX(ttl)), None, false)
+        .await
+}
+
+/// Of `tags`, those marked live on `client` (one `EXISTS` each, in one pipeline;
+/// cluster-safe).
+async fn live_tags(client: &Client, tags: &BTreeSet<String>) -> anyhow::Result<BTreeSet<String>> {
+    if tags.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let pipe = client.pipeline();
+    for t in tags {
+        let _: () = pipe
+            .exists(live_key(t))
+            .await
+            .map_err(|e| anyhow::anyhow!("EXISTS: {e}"))?;
+    }
+    let answers: Vec<i64> = pipe
+        .all()
+        .await
+        .map_err(|e| anyhow::anyhow!("EXISTS: {e}"))?;
+    Ok(tags
+        .iter()
+        .zip(answers)
+        .filter(|(_, n)| *n > 0)
+        .map(|(t, _)| t.clone())
+        .collect())
+}
+
 /// Removes one bench run's keys (every bench family, tag `tag`) on `redis_url`, after
 /// its figures are in. A failure does not fail the bench (its figures stand): it is
 /// reported on stderr with the command that finishes the job.
 pub async fn bench_run(redis_url: &str, tag: &str) {
-    if let Err(e) = clean(redis_url, &Selection::bench_run(tag), false, |_, _| {}).await {
+    if let Err(e) = clean(
+        redis_url,
+        &Selection::bench_run(tag),
+        false,
+        None,
+        |_, _| {},
+    )
+    .await
+    {
         eprintln!(
             "bench keys of run {tag} not removed ({e:#}); `loadtest clean --leftovers --yes` removes them"
         );
@@ -67,12 +198,14 @@ pub async fn bench_run(redis_url: &str, tag: &str) {
 }
 
 /// What a clean did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cleaned {
     /// Keys that matched (removed unless it was a dry run).
     pub matched: u64,
     /// Keys removed.
     pub removed: u64,
+    /// Tags whose keys were left alone because their run is live.
+    pub live: BTreeSet<String>,
 }
 
 /// Which keys a clean takes.
@@ -115,11 +248,16 @@ impl Selection {
 
     /// Whether `key` is one this selection takes.
     pub fn takes(&self, key: &str) -> bool {
+        self.tag_taken(key).is_some()
+    }
+
+    /// The run tag of `key` when this selection takes it.
+    fn tag_taken<'a>(&self, key: &'a str) -> Option<&'a str> {
         match self {
             Selection::Runs { families, tags } => families
                 .iter()
-                .any(|f| tag_of(key, f).is_some_and(|t| tags.contains(t))),
-            Selection::AnyRun { families } => families.iter().any(|f| tag_of(key, f).is_some()),
+                .find_map(|f| tag_of(key, f).filter(|t| tags.contains(*t))),
+            Selection::AnyRun { families } => families.iter().find_map(|f| tag_of(key, f)),
         }
     }
 
@@ -139,22 +277,38 @@ impl Selection {
     }
 }
 
+/// A client of `redis_url`, connected; errors name the URL without its credentials.
+async fn connect(redis_url: &str) -> anyhow::Result<Client> {
+    let safe = without_credentials(redis_url);
+    let client = Builder::from_config(
+        Config::from_url(redis_url).map_err(|e| anyhow::anyhow!("Redis URL {safe}: {e}"))?,
+    )
+    .build()
+    .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e}"))?;
+    client
+        .init()
+        .await
+        .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e} (is `ops/stack up` running?)"))?;
+    Ok(client)
+}
+
 /// Removes (or with `dry_run` only counts) the keys `sel` takes, calling
-/// `progress(keys scanned, matched)` after each page.
+/// `progress(keys scanned, matched)` after each page. With `live_marks` (the Redis the
+/// runs mark themselves live on, [`LiveRun`]) a live run's keys are left alone and its
+/// tag reported in [`Cleaned::live`]; a run cleaning its own keys passes `None`.
 pub async fn clean(
     redis_url: &str,
     sel: &Selection,
     dry_run: bool,
+    live_marks: Option<&str>,
     mut progress: impl FnMut(u64, u64),
 ) -> anyhow::Result<Cleaned> {
-    let client = Builder::from_config(
-        Config::from_url(redis_url).map_err(|e| anyhow::anyhow!("Redis URL {redis_url}: {e}"))?,
-    )
-    .build()?;
-    client
-        .init()
-        .await
-        .map_err(|e| anyhow::anyhow!("Redis at {redis_url}: {e} (is `ops/stack up` running?)"))?;
+    let client = connect(redis_url).await?;
+    let marks = match live_marks {
+        Some(u) if u == redis_url => Some(client.clone()),
+        Some(u) => Some(connect(u).await?),
+        None => None,
+    };
     let mut done = Cleaned::default();
     let mut scanned = 0u64;
     // No set of keys seen: a family's keys match only its own pattern, and the one
@@ -181,7 +335,20 @@ pub async fn clean(
                 .await
                 .map_err(|e| anyhow::anyhow!("SCAN {pattern}: {e}"))?;
                 scanned += u64::from(SCAN_COUNT);
-                let take: Vec<String> = keys.into_iter().filter(|k| sel.takes(k)).collect();
+                let mut take: Vec<String> = keys.into_iter().filter(|k| sel.takes(k)).collect();
+                if let Some(marks) = &marks {
+                    // Asked after the page was read: a key seen here was written while
+                    // its run's mark stood, if the run is live.
+                    let tags: BTreeSet<String> = take
+                        .iter()
+                        .filter_map(|k| sel.tag_taken(k).map(str::to_string))
+                        .collect();
+                    let live = live_tags(marks, &tags).await?;
+                    if !live.is_empty() {
+                        take.retain(|k| sel.tag_taken(k).is_none_or(|t| !live.contains(t)));
+                        done.live.extend(live);
+                    }
+                }
                 done.matched += take.len() as u64;
                 if !dry_run {
                     for chunk in take.chunks(UNLINK_CHUNK) {
@@ -197,6 +364,9 @@ pub async fn clean(
         }
     }
     let _ = client.quit().await;
+    if let Some(m) = marks.filter(|_| live_marks != Some(redis_url)) {
+        let _ = m.quit().await;
+    }
     Ok(done)
 }
 

@@ -116,6 +116,7 @@ async fn the_books_pass_only_when_what_was_sent_is_what_was_credited() {
             tags: [tag.clone()].into(),
         },
         false,
+        None,
         |_, _| {},
     )
     .await

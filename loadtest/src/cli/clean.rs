@@ -10,7 +10,8 @@ pub struct CleanArgs {
     /// Replay run directories (each holds manifest.json).
     #[arg(required_unless_present = "leftovers", conflicts_with = "leftovers")]
     dirs: Vec<PathBuf>,
-    /// Every run's keys of every load-tester key family, not only some runs'.
+    /// Every run's keys of every load-tester key family, not only some runs'. A run
+    /// still running (its process keeps a live mark) is left alone, here and with DIRs.
     #[arg(long)]
     leftovers: bool,
     /// With --leftovers: remove them (without it, only count).
@@ -84,22 +85,36 @@ async fn clean(
         (url, sel, crate::clean::ledger_urls(&dirs)?)
     };
     let bar = indicatif::ProgressBar::new_spinner();
-    let mut done = reward_tools::clean::clean(&url, &sel, dry_run, |scanned, matched| {
-        bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
-        bar.tick();
-    })
-    .await?;
-    // The ledgers' keys, on the wallet's own Redis.
-    for other in also.iter().filter(|u| **u != url) {
-        let more = reward_tools::clean::clean(other, &sel, dry_run, |scanned, matched| {
-            bar.set_message(format!("wallet: {scanned} keys scanned, {matched} matched"));
+    // Runs mark themselves live on the Redis they write their claims and tokens to
+    // (`reward_tools::clean::LiveRun`): a live run's keys are left alone, here and on
+    // its wallet's Redis.
+    let mut done =
+        reward_tools::clean::clean(&url, &sel, dry_run, Some(&url), |scanned, matched| {
+            bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
             bar.tick();
         })
         .await?;
+    // The ledgers' keys, on the wallet's own Redis.
+    for other in also.iter().filter(|u| **u != url) {
+        let more =
+            reward_tools::clean::clean(other, &sel, dry_run, Some(&url), |scanned, matched| {
+                bar.set_message(format!("wallet: {scanned} keys scanned, {matched} matched"));
+                bar.tick();
+            })
+            .await?;
         done.matched += more.matched;
         done.removed += more.removed;
+        done.live.extend(more.live);
     }
     bar.finish_and_clear();
+    if !done.live.is_empty() {
+        println!(
+            "clean: left alone the keys of {} run(s) still running: {} (each holds a live mark, ltlive-TAG, that lapses {} s after its process stops)",
+            done.live.len(),
+            done.live.iter().cloned().collect::<Vec<_>>().join(", "),
+            reward_tools::clean::LIVE_TTL.as_secs()
+        );
+    }
     if dry_run {
         println!(
             "clean: {} keys would be removed (nothing removed{})",
@@ -114,7 +129,12 @@ async fn clean(
     }
     println!("clean: {} keys removed", done.removed);
     if let Some(out) = leftovers {
-        let marked = crate::clean::mark_runs_cleaned(out, &url, reward_runtime::clock::now_ms())?;
+        let marked = crate::clean::mark_runs_cleaned(
+            out,
+            &url,
+            &done.live,
+            reward_runtime::clock::now_ms(),
+        )?;
         println!(
             "clean: {} run directories under {} marked cleaned",
             marked.len(),
@@ -123,6 +143,9 @@ async fn clean(
     }
     for dir in dirs {
         let mut m = crate::setup::Manifest::load(dir)?;
+        if done.live.contains(&m.tag) {
+            continue;
+        }
         m.cleaned_unix_ms = Some(reward_runtime::clock::now_ms());
         m.save(dir)?;
     }
