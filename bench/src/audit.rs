@@ -64,7 +64,7 @@ pub async fn run(env: &StackEnv, opts: &AuditBenchOptions) -> anyhow::Result<Aud
     let client =
         reward_runtime::redis::builder(&env.redis_url, Duration::from_secs(30))?.build()?;
     client.init().await.context("redis")?;
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let live = reward_tools::clean::LiveRun::start(&[&env.redis_url]).await?;
     let tag = live.tag().to_string();
     let (claims_prefix, token_prefix) = (format!("aud-{tag}"), format!("audt-{tag}"));
     let result = measure(&client, opts, &claims_prefix, &token_prefix).await;

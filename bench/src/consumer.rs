@@ -221,7 +221,8 @@ pub async fn run(
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
     // A failed run drops the mark (it lapses within its TTL) and keeps its keys.
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let live =
+        reward_tools::clean::LiveRun::start(&[&env.redis_url, &env.wallet_redis_url]).await?;
     let tag = live.tag().to_string();
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
     let (service, credential) =

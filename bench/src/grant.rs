@@ -279,7 +279,8 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
     }
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let live =
+        reward_tools::clean::LiveRun::start(&[&env.redis_url, ledger_url(env, opts)]).await?;
     let tag = live.tag().to_string();
     let report = measure(env, opts, &tag).await;
     // The run's keys go whatever came of it (a failed check left 400 000 behind).
@@ -544,7 +545,7 @@ async fn grant_all(
 /// (50 connections, 16 per round trip), calls/s and the command line. The replay's
 /// `--ceilings` puts it beside the end-to-end rate.
 pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, String)> {
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let live = reward_tools::clean::LiveRun::start(&[&env.redis_url]).await?;
     let tag = live.tag().to_string();
     let claims = reward_service::claim::Claims::connect(
         &env.redis_url,

@@ -38,6 +38,26 @@ pub fn mark_runs_cleaned(
     Ok(marked)
 }
 
+/// The tags of the replay runs directly under `out` whose manifests name `redis_url`
+/// and are not marked cleaned (those [`mark_runs_cleaned`] would mark).
+pub fn unmarked_tags(out: &Path, redis_url: &str) -> anyhow::Result<BTreeSet<String>> {
+    let entries = match std::fs::read_dir(out) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
+        Err(e) => anyhow::bail!("{}: {e}", out.display()),
+    };
+    let mut tags = BTreeSet::new();
+    for entry in entries {
+        if let Ok(m) = crate::setup::Manifest::load(&entry?.path())
+            && m.redis_url == redis_url
+            && m.cleaned_unix_ms.is_none()
+        {
+            tags.insert(m.tag);
+        }
+    }
+    Ok(tags)
+}
+
 /// The Redis of each run's ledger in `dirs` other than the run's own, once each.
 pub fn ledger_urls(dirs: &[&Path]) -> anyhow::Result<Vec<String>> {
     let mut urls = BTreeSet::new();

@@ -57,6 +57,9 @@ enum Command {
     /// `clean --leftovers` counts the keys of every replay and bench run ever made on
     /// this Redis; add --yes to remove them (and mark the run directories under --out
     /// as cleaned). Topics are left to the brokers' retention.
+    /// A run still running (a replay, a bench, a `loadtest wallet` on a run) marks
+    /// itself live, `ltlive-TAG` naming its process, until it ends or 60 s after it
+    /// died: its keys are left alone and named, and `clean DIR` of it is refused.
     #[command(verbatim_doc_comment)]
     Clean(CleanArgs),
     /// Serve the wallet page of one of a replay's users: starts a reward service on

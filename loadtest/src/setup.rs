@@ -344,7 +344,8 @@ pub async fn prepare(
     partitions: i32,
 ) -> anyhow::Result<Setup> {
     // Marked live before the run writes anything of its own.
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url).await?;
+    let live =
+        reward_tools::clean::LiveRun::start(&[&env.redis_url, &env.wallet_redis_url]).await?;
     let tag = live.tag().to_string();
     let dir = out.join(format!("{}-{tag}", plan.name));
     std::fs::create_dir_all(&dir)

@@ -118,7 +118,7 @@ where
 
 /// Runs the stages on `redis_url` with `rewards` rewards; removes its keys after.
 pub async fn measure(redis_url: &str, rewards: u64) -> anyhow::Result<Vec<StageCost>> {
-    let live = reward_tools::clean::LiveRun::start(redis_url).await?;
+    let live = reward_tools::clean::LiveRun::start(&[redis_url]).await?;
     let tag = live.tag().to_string();
     let result = measure_under(redis_url, rewards, &tag).await;
     reward_tools::clean::bench_run(redis_url, &tag).await;

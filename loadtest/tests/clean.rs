@@ -122,7 +122,7 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
         .build()
         .unwrap();
     client.init().await.unwrap();
-    let live = reward_tools::clean::LiveRun::start(&env.redis_url)
+    let live = reward_tools::clean::LiveRun::start(&[&env.redis_url])
         .await
         .unwrap();
     let running = live.tag().to_string();
@@ -159,12 +159,44 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
     };
 
     // The running run keeps all of its keys; the dead one loses all of its.
+    let none = BTreeSet::new();
+    let done = reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&none), |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(done.removed, 3, "{done:?}");
+    assert_eq!(
+        done.live.keys().cloned().collect::<Vec<_>>(),
+        vec![running.clone()],
+        "{done:?}"
+    );
+    // The mark names its holder, this process.
+    let holder = &done.live[&running];
+    assert!(
+        holder.starts_with(&format!("pid {} on ", std::process::id())),
+        "{holder}"
+    );
+    // A tag the caller already knows to be live (found on a run's other Redis) is
+    // kept without a mark here.
+    let other = format!("{:08x}", rand::random::<u32>());
+    let _: () = client
+        .set(format!("ltt-{other}:{{u2}}:cny"), "v", None, None, false)
+        .await
+        .unwrap();
+    let sel_other = reward_tools::clean::Selection::Runs {
+        families: vec!["ltt-".into()],
+        tags: [other.clone()].into(),
+    };
+    let known = BTreeSet::from([other.clone()]);
     let done =
-        reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&env.redis_url), |_, _| {})
+        reward_tools::clean::clean(&env.redis_url, &sel_other, false, Some(&known), |_, _| {})
             .await
             .unwrap();
-    assert_eq!(done.removed, 3, "{done:?}");
-    assert_eq!(done.live, [running.clone()].into(), "{done:?}");
+    assert_eq!(done.removed, 0, "{done:?}");
+    let done =
+        reward_tools::clean::clean(&env.redis_url, &sel_other, false, Some(&none), |_, _| {})
+            .await
+            .unwrap();
+    assert_eq!(done.removed, 1, "{done:?}");
     assert_eq!(exists(keys(&running)).await, 3);
     assert_eq!(exists(keys(&dead)).await, 0);
 
@@ -179,8 +211,11 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
     });
     std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
     let (code, out) = loadtest(&["clean", dir.to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains(&format!("still running: {running}")), "{out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("nothing cleaned: run {running} (pid ")),
+        "{out}"
+    );
     assert_eq!(exists(keys(&running)).await, 3);
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
@@ -198,10 +233,9 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
     assert!(out.contains("clean: 2 keys removed"), "{out}");
     // A bench family is not a replay's: the explicit clean took only the replay's two.
     assert_eq!(exists(keys(&running)).await, 1);
-    let done =
-        reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&env.redis_url), |_, _| {})
-            .await
-            .unwrap();
+    let done = reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&none), |_, _| {})
+        .await
+        .unwrap();
     assert_eq!(done.removed, 1, "{done:?}");
     assert!(done.live.is_empty(), "{done:?}");
     let _ = std::fs::remove_dir_all(&dir);

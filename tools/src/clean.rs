@@ -41,14 +41,21 @@
 //! `--leftovers` takes every tag, and a tag alone cannot tell a finished run from one
 //! still writing: a clean beside a running bench once removed its keys and failed its
 //! ledger check. So each run holds a [`LiveRun`]: before its first key it writes
-//! `ltlive-<tag>` (a string with a TTL of [`LIVE_TTL`]) on its Redis and re-arms it
-//! every [`LIVE_BEAT`] while the process that owns the run is alive. A clean given the
-//! Redis of the marks asks, page by page, whether each tag it is about to remove is
-//! marked (one `EXISTS` per distinct tag of the page), and leaves a marked tag's keys
-//! alone, naming the tag. No race: the mark is written before the run's first key, so
-//! any key a clean sees of a live run was written while its mark stood. A run whose
-//! process died (or stopped for longer than the TTL) is a leftover again within
-//! [`LIVE_TTL`].
+//! `ltlive-<tag>` (a string with a TTL of [`LIVE_TTL`], naming the process that holds
+//! it) on every Redis the run writes to (its pipeline's and its wallet's), and re-arms
+//! it every [`LIVE_BEAT`] while that process lives; a process that works on a finished
+//! run's keys (`loadtest wallet`) holds one for that run's tag. A clean asks the Redis
+//! it is cleaning, page by page, which tags of the page are marked (one `GET` per
+//! distinct tag), and leaves their keys alone, naming the holder. No race: the mark is
+//! written before the run's first key, so any key a clean sees of a live run was
+//! written while its mark stood. A clean of two Redis servers (a run's pipeline and
+//! wallet) carries the live tags of the first into the second, so a run that ends
+//! between the two keeps both halves rather than losing one.
+//!
+//! A run whose process ended is a leftover at once when it ended the mark
+//! ([`LiveRun::end`]) and within [`LIVE_TTL`] when it died. A replay's services are
+//! its child processes: if the load tester itself is killed with `SIGKILL`, they can
+//! outlive it and its mark; stop them before cleaning (`pgrep -f <run directory>`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -85,45 +92,73 @@ pub fn live_key(tag: &str) -> String {
     format!("{LIVE_PREFIX}{tag}")
 }
 
-/// A run's tag, marked live on its Redis while this value lives (module doc, "A
-/// running run's keys are not leftovers").
+/// A run's tag, marked live on its Redis servers while this value lives (module doc,
+/// "A running run's keys are not leftovers").
 #[derive(Debug)]
 pub struct LiveRun {
     tag: String,
-    client: Client,
+    clients: Vec<Client>,
     beat: tokio::task::JoinHandle<()>,
 }
 
 impl LiveRun {
-    /// Picks a new run tag (8 hex digits) and marks it live on `redis_url` before the
-    /// run writes anything; the mark is re-armed until [`LiveRun::end`] or drop.
-    pub async fn start(redis_url: &str) -> anyhow::Result<LiveRun> {
+    /// Picks a new run tag (8 hex digits) and marks it live on every Redis in
+    /// `redis_urls` (the run's, and its wallet's when apart) before the run writes
+    /// anything; the mark is re-armed until [`LiveRun::end`] or drop.
+    pub async fn start(redis_urls: &[&str]) -> anyhow::Result<LiveRun> {
         let tag = format!("{:08x}", rand::random::<u32>());
-        let safe = without_credentials(redis_url);
-        let client = reward_runtime::redis::builder(redis_url, Duration::from_secs(10))
-            .map_err(|e| anyhow::anyhow!("Redis URL {safe}: {e}"))?
-            .build()
-            .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e}"))?;
-        client
-            .init()
-            .await
-            .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e} (is `ops/stack up` running?)"))?;
-        mark_live(&client, &tag)
-            .await
-            .map_err(|e| anyhow::anyhow!("marking run {tag} live at {safe}: {e}"))?;
+        Self::hold(redis_urls, &tag).await
+    }
+
+    /// Marks an existing run's `tag` live on `redis_urls`: for a process that works on a
+    /// finished run's keys.
+    pub async fn hold(redis_urls: &[&str], tag: &str) -> anyhow::Result<LiveRun> {
+        let holder = holder();
+        let mut clients = Vec::new();
+        let mut seen = BTreeSet::new();
+        for url in redis_urls.iter().filter(|u| seen.insert(**u)) {
+            let client = connect(url).await?;
+            mark_live(&client, tag, &holder).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "marking run {tag} live at {}: {e}",
+                    without_credentials(url)
+                )
+            })?;
+            clients.push(client);
+        }
         let beat = tokio::spawn({
-            let (client, tag) = (client.clone(), tag.clone());
+            let (clients, tag) = (clients.clone(), tag.to_string());
             async move {
+                let mut failing = false;
                 loop {
                     tokio::time::sleep(LIVE_BEAT).await;
-                    // A missed beat is re-tried at the next; the TTL covers several.
-                    if let Err(e) = mark_live(&client, &tag).await {
-                        eprintln!("run {tag}: live mark not re-armed ({e}); trying again");
+                    let mut err = None;
+                    for c in &clients {
+                        if let Err(e) = mark_live(c, &tag, &holder).await {
+                            err = Some(e);
+                        }
+                    }
+                    // Said once when it starts failing and once when it is back, not
+                    // every beat: the TTL covers several missed beats.
+                    match (err, failing) {
+                        (Some(e), false) => {
+                            eprintln!("run {tag}: live mark not re-armed ({e}); trying again");
+                            failing = true;
+                        }
+                        (None, true) => {
+                            eprintln!("run {tag}: live mark re-armed again");
+                            failing = false;
+                        }
+                        _ => {}
                     }
                 }
             }
         });
-        Ok(LiveRun { tag, client, beat })
+        Ok(LiveRun {
+            tag: tag.to_string(),
+            clients,
+            beat,
+        })
     }
 
     /// The run's tag.
@@ -132,49 +167,93 @@ impl LiveRun {
     }
 
     /// Ends the mark at once (the run's keys are leftovers from now on); a mark that
-    /// cannot be removed expires within [`LIVE_TTL`].
-    pub async fn end(self) {
+    /// cannot be removed expires within [`LIVE_TTL`]. Ending twice is harmless.
+    pub async fn end(&self) {
         self.beat.abort();
-        let _: Result<i64, _> = self.client.del(live_key(&self.tag)).await;
-        let _ = self.client.quit().await;
+        for c in &self.clients {
+            let _: Result<i64, _> = c.del(live_key(&self.tag)).await;
+        }
     }
 }
 
 impl Drop for LiveRun {
+    /// Stops re-arming; the mark is removed in the background when a runtime is still
+    /// there to do it, else it expires within [`LIVE_TTL`].
     fn drop(&mut self) {
         self.beat.abort();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (clients, key) = (std::mem::take(&mut self.clients), live_key(&self.tag));
+            rt.spawn(async move {
+                for c in clients {
+                    let _: Result<i64, _> = c.del(key.as_str()).await;
+                    let _ = c.quit().await;
+                }
+            });
+        }
     }
 }
 
-async fn mark_live(client: &Client, tag: &str) -> Result<(), fred::error::Error> {
+/// Who holds a mark: this process and host, for the operator a clean names it to.
+fn holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "this host".into()
+    } else {
+        host
+    };
+    format!("pid {} on {host}", std::process::id())
+}
+
+async fn mark_live(client: &Client, tag: &str, holder: &str) -> Result<(), fred::error::Error> {
     let ttl = i64::try_from(LIVE_TTL.as_secs()).unwrap_or(60);
     client
-        .set::<(), _, _>(live_key(tag), 1, Some(Expiration::EX(ttl)), None, false)
+        .set::<(), _, _>(
+            live_key(tag),
+            holder,
+            Some(Expiration::EX(ttl)),
+            None,
+            false,
+        )
         .await
 }
 
-/// Of `tags`, those marked live on `client` (one `EXISTS` each, in one pipeline;
-/// cluster-safe).
-async fn live_tags(client: &Client, tags: &BTreeSet<String>) -> anyhow::Result<BTreeSet<String>> {
+/// Of `tags`, those marked live on `redis_url`, each with its holder.
+pub async fn live_marks(
+    redis_url: &str,
+    tags: &BTreeSet<String>,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     if tags.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok(Default::default());
+    }
+    let client = connect(redis_url).await?;
+    let found = live_tags(&client, tags).await;
+    let _ = client.quit().await;
+    found
+}
+
+/// Of `tags`, those marked live on `client`, each with its holder (one `GET` each, in
+/// one pipeline; cluster-safe).
+async fn live_tags(
+    client: &Client,
+    tags: &BTreeSet<String>,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    if tags.is_empty() {
+        return Ok(Default::default());
     }
     let pipe = client.pipeline();
     for t in tags {
         let _: () = pipe
-            .exists(live_key(t))
+            .get(live_key(t))
             .await
-            .map_err(|e| anyhow::anyhow!("EXISTS: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("GET: {e}"))?;
     }
-    let answers: Vec<i64> = pipe
-        .all()
-        .await
-        .map_err(|e| anyhow::anyhow!("EXISTS: {e}"))?;
+    let answers: Vec<Option<String>> = pipe.all().await.map_err(|e| anyhow::anyhow!("GET: {e}"))?;
     Ok(tags
         .iter()
         .zip(answers)
-        .filter(|(_, n)| *n > 0)
-        .map(|(t, _)| t.clone())
+        .filter_map(|(t, h)| Some((t.clone(), h?)))
         .collect())
 }
 
@@ -204,8 +283,9 @@ pub struct Cleaned {
     pub matched: u64,
     /// Keys removed.
     pub removed: u64,
-    /// Tags whose keys were left alone because their run is live.
-    pub live: BTreeSet<String>,
+    /// Tags whose keys were left alone because their run is live, with the holder of
+    /// each mark ("" for a tag the caller said is live).
+    pub live: std::collections::BTreeMap<String, String>,
 }
 
 /// Which keys a clean takes.
@@ -277,14 +357,14 @@ impl Selection {
     }
 }
 
-/// A client of `redis_url`, connected; errors name the URL without its credentials.
+/// A client of `redis_url`, connected (the pipeline's reconnect policy and a 10 s
+/// deadline per command); errors name the URL without its credentials.
 async fn connect(redis_url: &str) -> anyhow::Result<Client> {
     let safe = without_credentials(redis_url);
-    let client = Builder::from_config(
-        Config::from_url(redis_url).map_err(|e| anyhow::anyhow!("Redis URL {safe}: {e}"))?,
-    )
-    .build()
-    .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e}"))?;
+    let client = reward_runtime::redis::builder(redis_url, Duration::from_secs(10))
+        .map_err(|e| anyhow::anyhow!("Redis URL {safe}: {e}"))?
+        .build()
+        .map_err(|e| anyhow::anyhow!("Redis at {safe}: {e}"))?;
     client
         .init()
         .await
@@ -293,23 +373,23 @@ async fn connect(redis_url: &str) -> anyhow::Result<Client> {
 }
 
 /// Removes (or with `dry_run` only counts) the keys `sel` takes, calling
-/// `progress(keys scanned, matched)` after each page. With `live_marks` (the Redis the
-/// runs mark themselves live on, [`LiveRun`]) a live run's keys are left alone and its
-/// tag reported in [`Cleaned::live`]; a run cleaning its own keys passes `None`.
+/// `progress(keys scanned, matched)` after each page. With `live` (tags already known
+/// to be live: a clean of a run's second Redis passes what the first found) a live
+/// run's keys are left alone: those of the tags given, and of any tag marked live on
+/// this Redis ([`LiveRun`]); they are reported in [`Cleaned::live`]. A run cleaning
+/// its own keys passes `None`.
 pub async fn clean(
     redis_url: &str,
     sel: &Selection,
     dry_run: bool,
-    live_marks: Option<&str>,
+    live: Option<&BTreeSet<String>>,
     mut progress: impl FnMut(u64, u64),
 ) -> anyhow::Result<Cleaned> {
     let client = connect(redis_url).await?;
-    let marks = match live_marks {
-        Some(u) if u == redis_url => Some(client.clone()),
-        Some(u) => Some(connect(u).await?),
-        None => None,
-    };
     let mut done = Cleaned::default();
+    for t in live.into_iter().flatten() {
+        done.live.insert(t.clone(), String::new());
+    }
     let mut scanned = 0u64;
     // No set of keys seen: a family's keys match only its own pattern, and the one
     // duplicate SCAN allows (a key returned twice while Redis resizes its table) is
@@ -336,18 +416,16 @@ pub async fn clean(
                 .map_err(|e| anyhow::anyhow!("SCAN {pattern}: {e}"))?;
                 scanned += u64::from(SCAN_COUNT);
                 let mut take: Vec<String> = keys.into_iter().filter(|k| sel.takes(k)).collect();
-                if let Some(marks) = &marks {
+                if live.is_some() {
                     // Asked after the page was read: a key seen here was written while
                     // its run's mark stood, if the run is live.
                     let tags: BTreeSet<String> = take
                         .iter()
                         .filter_map(|k| sel.tag_taken(k).map(str::to_string))
+                        .filter(|t| !done.live.contains_key(t))
                         .collect();
-                    let live = live_tags(marks, &tags).await?;
-                    if !live.is_empty() {
-                        take.retain(|k| sel.tag_taken(k).is_none_or(|t| !live.contains(t)));
-                        done.live.extend(live);
-                    }
+                    done.live.extend(live_tags(&client, &tags).await?);
+                    take.retain(|k| sel.tag_taken(k).is_none_or(|t| !done.live.contains_key(t)));
                 }
                 done.matched += take.len() as u64;
                 if !dry_run {
@@ -364,9 +442,6 @@ pub async fn clean(
         }
     }
     let _ = client.quit().await;
-    if let Some(m) = marks.filter(|_| live_marks != Some(redis_url)) {
-        let _ = m.quit().await;
-    }
     Ok(done)
 }
 

@@ -84,34 +84,52 @@ async fn clean(
         let (url, sel) = crate::clean::replay_runs(&dirs)?;
         (url, sel, crate::clean::ledger_urls(&dirs)?)
     };
+    // A DIR still running is refused before anything is touched (its keys would be
+    // left alone below anyway, but its manifest must not be marked).
+    if let Selection::Runs { tags, .. } = &sel {
+        let live = reward_tools::clean::live_marks(&url, tags).await?;
+        if !live.is_empty() {
+            anyhow::bail!(
+                "nothing cleaned: {} still running; clean again once it has ended",
+                describe_live(&live)
+            );
+        }
+    }
     let bar = indicatif::ProgressBar::new_spinner();
-    // Runs mark themselves live on the Redis they write their claims and tokens to
-    // (`reward_tools::clean::LiveRun`): a live run's keys are left alone, here and on
-    // its wallet's Redis.
+    // Runs mark themselves live on every Redis they write to
+    // (`reward_tools::clean::LiveRun`): a live run's keys are left alone on each, and
+    // the tags found live on the first are kept on the second, so a run that ends
+    // between the two keeps both halves.
+    let none = std::collections::BTreeSet::new();
     let mut done =
-        reward_tools::clean::clean(&url, &sel, dry_run, Some(&url), |scanned, matched| {
+        reward_tools::clean::clean(&url, &sel, dry_run, Some(&none), |scanned, matched| {
             bar.set_message(format!("{scanned} keys scanned, {matched} matched"));
             bar.tick();
         })
         .await?;
     // The ledgers' keys, on the wallet's own Redis.
     for other in also.iter().filter(|u| **u != url) {
+        let known = done.live.keys().cloned().collect();
         let more =
-            reward_tools::clean::clean(other, &sel, dry_run, Some(&url), |scanned, matched| {
+            reward_tools::clean::clean(other, &sel, dry_run, Some(&known), |scanned, matched| {
                 bar.set_message(format!("wallet: {scanned} keys scanned, {matched} matched"));
                 bar.tick();
             })
             .await?;
         done.matched += more.matched;
         done.removed += more.removed;
-        done.live.extend(more.live);
+        for (t, h) in more.live {
+            let e = done.live.entry(t).or_default();
+            if e.is_empty() {
+                *e = h;
+            }
+        }
     }
     bar.finish_and_clear();
     if !done.live.is_empty() {
         println!(
-            "clean: left alone the keys of {} run(s) still running: {} (each holds a live mark, ltlive-TAG, that lapses {} s after its process stops)",
-            done.live.len(),
-            done.live.iter().cloned().collect::<Vec<_>>().join(", "),
+            "clean: left alone the keys of {} still running (each holds a live mark, ltlive-TAG, that lapses {} s after its process stops)",
+            describe_live(&done.live),
             reward_tools::clean::LIVE_TTL.as_secs()
         );
     }
@@ -129,12 +147,16 @@ async fn clean(
     }
     println!("clean: {} keys removed", done.removed);
     if let Some(out) = leftovers {
-        let marked = crate::clean::mark_runs_cleaned(
-            out,
-            &url,
-            &done.live,
-            reward_runtime::clock::now_ms(),
-        )?;
+        // A run that had written nothing yet when the pages were read is live too.
+        let mut live: std::collections::BTreeSet<String> = done.live.keys().cloned().collect();
+        let unmarked = crate::clean::unmarked_tags(out, &url)?;
+        live.extend(
+            reward_tools::clean::live_marks(&url, &unmarked)
+                .await?
+                .into_keys(),
+        );
+        let marked =
+            crate::clean::mark_runs_cleaned(out, &url, &live, reward_runtime::clock::now_ms())?;
         println!(
             "clean: {} run directories under {} marked cleaned",
             marked.len(),
@@ -143,11 +165,26 @@ async fn clean(
     }
     for dir in dirs {
         let mut m = crate::setup::Manifest::load(dir)?;
-        if done.live.contains(&m.tag) {
+        if done.live.contains_key(&m.tag) {
             continue;
         }
         m.cleaned_unix_ms = Some(reward_runtime::clock::now_ms());
         m.save(dir)?;
     }
     Ok(())
+}
+
+/// `TAG (pid N on HOST), …` for the live runs `live` (tag -> holder).
+fn describe_live(live: &std::collections::BTreeMap<String, String>) -> String {
+    let runs: Vec<String> = live
+        .iter()
+        .map(|(t, h)| {
+            if h.is_empty() {
+                format!("run {t}")
+            } else {
+                format!("run {t} ({h})")
+            }
+        })
+        .collect();
+    runs.join(", ")
 }

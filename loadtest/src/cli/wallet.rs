@@ -115,6 +115,12 @@ async fn serve(args: WalletArgs) -> anyhow::Result<()> {
             dir.display()
         );
     }
+    // Its service's sweeper writes into the run's keys: the run is live while it serves.
+    let _live = reward_tools::clean::LiveRun::hold(
+        &[&manifest.redis_url, manifest.ledger_redis()],
+        &manifest.tag,
+    )
+    .await?;
     let (user, activity, won) = pick_user(&dir, args.user.as_deref())?;
     let (keys, codec) = session_keys(&dir)?;
     let spec = Spec {

@@ -321,5 +321,7 @@ pub async fn run(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<(PathBu
     if let Some(cost) = report.cost.as_mut() {
         cost.stages = stages;
     }
+    // The run is over: its keys may be cleaned from now on (`loadtest clean`).
+    run.end_live().await;
     Ok((run.dir, report))
 }

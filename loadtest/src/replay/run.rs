@@ -148,6 +148,12 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// Ends the run's live mark (`reward_tools::clean::LiveRun`): nothing of the run
+    /// writes to Redis any more.
+    pub(super) async fn end_live(&self) {
+        self.setup.live.end().await;
+    }
+
     /// Checks that Redis, Kafka and the RocketMQ name server answer, then prepares
     /// the run directory, topics and configs.
     async fn prepare(env: &StackEnv, opts: &ReplayOptions) -> anyhow::Result<Setup> {
