@@ -113,16 +113,12 @@ async fn clean_removes_exactly_the_runs_keys_and_marks_its_manifest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
-    let env = StackEnv::from_env();
-    assert!(
-        std::net::TcpStream::connect(env.redis_host_port().unwrap()).is_ok(),
-        "Redis is not answering; start the local stack with `ops/stack up`"
-    );
-    let client = Builder::from_config(Config::from_url(&env.redis_url).unwrap())
+    let redis = reward_testkit::redis_url();
+    let client = Builder::from_config(Config::from_url(&redis).unwrap())
         .build()
         .unwrap();
     client.init().await.unwrap();
-    let live = reward_tools::clean::LiveRun::start(&[&env.redis_url])
+    let live = reward_tools::clean::LiveRun::start(&[redis.as_str()])
         .await
         .unwrap();
     let running = live.tag().to_string();
@@ -160,7 +156,7 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
 
     // The running run keeps all of its keys; the dead one loses all of its.
     let none = BTreeSet::new();
-    let done = reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&none), |_, _| {})
+    let done = reward_tools::clean::clean(&redis, &sel, false, Some(&none), |_, _| {})
         .await
         .unwrap();
     assert_eq!(done.removed, 3, "{done:?}");
@@ -187,15 +183,13 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
         tags: [other.clone()].into(),
     };
     let known = BTreeSet::from([other.clone()]);
-    let done =
-        reward_tools::clean::clean(&env.redis_url, &sel_other, false, Some(&known), |_, _| {})
-            .await
-            .unwrap();
+    let done = reward_tools::clean::clean(&redis, &sel_other, false, Some(&known), |_, _| {})
+        .await
+        .unwrap();
     assert_eq!(done.removed, 0, "{done:?}");
-    let done =
-        reward_tools::clean::clean(&env.redis_url, &sel_other, false, Some(&none), |_, _| {})
-            .await
-            .unwrap();
+    let done = reward_tools::clean::clean(&redis, &sel_other, false, Some(&none), |_, _| {})
+        .await
+        .unwrap();
     assert_eq!(done.removed, 1, "{done:?}");
     assert_eq!(exists(keys(&running)).await, 3);
     assert_eq!(exists(keys(&dead)).await, 0);
@@ -204,7 +198,7 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
     let dir = std::env::temp_dir().join(format!("clean-live-test-{running}"));
     std::fs::create_dir_all(&dir).unwrap();
     let manifest = serde_json::json!({
-        "tag": running, "profile": "rain", "redis_url": env.redis_url,
+        "tag": running, "profile": "rain", "redis_url": redis,
         "token_prefix": format!("ltt-{running}"), "claims_prefix": format!("ltc-{running}"),
         "claims_shards": 16, "ledger_prefix": format!("ltl-{running}"), "budgets": {},
         "limits": {}, "topics": {}, "started_unix_ms": 1, "token_write_failures": 0,
@@ -233,7 +227,7 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
     assert!(out.contains("clean: 2 keys removed"), "{out}");
     // A bench family is not a replay's: the explicit clean took only the replay's two.
     assert_eq!(exists(keys(&running)).await, 1);
-    let done = reward_tools::clean::clean(&env.redis_url, &sel, false, Some(&none), |_, _| {})
+    let done = reward_tools::clean::clean(&redis, &sel, false, Some(&none), |_, _| {})
         .await
         .unwrap();
     assert_eq!(done.removed, 1, "{done:?}");
