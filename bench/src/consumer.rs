@@ -220,7 +220,8 @@ pub async fn run(
     check_reachable(Server::WalletRedis, &env.wallet_host_port()?, probe).await?;
     check_reachable(Server::Kafka, env.first_kafka_broker(), probe).await?;
     check_reachable(Server::RocketMqNameServer, &env.rocketmq_namesrv, probe).await?;
-    // A failed run drops the mark (it lapses within its TTL) and keeps its keys.
+    // A failed run drops its mark (removed in the background, or run out within its
+    // TTL) and keeps its keys.
     let live =
         reward_tools::clean::LiveRun::start(&[&env.redis_url, &env.wallet_redis_url]).await?;
     let tag = live.tag().to_string();

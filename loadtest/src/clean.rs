@@ -7,14 +7,15 @@ use std::path::Path;
 use reward_tools::clean::{REPLAY_FAMILIES, Selection, is_tag};
 
 /// Marks as cleaned (at `at_ms`) every replay run directory directly under `out` whose
-/// manifest names `redis_url`, is not marked yet and whose tag is not in `live` (runs
-/// still running, whose keys the clean left alone): after `clean --leftovers --yes`
-/// their keys are gone too, and `reconcile` must say so rather than fail on empty data.
+/// manifest names `redis_url`, is not marked yet and whose tag is in `take` (the
+/// [`unmarked_tags`] found before the clean, less the runs still running): after
+/// `clean --leftovers --yes` their keys are gone too, and `reconcile` must say so
+/// rather than fail on empty data. A run that appeared since is not in `take`.
 /// Returns the directories marked; a directory without a readable manifest is skipped.
 pub fn mark_runs_cleaned(
     out: &Path,
     redis_url: &str,
-    live: &BTreeSet<String>,
+    take: &BTreeSet<String>,
     at_ms: i64,
 ) -> anyhow::Result<Vec<std::path::PathBuf>> {
     let mut marked = Vec::new();
@@ -28,7 +29,7 @@ pub fn mark_runs_cleaned(
         let Ok(mut m) = crate::setup::Manifest::load(&dir) else {
             continue;
         };
-        if m.redis_url == redis_url && m.cleaned_unix_ms.is_none() && !live.contains(&m.tag) {
+        if m.redis_url == redis_url && m.cleaned_unix_ms.is_none() && take.contains(&m.tag) {
             m.cleaned_unix_ms = Some(at_ms);
             m.save(&dir)?;
             marked.push(dir);
@@ -128,8 +129,9 @@ mod tests {
             std::fs::write(out.join(name).join("manifest.json"), m.to_string()).unwrap();
         }
         std::fs::create_dir_all(out.join("no-manifest")).unwrap();
-        let live = BTreeSet::from(["0e0e0e0e".to_string()]);
-        let marked = mark_runs_cleaned(&out, "redis://r1", &live, 42).unwrap();
+        // "0e0e0e0e" is still running: not among the tags to take.
+        let take = BTreeSet::from(["0a1b2c3d".to_string()]);
+        let marked = mark_runs_cleaned(&out, "redis://r1", &take, 42).unwrap();
         assert_eq!(marked, vec![out.join("a")]);
         let load = |n: &str| crate::setup::Manifest::load(&out.join(n)).unwrap();
         assert_eq!(load("a").cleaned_unix_ms, Some(42));

@@ -215,8 +215,19 @@ async fn a_running_runs_keys_are_left_alone_and_taken_once_it_ends() {
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     assert!(m["cleaned_unix_ms"].is_null(), "{m}");
 
-    // Once the run ends, its keys are leftovers like any other's.
+    // A second process holding the same run (`loadtest wallet` on it): the first
+    // one's end leaves the run live.
+    let second = reward_tools::clean::LiveRun::hold(&[redis.as_str()], &running)
+        .await
+        .unwrap();
     live.end().await;
+    let (code, out) = loadtest(&["clean", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("nothing cleaned"), "{out}");
+    assert_eq!(exists(keys(&running)).await, 3);
+
+    // Once the run ends, its keys are leftovers like any other's.
+    second.end().await;
     let n: i64 = client
         .exists(reward_tools::clean::live_key(&running))
         .await

@@ -41,12 +41,15 @@
 //! `--leftovers` takes every tag, and a tag alone cannot tell a finished run from one
 //! still writing: a clean beside a running bench once removed its keys and failed its
 //! ledger check. So each run holds a [`LiveRun`]: before its first key it writes
-//! `ltlive-<tag>` (a string with a TTL of [`LIVE_TTL`], naming the process that holds
-//! it) on every Redis the run writes to (its pipeline's and its wallet's), and re-arms
-//! it every [`LIVE_BEAT`] while that process lives; a process that works on a finished
-//! run's keys (`loadtest wallet`) holds one for that run's tag. A clean asks the Redis
-//! it is cleaning, page by page, which tags of the page are marked (one `GET` per
-//! distinct tag), and leaves their keys alone, naming the holder. No race: the mark is
+//! `ltlive-<tag>` on every Redis the run writes to (its pipeline's and its wallet's):
+//! a hash with one field per holder (`pid N on HOST #n`), whose value is the Redis
+//! time its hold lasts to, [`LIVE_TTL`] after its last re-arm; it re-arms every
+//! [`LIVE_BEAT`] while its process lives. A process that works on a finished run's
+//! keys (`loadtest wallet`) holds the same mark in a field of its own, so neither
+//! ends the other's hold. A clean asks the Redis it is cleaning, page by page, which
+//! tags of the page have a holder whose hold has not run out (one script call per
+//! distinct tag, Redis's clock alone), and leaves their keys alone, naming the
+//! holders. No race: the mark is
 //! written before the run's first key, so any key a clean sees of a live run was
 //! written while its mark stood. A clean of two Redis servers (a run's pipeline and
 //! wallet) carries the live tags of the first into the second, so a run that ends
@@ -81,22 +84,48 @@ const UNLINK_CHUNK: usize = 1_000;
 /// Prefix of the live-run marks, `ltlive-<tag>` (not a family: never cleaned, they
 /// expire).
 pub const LIVE_PREFIX: &str = "ltlive-";
-/// How long a mark outlives its last re-arm.
+/// How long a holder's mark outlives its last re-arm.
 pub const LIVE_TTL: Duration = Duration::from_secs(60);
 /// How often a live run re-arms its mark (several times per TTL, so a busy machine's
 /// late tick does not let it lapse).
 pub const LIVE_BEAT: Duration = Duration::from_secs(10);
 
-/// The mark of run `tag`.
+/// The mark of run `tag`: a hash, holder -> the Redis time (ms) its hold lasts to.
 pub fn live_key(tag: &str) -> String {
     format!("{LIVE_PREFIX}{tag}")
 }
 
+/// Re-arms holder `ARGV[1]` of the mark `KEYS[1]` for `ARGV[2]` seconds of Redis's
+/// clock, and the whole key's TTL with it.
+const MARK_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]) * 1000)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// The holders of the mark `KEYS[1]` whose hold has not run out (by Redis's clock).
+const HOLDERS_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local h = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #h, 2 do
+  local to = tonumber(h[i + 1])
+  if to and to > now then out[#out + 1] = h[i] end
+end
+return out
+";
+
 /// A run's tag, marked live on its Redis servers while this value lives (module doc,
-/// "A running run's keys are not leftovers").
+/// "A running run's keys are not leftovers"). Each holder has its own field in the
+/// mark, so two processes holding one run (a replay and a `loadtest wallet` on it) do
+/// not end each other's hold.
 #[derive(Debug)]
 pub struct LiveRun {
     tag: String,
+    holder: String,
     clients: Vec<Client>,
     beat: tokio::task::JoinHandle<()>,
 }
@@ -118,23 +147,26 @@ impl LiveRun {
         let mut seen = BTreeSet::new();
         for url in redis_urls.iter().filter(|u| seen.insert(**u)) {
             let client = connect(url).await?;
-            mark_live(&client, tag, &holder).await.map_err(|e| {
+            let mark = reward_runtime::script::Script::load(&client, MARK_LUA)
+                .await
+                .map_err(|e| anyhow::anyhow!("Redis at {}: {e}", without_credentials(url)))?;
+            mark_live(&client, &mark, tag, &holder).await.map_err(|e| {
                 anyhow::anyhow!(
                     "marking run {tag} live at {}: {e}",
                     without_credentials(url)
                 )
             })?;
-            clients.push(client);
+            clients.push((client, mark));
         }
         let beat = tokio::spawn({
-            let (clients, tag) = (clients.clone(), tag.to_string());
+            let (clients, tag, holder) = (clients.clone(), tag.to_string(), holder.clone());
             async move {
                 let mut failing = false;
                 loop {
                     tokio::time::sleep(LIVE_BEAT).await;
                     let mut err = None;
-                    for c in &clients {
-                        if let Err(e) = mark_live(c, &tag, &holder).await {
+                    for (c, mark) in &clients {
+                        if let Err(e) = mark_live(c, mark, &tag, &holder).await {
                             err = Some(e);
                         }
                     }
@@ -156,7 +188,8 @@ impl LiveRun {
         });
         Ok(LiveRun {
             tag: tag.to_string(),
-            clients,
+            holder,
+            clients: clients.into_iter().map(|(c, _)| c).collect(),
             beat,
         })
     }
@@ -166,26 +199,29 @@ impl LiveRun {
         &self.tag
     }
 
-    /// Ends the mark at once (the run's keys are leftovers from now on); a mark that
-    /// cannot be removed expires within [`LIVE_TTL`]. Ending twice is harmless.
+    /// Ends this holder's hold at once (with no other holder the run's keys are
+    /// leftovers from now on); a hold that cannot be removed runs out within
+    /// [`LIVE_TTL`]. Ending twice is harmless. A re-arm already on its way when this
+    /// runs may land after it: the hold then lasts its TTL, never less.
     pub async fn end(&self) {
         self.beat.abort();
         for c in &self.clients {
-            let _: Result<i64, _> = c.del(live_key(&self.tag)).await;
+            let _: Result<i64, _> = c.hdel(live_key(&self.tag), self.holder.as_str()).await;
         }
     }
 }
 
 impl Drop for LiveRun {
-    /// Stops re-arming; the mark is removed in the background when a runtime is still
-    /// there to do it, else it expires within [`LIVE_TTL`].
+    /// Stops re-arming; this holder's field is removed in the background when a
+    /// runtime is still there to do it, else it runs out within [`LIVE_TTL`].
     fn drop(&mut self) {
         self.beat.abort();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (clients, key) = (std::mem::take(&mut self.clients), live_key(&self.tag));
+            let clients = std::mem::take(&mut self.clients);
+            let (key, holder) = (live_key(&self.tag), self.holder.clone());
             rt.spawn(async move {
                 for c in clients {
-                    let _: Result<i64, _> = c.del(key.as_str()).await;
+                    let _: Result<i64, _> = c.hdel(key.as_str(), holder.as_str()).await;
                     let _ = c.quit().await;
                 }
             });
@@ -193,7 +229,8 @@ impl Drop for LiveRun {
     }
 }
 
-/// Who holds a mark: this process and host, for the operator a clean names it to.
+/// Who holds a mark: this process and host, and a number of its own (one process may
+/// hold a run twice).
 fn holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -203,23 +240,32 @@ fn holder() -> String {
     } else {
         host
     };
-    format!("pid {} on {host}", std::process::id())
+    format!(
+        "pid {} on {host} #{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
-async fn mark_live(client: &Client, tag: &str, holder: &str) -> Result<(), fred::error::Error> {
+async fn mark_live(
+    client: &Client,
+    mark: &reward_runtime::script::Script,
+    tag: &str,
+    holder: &str,
+) -> Result<(), fred::error::Error> {
     let ttl = i64::try_from(LIVE_TTL.as_secs()).unwrap_or(60);
-    client
-        .set::<(), _, _>(
-            live_key(tag),
-            holder,
-            Some(Expiration::EX(ttl)),
-            None,
-            false,
-        )
-        .await
+    let _: i64 = mark
+        .eval(client, || {
+            (
+                vec![live_key(tag)],
+                vec![Value::from(holder), Value::from(ttl)],
+            )
+        })
+        .await?;
+    Ok(())
 }
 
-/// Of `tags`, those marked live on `redis_url`, each with its holder.
+/// Of `tags`, those marked live on `redis_url`, each with its holders.
 pub async fn live_marks(
     redis_url: &str,
     tags: &BTreeSet<String>,
@@ -228,33 +274,40 @@ pub async fn live_marks(
         return Ok(Default::default());
     }
     let client = connect(redis_url).await?;
-    let found = live_tags(&client, tags).await;
+    let found = match holders_script(&client).await {
+        Ok(script) => live_tags(&client, &script, tags).await,
+        Err(e) => Err(e),
+    };
     let _ = client.quit().await;
     found
 }
 
-/// Of `tags`, those marked live on `client`, each with its holder (one `GET` each, in
-/// one pipeline; cluster-safe).
+/// [`HOLDERS_LUA`], loaded on `client`.
+async fn holders_script(client: &Client) -> anyhow::Result<reward_runtime::script::Script> {
+    reward_runtime::script::Script::load(client, HOLDERS_LUA)
+        .await
+        .map_err(|e| anyhow::anyhow!("loading the live-mark script: {e}"))
+}
+
+/// Of `tags`, those with a holder on `client` whose hold has not run out, each with
+/// its holders (one script call per tag; cluster-safe). A mark of another type (a
+/// key that is not a hash) fails the clean rather than let it remove anything.
 async fn live_tags(
     client: &Client,
+    holders: &reward_runtime::script::Script,
     tags: &BTreeSet<String>,
 ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-    if tags.is_empty() {
-        return Ok(Default::default());
-    }
-    let pipe = client.pipeline();
+    let mut live = std::collections::BTreeMap::new();
     for t in tags {
-        let _: () = pipe
-            .get(live_key(t))
+        let who: Vec<String> = holders
+            .eval(client, || (vec![live_key(t)], Vec::new()))
             .await
-            .map_err(|e| anyhow::anyhow!("GET: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("reading live mark {}: {e}", live_key(t)))?;
+        if !who.is_empty() {
+            live.insert(t.clone(), who.join(", "));
+        }
     }
-    let answers: Vec<Option<String>> = pipe.all().await.map_err(|e| anyhow::anyhow!("GET: {e}"))?;
-    Ok(tags
-        .iter()
-        .zip(answers)
-        .filter_map(|(t, h)| Some((t.clone(), h?)))
-        .collect())
+    Ok(live)
 }
 
 /// Removes one bench run's keys (every bench family, tag `tag`) on `redis_url`, after
@@ -386,6 +439,10 @@ pub async fn clean(
     mut progress: impl FnMut(u64, u64),
 ) -> anyhow::Result<Cleaned> {
     let client = connect(redis_url).await?;
+    let holders = match live {
+        Some(_) => Some(holders_script(&client).await?),
+        None => None,
+    };
     let mut done = Cleaned::default();
     for t in live.into_iter().flatten() {
         done.live.insert(t.clone(), String::new());
@@ -416,7 +473,7 @@ pub async fn clean(
                 .map_err(|e| anyhow::anyhow!("SCAN {pattern}: {e}"))?;
                 scanned += u64::from(SCAN_COUNT);
                 let mut take: Vec<String> = keys.into_iter().filter(|k| sel.takes(k)).collect();
-                if live.is_some() {
+                if let Some(holders) = &holders {
                     // Asked after the page was read: a key seen here was written while
                     // its run's mark stood, if the run is live.
                     let tags: BTreeSet<String> = take
@@ -424,7 +481,7 @@ pub async fn clean(
                         .filter_map(|k| sel.tag_taken(k).map(str::to_string))
                         .filter(|t| !done.live.contains_key(t))
                         .collect();
-                    done.live.extend(live_tags(&client, &tags).await?);
+                    done.live.extend(live_tags(&client, holders, &tags).await?);
                     take.retain(|k| sel.tag_taken(k).is_none_or(|t| !done.live.contains_key(t)));
                 }
                 done.matched += take.len() as u64;

@@ -95,6 +95,11 @@ async fn clean(
             );
         }
     }
+    // The run directories a --leftovers clean may mark: those there before it began.
+    let unmarked_before = match leftovers {
+        Some(out) => crate::clean::unmarked_tags(out, &url)?,
+        None => std::collections::BTreeSet::new(),
+    };
     let bar = indicatif::ProgressBar::new_spinner();
     // Runs mark themselves live on every Redis they write to
     // (`reward_tools::clean::LiveRun`): a live run's keys are left alone on each, and
@@ -147,16 +152,18 @@ async fn clean(
     }
     println!("clean: {} keys removed", done.removed);
     if let Some(out) = leftovers {
-        // A run that had written nothing yet when the pages were read is live too.
+        // Only runs seen before the clean, less those still running (a run that had
+        // written nothing yet when the pages were read is live too).
+        let unmarked = unmarked_before;
         let mut live: std::collections::BTreeSet<String> = done.live.keys().cloned().collect();
-        let unmarked = crate::clean::unmarked_tags(out, &url)?;
         live.extend(
             reward_tools::clean::live_marks(&url, &unmarked)
                 .await?
                 .into_keys(),
         );
+        let take = unmarked.difference(&live).cloned().collect();
         let marked =
-            crate::clean::mark_runs_cleaned(out, &url, &live, reward_runtime::clock::now_ms())?;
+            crate::clean::mark_runs_cleaned(out, &url, &take, reward_runtime::clock::now_ms())?;
         println!(
             "clean: {} run directories under {} marked cleaned",
             marked.len(),
