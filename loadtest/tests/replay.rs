@@ -196,7 +196,9 @@ fn small_replay_with(
 }
 
 /// As [`small_replay_with`]; `alone`: no other replay of this binary runs meanwhile
-/// (the fault stops a server of the shared stack).
+/// (the fault stops a server of the shared stack, or the run holds the accepted SLO
+/// through a fault that makes its calls wait: two replays and a CPU hog on two cores
+/// starved the first pair's SDK, whose token writes then missed their wait).
 fn small_replay_as(
     env: &[(String, String)],
     what: &str,
@@ -356,12 +358,13 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_service_instance_loses_nothing_and_credits_nothing_twice() {
     let env = stack_env();
-    let (dir, r, _) = small_replay_with(
+    let (dir, r, _) = small_replay_as(
         &env,
         "svc-kill",
         15,
         "[[faults]]\nat_secs = 5\naction = \"kill-service\"\nfor_secs = 3\n",
         &["--services", "2"],
+        true,
     );
     let checks = r["reconciliation"]["checks"].as_array().unwrap();
     assert!(checks.iter().all(|c| c["pass"] == true), "{checks:?}");
@@ -574,12 +577,14 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
 #[test]
 fn a_failing_then_slow_downstream_delays_credits_but_loses_none() {
     let env = stack_env();
-    let (dir, r, text) = small_replay(
+    let (dir, r, text) = small_replay_as(
         &env,
         "downstream",
         10,
         "[[faults]]\nat_secs = 2\naction = \"downstream-fail\"\nshare = 0.5\nfor_secs = 3\n\
          [[faults]]\nat_secs = 6\naction = \"downstream-slow\"\ndelay_ms = 200\nfor_secs = 2\n",
+        &[],
+        true,
     );
     assert!(
         r["reconciliation"]["checks"]
@@ -671,11 +676,13 @@ fn a_downstream_that_answers_after_crediting_is_resolved_never_credited_twice() 
     // key), never treat the timeout as "not credited".
     let env = stack_env();
     let start = unix_now() - 5.0;
-    let (dir, r, text) = small_replay(
+    let (dir, r, text) = small_replay_as(
         &env,
         "late",
         10,
         "[[faults]]\nat_secs = 2\naction = \"downstream-timeout-after-credit\"\nshare = 0.3\nfor_secs = 4\n",
+        &[],
+        true,
     );
     // The stack's Prometheus saw it: the downstream alert's condition held for the run.
     let held = alerts_held(&run_label(&dir), start, unix_now());
