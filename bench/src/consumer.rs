@@ -25,8 +25,8 @@
 //!
 //! Both ratios are printed (target ≥ 0.8) with the time each side took to its first
 //! message. BENCHMARKS.md leads with "from start", which charges each side everything;
-//! "steady" drops the start-up, but on tansu it also drops raw's wait for its first
-//! (largest) fetch answer, so it tends to come out a little lower.
+//! "steady" drops the start-up, and with it raw's wait for its first (largest) fetch
+//! answer, so it tends to come out a little lower.
 //!
 //! # Checks
 //! The run fails instead of reporting a rate unless the raw consumer saw every
@@ -140,9 +140,6 @@ async fn produce(
     cfg.set("bootstrap.servers", &env.kafka_brokers)
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000");
-    for (k, v) in reward_tools::stack::stack_kafka_settings() {
-        cfg.set(k, v);
-    }
     let producer: FutureProducer = cfg.create()?;
     let mut pending = Vec::with_capacity(4096);
     for i in 0..opts.messages {
@@ -187,8 +184,6 @@ async fn raw(
     for (k, v) in settings {
         cfg.set(k, v);
     }
-    // (No `stack_kafka_settings` here: they are producer settings, and librdkafka warns
-    // about each one a consumer is given.)
     let consumer: StreamConsumer = cfg.create()?;
     consumer.subscribe(&[topic])?;
     let mut seen = 0u64;

@@ -33,9 +33,6 @@
 //! in bursts up to a millisecond behind schedule, which would be charged to
 //! `send_reward`.
 //!
-//! Both sides add [`reward_tools::stack::STACK_KAFKA_SETTINGS`] (no idempotence): the
-//! stack's tansu 0.6 panics under an idempotent producer at volume (docs/stack.md).
-//!
 //! Every run checks its own counts: a run that did not get every event acknowledged, or
 //! lost a token write, fails instead of reporting a rate.
 
@@ -75,11 +72,9 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    /// The librdkafka settings both sides run with: the stack's, then the caller's.
+    /// The librdkafka settings both sides run with: the caller's.
     fn kafka_settings(&self) -> BTreeMap<String, String> {
-        let mut all = reward_tools::stack::stack_kafka_settings();
-        all.extend(self.kafka_settings.clone());
-        all
+        self.kafka_settings.clone()
     }
 }
 

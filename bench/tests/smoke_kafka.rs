@@ -44,7 +44,7 @@ async fn a_dead_broker_fails_naming_the_start_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_restart_against_librdkafkas_mock_cluster() {
     // The same probe against librdkafka's in-process mock cluster: tells the client's
-    // own behaviour (commit, leave, resume, close) from tansu's.
+    // own behaviour (commit, leave, resume, close) from the broker's.
     let mock = rdkafka::mocking::MockCluster::new(1).unwrap();
     let env = StackEnv {
         kafka_brokers: mock.bootstrap_servers(),

@@ -12,22 +12,17 @@
 //! - `fetch.wait.max.ms=50` unless the config's `settings` say otherwise: librdkafka's
 //!   default (500 ms) lets the broker hold a fetch that long when little is waiting,
 //!   and at event traffic below saturation that wait is most of a reward's time from
-//!   send to credit. The price, at saturation: more, smaller fetches cost tansu CPU,
+//!   send to credit. The price, at saturation: more, smaller fetches cost the broker CPU,
 //!   and `reward-bench consumer` credits somewhat fewer rewards/s than with 500
 //!   (figures for both: docs/findings/benchmarks-history.md). A consumer meant only
 //!   to drain a backlog fast can set `settings = { "fetch.wait.max.ms" = "500" }`.
 //! - `fetch.max.bytes=1048576` (librdkafka's default is 50 MB) unless `settings`
-//!   say otherwise: librdkafka keeps one fetch in flight per broker, and tansu ignores
-//!   the per-partition cap (`max.partition.fetch.bytes`) and answers with everything
-//!   a partition holds: on a deep backlog one answer takes tansu seconds to build,
-//!   and the consumer, done with the previous answer sooner, sits idle in between.
-//!   tansu does honour the total cap: with 1 MB, answers arrive steadily and the
-//!   consumer credits one while tansu reads the next, which brings it closer to a
-//!   bare consumer fetching alike (docs/findings/benchmarks-history.md). Smaller
-//!   answers (`message.max.bytes` must come down with them) slow the bare consumer
-//!   more than they help ours: tansu pays per request.
-//!   Against a Kafka that honours the partition cap 1 MB costs little: it is still
-//!   ~20 000 of these events a fetch.
+//!   say otherwise: librdkafka keeps one fetch in flight per broker, and an answer of
+//!   tens of MB on a deep backlog leaves the consumer idle while the broker builds and
+//!   sends it. With 1 MB, answers arrive steadily and the consumer credits one while
+//!   the broker reads the next (docs/findings/benchmarks-history.md); 1 MB is still
+//!   ~20 000 of these events a fetch. Smaller answers (`message.max.bytes` must come
+//!   down with them) cost more requests, which a broker pays for one by one.
 //! - Every `TopicPartitionList` this module builds is dropped before the consumer
 //!   (docs/stack.md: a list kept past the consumer pins librdkafka's broker threads
 //!   and hangs its close).

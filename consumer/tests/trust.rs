@@ -31,9 +31,6 @@ async fn foreign(topic: &str, events: &[RewardEvent]) {
 async fn foreign_raw(topic: &str, records: &[(String, Vec<u8>)]) {
     let mut cfg = rdkafka::ClientConfig::new();
     cfg.set("bootstrap.servers", stack().kafka_brokers);
-    for (k, v) in reward_tools::stack::stack_kafka_settings() {
-        cfg.set(k, v);
-    }
     let producer: FutureProducer = cfg.create().unwrap();
     for (key, payload) in records {
         producer

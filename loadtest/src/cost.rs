@@ -14,7 +14,7 @@
 //! - **CPU per process**: `utime + stime` of `/proc/PID/stat` for this process (the
 //!   activity side: the load tester and the SDK it drives), every child (reward
 //!   service instances, consumers) and the stack's servers named by the pid files of
-//!   `ops/stack` (`$REWARD_STACK_DIR/run/*.pid`: Redis nodes, tansu, the RocketMQ
+//!   `ops/stack` (`$REWARD_STACK_DIR/run/*.pid`: Redis nodes, Kafka, the RocketMQ
 //!   name server and broker), grouped by role. Linux reports these in `USER_HZ`
 //!   ticks, 100 per second on every architecture it runs on. A process killed by a
 //!   fault takes its CPU with it (its replacement counts from its start), so a drill
@@ -383,7 +383,7 @@ fn stack_role(stem: &str) -> &str {
         "redis" => "redis",
         "wallet" => "wallet redis (stand-in ledger)",
         s if s.starts_with("cluster") => "redis",
-        "kafka" => "kafka broker (tansu)",
+        "kafka" => "kafka broker",
         "broker" => "rocketmq broker",
         "namesrv" => "rocketmq name server",
         other => other,
@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(cmds["evalsha"].usec, 340);
         assert_eq!(cmds["client|id"].calls, 1);
         assert_eq!(stack_role("cluster3"), "redis");
-        assert_eq!(stack_role("kafka"), "kafka broker (tansu)");
+        assert_eq!(stack_role("kafka"), "kafka broker");
     }
 
     #[test]

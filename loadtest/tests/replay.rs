@@ -49,7 +49,7 @@ fn env_lines(args: &[&str], vars: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect();
     for (what, var) in [
         ("Redis", "REDIS_URL"),
-        ("Kafka broker (tansu)", "KAFKA_BROKERS"),
+        ("Kafka broker", "KAFKA_BROKERS"),
         ("RocketMQ name server", "ROCKETMQ_NAMESRV"),
     ] {
         let addr = env

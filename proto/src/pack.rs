@@ -1,7 +1,7 @@
 //! Compound broker records: many encoded events in one broker record.
 //!
-//! Every broker record costs the brokers a record's bookkeeping (tansu does per-record
-//! work and commits per produce request; RocketMQ indexes every message), the
+//! Every broker record costs the brokers a record's bookkeeping (Kafka's batches carry
+//! per-record headers and offsets; RocketMQ indexes every message), the
 //! producer a delivery report and the consumer an offset to track. The SDK therefore
 //! packs the events of one send into a few records (`queues.<q>.pack_events` per
 //! record) and the consumer unpacks them and settles each event on its own.

@@ -1,8 +1,7 @@
 //! Dropping what may hang on drop, with a deadline.
 //!
 //! A librdkafka client's destroy waits for its broker threads; against a broker that
-//! stopped answering (or tansu 0.6 in some states, docs/stack.md) it can wait for
-//! ever. A process that must stop on time (the consumer's shutdown, a test, a smoke
+//! stopped answering (docs/stack.md) it can wait for ever. A process that must stop on time (the consumer's shutdown, a test, a smoke
 //! probe) drops such a client with [`drop_within`] instead of in place.
 
 use std::time::Duration;

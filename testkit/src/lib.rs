@@ -86,7 +86,7 @@ pub fn stack() -> StackEnv {
     let env = StackEnv::from_env();
     reachable("Redis", &redis_addr(&env));
     reachable(
-        "Kafka broker (tansu)",
+        "Kafka broker",
         env.kafka_brokers.split(',').next().unwrap_or_default(),
     );
     reachable("RocketMQ name server", &env.rocketmq_namesrv);

@@ -101,12 +101,12 @@ impl ReadBack {
 /// watermark it had when the read began, or `want` distinct trade numbers were seen,
 /// or nothing new arrived for `idle` (then it returns what it has; the caller's
 /// counts decide). Ending on the watermarks, not on a quiet spell, matters on a loaded
-/// machine: tansu's first fetch of a large topic can take longer than any idle
+/// machine: a broker's first fetch of a large topic can take longer than any idle
 /// guess, and a read that gave up early looked like lost messages.
 ///
 /// It assigns every partition itself and never joins its (throwaway) group: a
-/// read-back commits nothing, and closing a group member has hung inside librdkafka's
-/// destroy against tansu 0.6 (docs/stack.md). The consumer is closed with
+/// read-back commits nothing, and closing a group member can hang inside librdkafka's
+/// destroy (docs/stack.md). The consumer is closed with
 /// [`drop_within`], so a stuck close is an error, never a hang.
 pub fn read_kafka(
     brokers: &str,

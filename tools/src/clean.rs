@@ -27,8 +27,8 @@
 //!   `--ceilings`) remove their own keys once their checks passed ([`bench_run`]); a
 //!   failed bench keeps them to be looked into.
 //!
-//! Topics are left alone: the brokers' retention ages them out, and tansu keeps each
-//! in a few SQLite rows.
+//! Topics are left alone: the brokers' retention ages their records out (a day on the
+//! stack), and `ops/stack` removes a log dir or store grown past its limit.
 //!
 //! # How
 //! One `SCAN` pass with a `MATCH` pattern narrowed to the families (Redis filters

@@ -10,7 +10,7 @@
 //! - [`clean`]: removing what load-test runs left in Redis, by key family and run
 //!   tag (SCAN and UNLINK, cluster-wide).
 //! - [`stack`]: where the stack's servers are (`ops/stack env`), a fast reachability
-//!   check, Redis fork watching, the librdkafka settings for the stack's tansu.
+//!   check, Redis fork watching.
 //! - [`topics`]: creating Kafka and RocketMQ topics; a Kafka group's committed offsets.
 //!
 //! The binary `reward-ctl` (`ops/config`) is the command operators run. `control` and

@@ -8,8 +8,6 @@
 //! probe first opens a TCP connection with a short timeout and, if nothing answers,
 //! fails at once with [`StackError::Unreachable`], whose message names the command that
 //! starts the server.
-//!
-//! Clients aimed at the stack's Kafka (tansu) add [`STACK_KAFKA_SETTINGS`].
 
 use std::time::Duration;
 
@@ -43,7 +41,7 @@ pub fn default_wallet_redis_url() -> String {
     format!("redis://127.0.0.1:{}", default_port("WALLET_PORT"))
 }
 
-/// Loopback default of `KAFKA_BROKERS` (tansu).
+/// Loopback default of `KAFKA_BROKERS` (Apache Kafka, one KRaft node).
 pub fn default_kafka_brokers() -> String {
     format!("127.0.0.1:{}", default_port("KAFKA_PORT"))
 }
@@ -58,7 +56,7 @@ pub fn default_rocketmq_namesrv() -> String {
 pub enum Server {
     /// Redis: token store, idempotency records, budgets.
     Redis,
-    /// The Kafka-protocol broker (tansu).
+    /// The Kafka broker (Apache Kafka).
     Kafka,
     /// RocketMQ's name server.
     RocketMqNameServer,
@@ -72,7 +70,7 @@ impl std::fmt::Display for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Redis => "Redis",
-            Self::Kafka => "Kafka broker (tansu)",
+            Self::Kafka => "Kafka broker",
             Self::RocketMqNameServer => "RocketMQ name server",
             Self::RocketMqBroker => "RocketMQ broker",
             Self::WalletRedis => "the wallet's Redis",
@@ -303,28 +301,6 @@ pub fn fork_warning(forks: Option<u64>) -> Option<String> {
     }
 }
 
-/// librdkafka settings for every producer aimed at the local stack's Kafka broker.
-///
-/// tansu 0.6 panics in its storage layer (`lite.rs:503`) when an idempotent producer's
-/// batch matches no producer row, which the SDK's 100 k run hit twice; after that every
-/// request fails (docs/stack.md, "Every Kafka request fails with
-/// `Storage(UnableToSend)`"). Producers aimed at it therefore run without idempotence: at-least-once, which every read-back check allows and the
-/// reward service's compare-and-set absorbs. The SDK's own default stays idempotent.
-pub const STACK_KAFKA_SETTINGS: [(&str, &str); 1] = [("enable.idempotence", "false")];
-
-/// [`STACK_KAFKA_SETTINGS`] as a map (for [`sdk::queue::producer::kafka_client_config`]).
-pub fn stack_kafka_settings() -> std::collections::BTreeMap<String, String> {
-    STACK_KAFKA_SETTINGS
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect()
-}
-
-/// [`STACK_KAFKA_SETTINGS`] as the `settings` line of a `[producers.NAME]` TOML table.
-pub fn stack_kafka_settings_toml() -> String {
-    kafka_settings_toml(&stack_kafka_settings())
-}
-
 /// librdkafka settings as the `settings` line of a `[producers.NAME]` TOML table.
 pub fn kafka_settings_toml(settings: &std::collections::BTreeMap<String, String>) -> String {
     let pairs: Vec<String> = settings
@@ -351,8 +327,7 @@ pub struct QueueSpec<'a> {
 }
 
 /// The `[sdk]` section of a config aimed at this stack, as services, consumers, the
-/// load tester and tests write it: producers `kafka` (with [`STACK_KAFKA_SETTINGS`])
-/// and `rocketmq` at the stack's addresses, the given queues (the first is the default
+/// load tester and tests write it: producers `kafka` and `rocketmq` at the stack's addresses, the given queues (the first is the default
 /// queue) and reward types (with their queue when not the default).
 #[derive(Debug, Clone)]
 pub struct SdkSection<'a> {
@@ -384,7 +359,7 @@ impl SdkSection<'_> {
              [sdk.token]\nkeys_file = {keys:?}\nttl_secs = {ttl}\n\
              [sdk.store]\nredis_url = {redis:?}\nkey_prefix = {prefix:?}\n\
              ttl_secs = {ttl}\n{timeout}\
-             [sdk.producers.kafka]\nkind = \"kafka\"\nbrokers = {kafka:?}\n{settings}\n\
+             [sdk.producers.kafka]\nkind = \"kafka\"\nbrokers = {kafka:?}\n\
              [sdk.producers.rocketmq]\nkind = \"rocketmq\"\nnamesrv = {namesrv:?}\ngroup = {group:?}\n",
             default = self.queues.first().map_or("", |q| q.name),
             keys = self.keys_file.display().to_string(),
@@ -395,7 +370,6 @@ impl SdkSection<'_> {
                 .store_timeout_ms
                 .map_or(String::new(), |ms| format!("timeout_ms = {ms}\n")),
             kafka = self.env.kafka_brokers,
-            settings = stack_kafka_settings_toml(),
             namesrv = self.env.rocketmq_namesrv,
             group = self.rocketmq_group,
         );

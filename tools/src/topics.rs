@@ -1,5 +1,5 @@
-//! Topics on the stack's brokers: creating them (tansu creates none on produce; the
-//! RocketMQ name server must route a topic before a producer may use it) and reading a
+//! Topics on the stack's brokers: creating them (the stack's Kafka creates none on
+//! produce, as production clusters that refuse auto-creation do; the RocketMQ name server must route a topic before a producer may use it) and reading a
 //! Kafka group's committed offsets. Every request that can time out on a busy broker
 //! is retried for [`RETRY_FOR`] before it fails, which tells "slow" from "gone".
 
@@ -15,7 +15,7 @@ use rdkafka::error::{KafkaResult, RDKafkaErrorCode};
 use rocketmq_client_rust::DefaultMQProducer;
 use rocketmq_model::common::topic::TopicValidator;
 
-/// Creates Kafka topics (tansu creates none on produce); existing ones are fine.
+/// Creates Kafka topics (the stack's Kafka creates none on produce); existing ones are fine.
 pub async fn create_kafka_topics(
     brokers: &str,
     topics: &[&str],
@@ -43,8 +43,11 @@ pub async fn create_kafka_topics(
     Ok(())
 }
 
-/// Creates RocketMQ topics through the broker's auto-create template and waits until
-/// the name server routes to each.
+/// Creates RocketMQ topics (4 queues each) on the brokers that route the auto-create
+/// template topic and waits until the name server routes to each. A create that
+/// failed or timed out is sent again (the broker's create is an update: idempotent)
+/// until the topic is routed or 15 s have passed; the error then names what the last
+/// create said.
 pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<(), String> {
     let rt = sdk::queue::rocketmq_runtime("reward-topic-admin")?;
     let mut producer = DefaultMQProducer::builder(rt)
@@ -54,25 +57,33 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
     producer.start().await.map_err(|e| format!("start: {e}"))?;
     let mut result = Ok(());
     for topic in topics {
-        let _ = producer
-            .create_topic(
-                TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
-                topic,
-                4,
-                HashMap::new(),
-            )
-            .await;
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut routed = false;
+        let mut created = false;
         let mut last = String::from("no queues");
         while Instant::now() < deadline {
+            if !created {
+                match producer
+                    .create_topic(
+                        TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
+                        topic,
+                        4,
+                        HashMap::new(),
+                    )
+                    .await
+                {
+                    Ok(()) => created = true,
+                    Err(e) => last = format!("create: {e}"),
+                }
+            }
             match producer.fetch_publish_message_queues(topic).await {
                 Ok(q) if !q.is_empty() => {
                     routed = true;
                     break;
                 }
                 Ok(_) => {}
-                Err(e) => last = e.to_string(),
+                Err(e) if created => last = format!("route: {e}"),
+                Err(_) => {}
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

@@ -102,7 +102,7 @@ pub async fn smoke_cmd(args: SmokeArgs) -> ExitCode {
                 },
             )
             .await,
-            "Kafka broker (tansu)",
+            "Kafka broker",
         );
     }
     if wanted(Target::Rocketmq) {

@@ -79,7 +79,7 @@ impl ClientContext for TracingContext {
 
 impl ConsumerContext for TracingContext {}
 
-/// Creates `topic` with `partitions` partitions (tansu creates no topic on produce).
+/// Creates `topic` with `partitions` partitions (the stack's Kafka creates no topic on produce).
 pub async fn create_topic(env: &StackEnv, topic: &str, partitions: i32) -> Result<(), SmokeError> {
     let admin: AdminClient<DefaultClientContext> = client_config(env).create()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));

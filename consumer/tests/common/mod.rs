@@ -236,7 +236,6 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
         brokers = "{kafka}"
         group = "g-{tag}"
         topics = ["{ev}"]
-        {kafka_settings}
         [pipeline]
         commit_interval_ms = 200
         backoff_initial_ms = 20
@@ -262,7 +261,6 @@ pub fn consumer_text(tag: &str, dir: &Path, grpc: &str, pipeline: &str, limits: 
         "#,
         kafka = s.kafka_brokers,
         ev = events_topic(tag),
-        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
         sdk = sdk_section(tag, dir, &format!("consumer-{:04x}", rand::random::<u16>())),
     )
 }

@@ -154,8 +154,8 @@ pub async fn scrape(url: &str, bearer: Option<&str>) -> anyhow::Result<String> {
 }
 
 /// Waits until every Kafka member's stats file says it holds partitions: a member
-/// reports itself started before the group has assigned it anything (with tansu and
-/// static membership that takes about 5 s), and rewards sent meanwhile would wait
+/// reports itself started before the group has assigned it anything (a group
+/// rebalance takes seconds), and rewards sent meanwhile would wait
 /// in the topic and show up as end-to-end latency that is only start-up.
 async fn wait_assigned(dir: &Path, members: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(90);

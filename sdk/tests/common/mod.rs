@@ -32,7 +32,6 @@ pub fn config(
         [producers.k]
         kind = "kafka"
         brokers = "{kafka}"
-        {kafka_settings}
         [producers.r]
         kind = "rocketmq"
         namesrv = "{namesrv}"
@@ -64,9 +63,6 @@ pub fn config(
         "#,
         redis = s.redis_url,
         spool = spool.display(),
-        // The librdkafka mock cluster gets the stack's settings too, so both Kafka
-        // paths run one configuration.
-        kafka_settings = reward_tools::stack::stack_kafka_settings_toml(),
     );
     SdkConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("test config: {e}"))
 }

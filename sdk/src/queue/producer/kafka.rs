@@ -40,9 +40,7 @@ pub fn kafka_client_config(
         .set("acks", "all")
         // 20 ms, not librdkafka's 5: `send_reward` never waits for the broker, so a
         // longer linger costs the user nothing, and it makes produce requests larger
-        // and fewer. Against the stack's tansu, which commits SQLite per request, a
-        // 2 ms linger holds `send_reward` well below a raw producer on the same
-        // settings and 20 ms brings it much closer (see
+        // and fewer: a broker pays per request as well as per byte (see
         // docs/findings/benchmarks-history.md).
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
