@@ -94,8 +94,9 @@ pub enum SourceConfig {
         group: String,
         /// Topics to subscribe to.
         topics: Vec<String>,
-        /// Extra librdkafka properties.
-        #[serde(default)]
+        /// Extra librdkafka properties (a number or boolean is taken as its text, so
+        /// `REWARD_CONSUMER__SOURCE__SETTINGS__FETCH.WAIT.MAX.MS=500` works too).
+        #[serde(default, deserialize_with = "sdk::config::client_settings")]
         settings: BTreeMap<String, String>,
     },
     /// A RocketMQ push consumer group (settings: docs/rocketmq.md).
@@ -454,6 +455,25 @@ mod tests {
             "REWARD_SERVICE_TOKEN".into(),
             "test-credential-0123456789".into(),
         )]
+    }
+
+    #[test]
+    fn source_settings_take_an_environment_override_as_text() {
+        let mut e = env();
+        e.push((
+            "REWARD_CONSUMER__SOURCE__SETTINGS__FETCH.WAIT.MAX.MS".into(),
+            "500".into(),
+        ));
+        e.push((
+            "REWARD_CONSUMER__SOURCE__SETTINGS__ENABLE.AUTO.COMMIT".into(),
+            "false".into(),
+        ));
+        let c = ConsumerConfig::from_toml_str(DOC, &e).unwrap();
+        let SourceConfig::Kafka { settings, .. } = &c.source else {
+            panic!("the source is not kafka");
+        };
+        assert_eq!(settings["fetch.wait.max.ms"], "500");
+        assert_eq!(settings["enable.auto.commit"], "false");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub use routing::Routing;
 pub use sections::{
     BatchConfig, DynamicConfig, MAX_IN_FLIGHT_BATCHES, MAX_PENDING_WRITES, ProducerConfig,
     QueueConfig, RetryConfig, SpoolConfig, StoreConfig, TokenConfig, TypeConfig, WriteMode,
-    not_built,
+    client_settings, not_built,
 };
 
 /// Why a configuration was refused.
@@ -155,6 +155,15 @@ impl SdkConfig {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::from_toml_str_with_env(&text)
+    }
+
+    /// Parses a TOML document, applies this process's `REWARD_SDK__*` overrides,
+    /// validates: what [`SdkConfig::load`] does with a file's text, for a process that
+    /// writes its SDK's document itself (the load tester, an SDK host) and must still
+    /// take the overrides an operator gives every SDK, e.g. a producer's settings:
+    /// `REWARD_SDK__PRODUCERS__KAFKA__SETTINGS__ENABLE.IDEMPOTENCE=false`.
+    pub fn from_toml_str_with_env(text: &str) -> Result<Self, ConfigError> {
         let mut doc: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;

@@ -181,7 +181,9 @@ impl<'a> Run<'a> {
                 Some(_) => setup::local_sdk_toml(env, setup),
                 None => setup.sdk_toml.clone(),
             };
-            let cfg = sdk::config::SdkConfig::from_toml_str(&text)?;
+            // The operator's REWARD_SDK__* overrides reach this SDK as they reach the
+            // services' and the SDK hosts'.
+            let cfg = sdk::config::SdkConfig::from_toml_str_with_env(&text)?;
             return Ok(Side::Local(Arc::new(sdk::Sdk::builder(cfg).start().await?)));
         }
         let mut configs = Vec::new();

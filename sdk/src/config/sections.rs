@@ -128,8 +128,11 @@ pub enum ProducerConfig {
     Kafka {
         /// `host:port,...`
         brokers: String,
-        /// librdkafka settings added to ours (e.g. `"linger.ms" = "10"`).
-        #[serde(default)]
+        /// librdkafka settings added to ours (e.g. `"linger.ms" = "10"`). A number or
+        /// a boolean is taken as its text (`"linger.ms" = 10`), so an environment
+        /// override (`REWARD_SDK__PRODUCERS__K__SETTINGS__ENABLE.IDEMPOTENCE=false`)
+        /// sets one too.
+        #[serde(default, deserialize_with = "client_settings")]
         settings: BTreeMap<String, String>,
     },
     /// A RocketMQ cluster through rocketmq-client-rust.
@@ -140,6 +143,32 @@ pub enum ProducerConfig {
         #[serde(default = "default_group")]
         group: String,
     },
+}
+
+/// A client's settings table: every value a string, or a number or boolean taken as
+/// its text; a table or an array is refused (no client setting is one).
+pub fn client_settings<'de, D>(de: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let raw = BTreeMap::<String, toml::Value>::deserialize(de)?;
+    raw.into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(serde::de::Error::custom(format!(
+                        "setting {k:?}: expected a string, number or boolean, not {}",
+                        other.type_str()
+                    )));
+                }
+            };
+            Ok((k, text))
+        })
+        .collect()
 }
 
 /// Why this build cannot run a producer of `p`'s kind (its broker feature is off), or

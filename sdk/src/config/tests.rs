@@ -113,3 +113,47 @@ fn env_overrides_reach_nested_keys() {
     );
     assert!(err.is_err());
 }
+
+#[test]
+fn producer_settings_take_numbers_booleans_and_env_overrides_as_text() {
+    let mut doc: toml::Table = BASE.parse().unwrap();
+    let k = doc["producers"]["k"].as_table().unwrap().clone();
+    let mut k = k;
+    k.insert(
+        "settings".into(),
+        toml::Value::Table(
+            r#""linger.ms" = 10
+               "acks" = "all""#
+                .parse()
+                .unwrap(),
+        ),
+    );
+    doc["producers"]
+        .as_table_mut()
+        .unwrap()
+        .insert("k".into(), toml::Value::Table(k));
+    apply_env(
+        &mut doc,
+        [(
+            "REWARD_SDK__PRODUCERS__K__SETTINGS__ENABLE.IDEMPOTENCE".to_string(),
+            "false".to_string(),
+        )],
+    )
+    .unwrap();
+    let c = SdkConfig::from_table(&doc).unwrap();
+    let ProducerConfig::Kafka { settings, .. } = &c.producers["k"] else {
+        panic!("producer k is not kafka");
+    };
+    assert_eq!(settings["linger.ms"], "10");
+    assert_eq!(settings["acks"], "all");
+    assert_eq!(settings["enable.idempotence"], "false");
+
+    // A table is no client setting: refused with its name.
+    let mut bad = doc.clone();
+    bad["producers"]["k"]["settings"]
+        .as_table_mut()
+        .unwrap()
+        .insert("nested".into(), toml::Value::Table(toml::Table::new()));
+    let err = SdkConfig::from_table(&bad).unwrap_err();
+    assert!(err.to_string().contains("nested"), "{err}");
+}

@@ -15,7 +15,7 @@ use super::wire::{FromHost, WireRequest};
 pub async fn serve(config: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(config)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
-    let cfg = sdk::config::SdkConfig::from_toml_str(&text)?;
+    let cfg = sdk::config::SdkConfig::from_toml_str_with_env(&text)?;
     let sdk = Arc::new(sdk::Sdk::builder(cfg).start().await?);
     let (out, mut lines_out) = mpsc::unbounded_channel::<FromHost>();
     let writer = tokio::spawn(async move {
