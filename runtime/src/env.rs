@@ -5,7 +5,9 @@
 //! without editing the file: `{PREFIX}SECTION__KEY=value` sets `[section] key`
 //! (matched case-insensitively; new keys in lower case). Services that embed the SDK
 //! also take [`SDK_PREFIX`] overrides inside their `[sdk]` section. Values parse as
-//! TOML scalars where they can (`80` an integer, `true` a boolean), else strings.
+//! TOML scalars where they can (`80` an integer, `true` a boolean), else strings;
+//! inside a `settings` table (a client library's own settings, every one text) a value
+//! stays the text it was given, so `0123` or `1.0` reach the client unchanged.
 //! The same dotted-path setter builds the dynamic document from a Redis hash.
 
 use std::path::{Path, PathBuf};
@@ -122,7 +124,15 @@ pub fn set_path(doc: &mut toml::Table, parts: &[&str], value: &str) -> Result<()
             .cloned()
             .unwrap_or_else(|| part.to_ascii_lowercase());
         if i + 1 == parts.len() {
-            table.insert(key, scalar(value));
+            let text = parts[..i]
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case("settings"));
+            let value = if text {
+                toml::Value::String(value.to_string())
+            } else {
+                scalar(value)
+            };
+            table.insert(key, value);
             break;
         }
         let entry = table
@@ -170,5 +180,25 @@ mod tests {
         let bad = vec![("P__QUEUES__MASSIVE__RATIO__X".to_string(), "1".to_string())];
         assert!(overlay(&mut doc, &bad, "P__").is_err());
         assert!(set_path(&mut doc, &["a", ""], "1").is_err());
+    }
+
+    #[test]
+    fn a_value_inside_a_settings_table_stays_the_text_it_was_given() {
+        let mut doc = toml::Table::new();
+        let env = vec![
+            (
+                "P__SOURCE__SETTINGS__SASL.PASSWORD".to_string(),
+                "0123".to_string(),
+            ),
+            ("P__SOURCE__SETTINGS__X".to_string(), "1.0".to_string()),
+            ("P__SOURCE__RATE".to_string(), "1.0".to_string()),
+        ];
+        overlay(&mut doc, &env, "P__").unwrap();
+        assert_eq!(
+            doc["source"]["settings"]["sasl.password"].as_str(),
+            Some("0123")
+        );
+        assert_eq!(doc["source"]["settings"]["x"].as_str(), Some("1.0"));
+        assert_eq!(doc["source"]["rate"].as_float(), Some(1.0));
     }
 }

@@ -72,7 +72,10 @@ pub async fn create_rocketmq_topics(namesrv: &str, topics: &[&str]) -> Result<()
                     )
                     .await
                 {
-                    Ok(()) => created = true,
+                    Ok(()) => {
+                        created = true;
+                        last = String::from("no queues");
+                    }
                     Err(e) => last = format!("create: {e}"),
                 }
             }
