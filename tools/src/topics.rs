@@ -1,6 +1,7 @@
 //! Topics on the stack's brokers: creating them (the stack's Kafka creates none on
-//! produce, as production clusters that refuse auto-creation do; the RocketMQ name server must route a topic before a producer may use it) and reading a
-//! Kafka group's committed offsets. Every request that can time out on a busy broker
+//! produce, as production clusters that refuse auto-creation do; the RocketMQ name
+//! server must route a topic before a producer may use it) and reading a Kafka
+//! group's committed offsets. Every request that can time out on a busy broker
 //! is retried for [`RETRY_FOR`] before it fails, which tells "slow" from "gone".
 
 use std::collections::HashMap;
