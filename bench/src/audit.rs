@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fred::prelude::*;
-use reward_tools::cpu::redis_cpu;
-use reward_tools::stack::StackEnv;
+use reward_service::claim::keys as claim_keys;
+use reward_stack::cpu::redis_cpu;
+use reward_stack::env::StackEnv;
+use sdk::store::keys as token_keys;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -44,15 +46,8 @@ pub struct AuditBenchReport {
 /// Records written per Lua call.
 const FILL_CHUNK: u64 = 10_000;
 
-const FILL_LUA: &str = r"
-local p, shards, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-for n = from, to do
-  local s = n % shards
-  redis.call('SET', p .. ':{' .. p .. '.' .. s .. '}:t:T' .. n,
-    '5\nact/rain\nu' .. n .. '\ncash\nact\nGRANTED\n\n\n\ntx' .. n)
-end
-return to - from + 1
-";
+/// Writes claim records `T<from>..T<to>` in their shards (see the script).
+const FILL_LUA: &str = include_str!("audit/fill.lua");
 
 /// Fills, audits, cleans.
 pub async fn run(env: &StackEnv, opts: &AuditBenchOptions) -> anyhow::Result<AuditBenchReport> {
@@ -80,29 +75,25 @@ async fn measure(
     token_prefix: &str,
 ) -> anyhow::Result<AuditBenchReport> {
     let shards = opts.shards.max(1);
+    // Record `T<n>` of shard `s` is the record key of trade number `T` there with `n`
+    // appended: the layout is the claim store's own (`reward_service::claim::keys`).
+    let record_heads: Vec<String> = (0..shards)
+        .map(|s| claim_keys::record_key(claims_prefix, s, "T"))
+        .collect();
     let started = Instant::now();
     let mut from = 0u64;
     while from < opts.claims {
         let to = (from + FILL_CHUNK).min(opts.claims) - 1;
-        let _: i64 = client
-            .eval(
-                FILL_LUA,
-                Vec::<String>::new(),
-                vec![
-                    claims_prefix.to_string(),
-                    shards.to_string(),
-                    from.to_string(),
-                    to.to_string(),
-                ],
-            )
-            .await?;
+        let mut args = vec![shards.to_string(), from.to_string(), to.to_string()];
+        args.extend(record_heads.iter().cloned());
+        let _: i64 = client.eval(FILL_LUA, Vec::<String>::new(), args).await?;
         from = to + 1;
     }
     for s in 0..shards {
         let records = (0..opts.claims)
             .filter(|n| n % u64::from(shards) == u64::from(s))
             .count() as i64;
-        let key = format!("{claims_prefix}:{{{claims_prefix}.{s}}}:b:act/rain");
+        let key = claim_keys::budget_key(claims_prefix, "act/rain", s);
         let _: () = client
             .hset(key, [("cap", i64::MAX / 4), ("spent", records * 5)])
             .await?;
@@ -115,12 +106,18 @@ async fn measure(
     // The stores' shard pins, which the audit reads first.
     let _: () = client
         .hset(
-            format!("{claims_prefix}:meta"),
+            claim_keys::meta_key(claims_prefix),
             ("shards", i64::from(shards)),
         )
         .await?;
     let _: () = client
-        .set(format!("{token_prefix}:due-shards"), 16, None, None, false)
+        .set(
+            token_keys::due_shards_pin_key(token_prefix),
+            16,
+            None,
+            None,
+            false,
+        )
         .await?;
     let mut cfg = reward_tools::audit::AuditConfig::new(claims_prefix, shards, token_prefix, 16);
     cfg.scenes = vec!["act/rain".into()];

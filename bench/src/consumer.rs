@@ -37,14 +37,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
-use proto::v1::{RewardEvent, UserInfo};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message};
+use reward_baseline::parts::{produce_events, start_consumer, start_service};
 use reward_service::downstream::Ledger;
-
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_stack::env::{Server, StackEnv, check_reachable};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -96,7 +93,7 @@ pub struct ConsumerBenchReport {
     /// The consumer's counters at the end.
     pub stats: reward_consumer::pipeline::StatsSnapshot,
     /// Times Redis forked (AOF rewrite, RDB save) during the two timed runs; `None`
-    /// when Redis could not tell ([`reward_tools::stack::ForkWatch`]).
+    /// when Redis could not tell ([`reward_stack::env::ForkWatch`]).
     pub redis_forks: Option<u64>,
 }
 
@@ -110,57 +107,6 @@ impl ConsumerBenchReport {
     pub fn steady_ratio(&self) -> f64 {
         self.consumer.steady / self.raw.steady
     }
-}
-
-fn event(i: u64, users: u64) -> RewardEvent {
-    RewardEvent {
-        trade_no: format!("cb:{i}"),
-        user: Some(UserInfo {
-            user_id: (i % users).to_string(),
-            ..Default::default()
-        }),
-        activity_id: "bench".into(),
-        scene_id: "rain".into(),
-        reward_type: "cash".into(),
-        amount: 1,
-        created_at_ms: reward_runtime::clock::now_ms(),
-        ..Default::default()
-    }
-}
-
-/// Puts the bench's events on `topic`, each signed under `proofs` as an SDK signs it
-/// (the consumer has the service refuse an event without a valid proof).
-async fn produce(
-    env: &StackEnv,
-    topic: &str,
-    opts: &ConsumerBenchOptions,
-    proofs: &sdk::token::proof::EventProofs,
-) -> anyhow::Result<()> {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", &env.kafka_brokers)
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "10000");
-    let producer: FutureProducer = cfg.create()?;
-    let mut pending = Vec::with_capacity(4096);
-    for i in 0..opts.messages {
-        let mut ev = event(i, opts.users);
-        proofs.sign(&mut ev);
-        let payload = ev.encode_to_vec();
-        let record = FutureRecord::to(topic).key(&ev.trade_no).payload(&payload);
-        let f = producer
-            .send_result(record)
-            .map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
-        pending.push(f);
-        if pending.len() == 4096 {
-            for f in pending.drain(..) {
-                f.await?.map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
-            }
-        }
-    }
-    for f in pending {
-        f.await?.map_err(|(e, _)| anyhow::anyhow!("produce: {e}"))?;
-    }
-    Ok(())
 }
 
 async fn raw(
@@ -221,8 +167,7 @@ pub async fn run(
         reward_tools::clean::LiveRun::start(&[&env.redis_url, &env.wallet_redis_url]).await?;
     let tag = live.tag().to_string();
     let dir = std::env::temp_dir().join(format!("consumer-bench-{tag}"));
-    let (service, credential) =
-        crate::grant::start_service(env, &tag, &dir, 0, &env.wallet_redis_url).await?;
+    let (service, credential) = start_service(env, &tag, &dir, 0, &env.wallet_redis_url).await?;
     let claims = service.service().granter().claims().clone();
     let scope = reward_service::service::scope("bench", "rain");
     claims
@@ -230,13 +175,14 @@ pub async fn run(
         .await?;
 
     let topic = format!("cb-{tag}");
-    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
+    reward_stack::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], opts.partitions)
         .await
         .map_err(anyhow::Error::msg)?;
-    produce(env, &topic, opts, service.service().sdk().codec().proofs()).await?;
+    let proofs = service.service().sdk().codec().proofs();
+    produce_events(env, &topic, opts.messages, opts.users, proofs).await?;
     eprintln!("consumer-bench: {} events on {topic}", opts.messages);
 
-    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_stack::env::ForkWatch::start(&env.redis_url).await;
     let raw_timing = raw(env, &topic, opts.messages, &opts.consumer_settings).await?;
     eprintln!(
         "consumer-bench: raw {:.0} msg/s from start, {:.0} steady",
@@ -378,99 +324,4 @@ async fn check_ledger(
         }
     }
     Ok(())
-}
-
-/// A consumer in this process reading `topic` (config `ops/consumer.toml`, group and
-/// key prefixes named by `tag`, the dynamic document in Redis hash `cbcfg-<tag>`,
-/// polled every 500 ms), crediting through the reward service at `grpc_addr`;
-/// `settings` are librdkafka settings for its source, `extra` more
-/// `REWARD_CONSUMER__…` overrides.
-#[allow(clippy::too_many_arguments)]
-pub async fn start_consumer(
-    env: &StackEnv,
-    tag: &str,
-    dir: &std::path::Path,
-    topic: &str,
-    grpc_addr: &str,
-    credential: String,
-    settings: &[(String, String)],
-    extra: &[(String, String)],
-) -> anyhow::Result<reward_consumer::Running> {
-    let vars = [
-        ("REWARD_SERVICE_TOKEN", credential),
-        (
-            "REWARD_CONSUMER__SOURCE__BROKERS",
-            env.kafka_brokers.clone(),
-        ),
-        ("REWARD_CONSUMER__SOURCE__GROUP", format!("cb-{tag}")),
-        (
-            "REWARD_CONSUMER__SERVICE__GRPC",
-            format!("http://{grpc_addr}"),
-        ),
-        ("REWARD_CONSUMER__DELAY__KEY_PREFIX", format!("cbd-{tag}")),
-        ("REWARD_CONSUMER__DYNAMIC__POLL_MS", "500".into()),
-        // Requeued (parked, then moved) events go back to the topic read here.
-        ("REWARD_SDK__QUEUES__MASSIVE__TOPIC", topic.to_string()),
-        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
-        (
-            "REWARD_SDK__TOKEN__KEYS_FILE",
-            dir.join("keys").display().to_string(),
-        ),
-        (
-            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
-            env.kafka_brokers.clone(),
-        ),
-        (
-            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
-            env.rocketmq_namesrv.clone(),
-        ),
-        (
-            "REWARD_SDK__SPOOL__DIR",
-            dir.join("consumer-spool").display().to_string(),
-        ),
-    ];
-    let mut vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
-    vars.extend(extra.iter().cloned());
-    // The topic list is an array; set it in the text rather than through a variable.
-    let text = include_str!("../../ops/consumer.toml")
-        .replace(
-            "topics = [\"reward-massive\"]",
-            &format!("topics = [\"{topic}\"]"),
-        )
-        .replace(
-            "redis_key = \"reward:config\"",
-            &format!("redis_key = \"cbcfg-{tag}\""),
-        )
-        .replace(
-            "settings = { \"session.timeout.ms\" = \"30000\" }",
-            &format!(
-                "settings = {{ \"session.timeout.ms\" = \"30000\"{} }}",
-                settings
-                    .iter()
-                    .map(|(k, v)| format!(", {k:?} = {v:?}"))
-                    .collect::<String>()
-            ),
-        );
-    let cfg = reward_consumer::config::ConsumerConfig::from_toml_str(&text, &vars)?;
-    Ok(reward_consumer::start(&cfg).await?)
-}
-
-/// Puts `n` cash events for `users` users (`cb:<i>`, activity `bench`, scene `rain`,
-/// amount 1) on `topic`, signed under `proofs` (the service's: `Sdk::codec`).
-pub async fn produce_events(
-    env: &StackEnv,
-    topic: &str,
-    n: u64,
-    users: u64,
-    proofs: &sdk::token::proof::EventProofs,
-) -> anyhow::Result<()> {
-    let opts = ConsumerBenchOptions {
-        messages: n,
-        partitions: 1,
-        users,
-        concurrency: 1,
-        batch: None,
-        consumer_settings: Vec::new(),
-    };
-    produce(env, topic, &opts, proofs).await
 }

@@ -6,25 +6,23 @@
 //!   with fresh key prefixes and free ports), `cash` credited by the built-in ledger,
 //!   which keeps its balances on the wallet's own Redis (`WALLET_REDIS_URL`): the
 //!   wallet is the downstream, and its credits are not the pipeline's Redis work
-//!   (`--ledger-on-pipeline-redis` puts them back on the pipeline's, as runs before
-//!   issue 39's third round had them).
+//!   (`--ledger-on-pipeline-redis` puts them on the pipeline's).
 //!   `concurrency` gRPC clients send `GrantBatch` calls of `batch` new trade numbers
 //!   each until `grants` are granted, signed as the SDK signs them and with
-//!   `require_proof` as a consumer sends them, so every proof is verified. One grant is four Redis scripts: claim (the
-//!   idempotency record and the budget), the ledger's credit, finish (`GRANTED`), and
-//!   the token move.
+//!   `require_proof` as a consumer sends them, so every proof is verified. One grant
+//!   is four Redis scripts: claim (the idempotency record and the budget), the
+//!   ledger's credit, finish (`GRANTED`), and the token move.
 //! - **script**: `redis-benchmark` sends `EVALSHA` of the same claim script
 //!   ([`reward_service::claim::CLAIM_LUA`]) with a random trade number per call,
-//!   `redis_clients` connections, `pipeline` calls per round trip. That is the ceiling
-//!   of one Redis for the one script a grant cannot do without.
+//!   `redis_clients` connections, `pipeline` calls per round trip
+//!   ([`reward_baseline::claim_script`]). That is the ceiling of one Redis for the one
+//!   script a grant cannot do without.
 //!
-//! The ratio service/script is the headline figure (target ≥ 0.6, issue 39). Both runs use the
-//! same Redis, back to back, so the ratio survives the machine's drift. It does not survive
-//! the noise of one run: on the shared 2-core machine the script side alone moves by ±10 %
-//! between neighbouring runs (and drifted from 58 000 to 89 000 EVALSHA/s over one
-//! afternoon), so `--rounds N` repeats both sides (a fresh service and fresh keys each
-//! round) and reports the median ratio and the ratio of the means beside every round's
-//! figures.
+//! The ratio service/script is the headline figure (target ≥ 0.6). Both runs use the
+//! same Redis, back to back, so the ratio survives the machine's drift. It does not
+//! survive the noise of one run on a shared machine, so `--rounds N` repeats both
+//! sides (a fresh service and fresh keys each round) and reports the median ratio and
+//! the ratio of the means beside every round's figures.
 //!
 //! Both sides share the machine's two cores with everything else on it: the service run
 //! is bound by the CPU all its processes spend per grant (the pipeline's Redis, the
@@ -35,7 +33,7 @@
 //! Each round also prints what the service run cost each process per grant: this
 //! process (the gRPC clients, which build and sign the events, and the service), the
 //! pipeline's Redis and the wallet's, from `/proc/self/stat` and `INFO cpu` read
-//! before and after it (`reward_tools::cpu`); and the pipeline's Redis CPU per call of
+//! before and after it (`reward_stack::cpu`); and the pipeline's Redis CPU per call of
 //! the script run. A rate on this machine moves with whatever else runs; the CPU a
 //! grant costs moves much less, so a change to the service shows there when the
 //! ratio cannot tell it from noise.
@@ -51,11 +49,10 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike as _;
 use proto::v1::reward_service_client::RewardServiceClient;
 use proto::v1::{GrantBatchRequest, GrantOutcome, RewardEvent, UserInfo};
-use reward_service::config::ServiceConfig;
+use reward_baseline::parts::start_service;
+use reward_baseline::{Percentiles, ScriptLoad, redis_benchmark};
 use reward_service::downstream::Ledger;
-
-use crate::send::Percentiles;
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_stack::env::{Server, StackEnv, check_reachable};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -78,9 +75,8 @@ pub struct GrantBenchOptions {
     /// (`conformance/bench_grants.py`: 8 channels, batches of 100) grants `grants`
     /// through the same service after the Rust client, in the same sitting.
     pub python: Option<std::path::PathBuf>,
-    /// Keep the built-in ledger on the pipeline's Redis (as runs before issue 39's
-    /// third round did) instead of the wallet's own: its credits then share the Redis
-    /// the claim script's ceiling is measured on.
+    /// Keep the built-in ledger on the pipeline's Redis instead of the wallet's own:
+    /// its credits then share the Redis the claim script's ceiling is measured on.
     pub ledger_on_pipeline_redis: bool,
 }
 
@@ -98,7 +94,7 @@ pub struct GrantBenchReport {
     /// The command that ran.
     pub script_command: String,
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
-    /// Redis could not tell ([`reward_tools::stack::ForkWatch`]).
+    /// Redis could not tell ([`reward_stack::env::ForkWatch`]).
     pub redis_forks: Option<u64>,
     /// The Python client's figures (`conformance/bench_grants.py`'s JSON line), when
     /// [`GrantBenchOptions::python`] was set; checked: all granted, spent exact.
@@ -111,7 +107,7 @@ pub struct GrantBenchReport {
 }
 
 /// CPU per grant of the service run, microseconds, from counters read before and
-/// after it (`reward_tools::cpu`): what each process spent, whatever the machine's
+/// after it (`reward_stack::cpu`): what each process spent, whatever the machine's
 /// speed that sitting. On a busy machine a rate moves with what else runs; the CPU a
 /// grant costs moves much less, so a change shows here first.
 #[derive(Debug, Clone, Copy, Default)]
@@ -146,13 +142,13 @@ impl CpuMark {
             let c = c.cloned();
             async move {
                 match c {
-                    Some(c) => reward_tools::cpu::redis_cpu(&c).await.ok(),
+                    Some(c) => reward_stack::cpu::redis_cpu(&c).await.ok(),
                     None => None,
                 }
             }
         };
         Self {
-            process: reward_tools::cpu::proc_ticks(std::process::id()),
+            process: reward_stack::cpu::proc_ticks(std::process::id()),
             redis: read(redis).await,
             wallet: read(wallet).await,
         }
@@ -165,7 +161,7 @@ impl CpuMark {
         GrantCpu {
             process_us: match (self.process, before.process) {
                 (Some(a), Some(b)) => {
-                    Some(a.saturating_sub(b) as f64 / reward_tools::cpu::USER_HZ * 1e6 / n)
+                    Some(a.saturating_sub(b) as f64 / reward_stack::cpu::USER_HZ * 1e6 / n)
                 }
                 _ => None,
             },
@@ -188,70 +184,6 @@ impl GrantBenchReport {
     pub fn ratio(&self) -> f64 {
         self.service_rate / self.script_rate
     }
-}
-
-fn hex_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
-}
-
-/// A reward service in this process (config `ops/reward-service.toml`, key prefixes
-/// named by `tag`, files in `dir`, the built-in ledger on `ledger_redis_url`); returns
-/// it and its bearer credential.
-pub async fn start_service(
-    env: &StackEnv,
-    tag: &str,
-    dir: &std::path::Path,
-    replica_acks: u32,
-    ledger_redis_url: &str,
-) -> anyhow::Result<(reward_service::server::Running, String)> {
-    std::fs::create_dir_all(dir)?;
-    let keys = dir.join("keys");
-    std::fs::write(&keys, sdk::token::KeyRing::random(1).to_text().as_bytes())?;
-    let credential = format!("{}{}", hex_id(), hex_id());
-    let vars = [
-        ("REWARD_SERVICE_TOKEN", credential.clone()),
-        ("REWARD_WALLET_TOKEN", format!("{}{}", hex_id(), hex_id())),
-        // Within the bench records' retention below.
-        ("REWARD_SDK__TOKEN__TTL_SECS", "3600".into()),
-        ("REWARD_SERVICE__SERVER__GRPC_ADDR", "127.0.0.1:0".into()),
-        ("REWARD_SERVICE__SERVER__HTTP_ADDR", "127.0.0.1:0".into()),
-        ("REWARD_SERVICE__CLAIMS__KEY_PREFIX", format!("gb-{tag}")),
-        ("REWARD_SERVICE__LEDGER__KEY_PREFIX", format!("gbl-{tag}")),
-        (
-            "REWARD_SERVICE__LEDGER__REDIS_URL",
-            ledger_redis_url.to_string(),
-        ),
-        // Bench records need not outlive the bench by 30 days.
-        ("REWARD_SERVICE__CLAIMS__RETENTION_SECS", "3600".into()),
-        (
-            "REWARD_SERVICE__FAILURES__ARCHIVE",
-            dir.join("failures.jsonl").display().to_string(),
-        ),
-        ("REWARD_SDK__STORE__REDIS_URL", env.redis_url.clone()),
-        (
-            "REWARD_SERVICE__CLAIMS__REPLICA_ACKS",
-            replica_acks.to_string(),
-        ),
-        ("REWARD_SDK__STORE__KEY_PREFIX", format!("gbt-{tag}")),
-        ("REWARD_SDK__TOKEN__KEYS_FILE", keys.display().to_string()),
-        (
-            "REWARD_SDK__PRODUCERS__KAFKA__BROKERS",
-            env.kafka_brokers.clone(),
-        ),
-        (
-            "REWARD_SDK__PRODUCERS__ROCKETMQ__NAMESRV",
-            env.rocketmq_namesrv.clone(),
-        ),
-        (
-            "REWARD_SDK__SPOOL__DIR",
-            dir.join("spool").display().to_string(),
-        ),
-    ];
-    let vars: Vec<(String, String)> = vars.into_iter().map(|(k, v)| (k.into(), v)).collect();
-    let text = include_str!("../../ops/reward-service.toml");
-    let cfg = ServiceConfig::from_toml_str(text, &vars)?;
-    let running = reward_service::server::start(&cfg).await?;
-    Ok((running, credential))
 }
 
 fn event(i: u64, users: u64, scene: &str) -> RewardEvent {
@@ -283,7 +215,8 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
         reward_tools::clean::LiveRun::start(&[&env.redis_url, ledger_url(env, opts)]).await?;
     let tag = live.tag().to_string();
     let report = measure(env, opts, &tag).await;
-    // The run's keys go whatever came of it (a failed check left 400 000 behind).
+    // The run's keys go whatever came of it: a failed check would leave every record
+    // of the script run behind.
     reward_tools::clean::bench_run(&env.redis_url, &tag).await;
     if ledger_url(env, opts) != env.redis_url {
         reward_tools::clean::bench_run(ledger_url(env, opts), &tag).await;
@@ -294,8 +227,7 @@ pub async fn run(env: &StackEnv, opts: &GrantBenchOptions) -> anyhow::Result<Gra
 
 /// Where the built-in ledger (the stand-in wallet) keeps its balances: the wallet's
 /// own Redis, so that its credits are not the pipeline's Redis work; the pipeline's
-/// when [`GrantBenchOptions::ledger_on_pipeline_redis`] asks (figures comparable with
-/// runs before the wallet had a Redis of its own).
+/// when [`GrantBenchOptions::ledger_on_pipeline_redis`] asks.
 fn ledger_url<'a>(env: &'a StackEnv, opts: &GrantBenchOptions) -> &'a str {
     if opts.ledger_on_pipeline_redis {
         &env.redis_url
@@ -322,7 +254,7 @@ async fn measure(
 
     let url = format!("http://{}", running.grpc_addr);
     let batches = opts.grants.div_ceil(opts.batch as u64);
-    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_stack::env::ForkWatch::start(&env.redis_url).await;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // On a Redis Cluster `INFO` answers for one node: no pipeline figure there.
     let clustered = env.redis_url.starts_with("redis-cluster://");
@@ -392,15 +324,20 @@ async fn measure(
             None,
         ),
         Some(redis) => {
-            let before = reward_tools::cpu::redis_cpu(redis).await.ok();
-            let (rate, p99, command, calls) = redis_benchmark(env, &claims, &tag, opts).await?;
-            let after = reward_tools::cpu::redis_cpu(redis).await.ok();
+            let before = reward_stack::cpu::redis_cpu(redis).await.ok();
+            let load = ScriptLoad {
+                calls: opts.grants,
+                clients: opts.redis_clients,
+                pipeline: opts.pipeline,
+            };
+            let script = redis_benchmark(env, &claims, &tag, &load).await?;
+            let after = reward_stack::cpu::redis_cpu(redis).await.ok();
             let _ = redis.quit().await;
             let us = match (before, after) {
-                (Some(b), Some(a)) => Some((a - b) * 1e6 / calls.max(1) as f64),
+                (Some(b), Some(a)) => Some((a - b) * 1e6 / script.calls.max(1) as f64),
                 _ => None,
             };
-            (rate, p99, command, us)
+            (script.per_sec, script.p99_ms, script.command, us)
         }
     };
     let redis_forks = forks.since_start().await;
@@ -539,130 +476,4 @@ async fn grant_all(
         not_granted += bad;
     }
     Ok((latencies, not_granted))
-}
-
-/// The claim script's ceiling on this Redis: `redis-benchmark` running it by EVALSHA
-/// (50 connections, 16 per round trip), calls/s and the command line. The replay's
-/// `--ceilings` puts it beside the end-to-end rate.
-pub async fn script_ceiling(env: &StackEnv, n: u64) -> anyhow::Result<(f64, String)> {
-    let live = reward_tools::clean::LiveRun::start(&[&env.redis_url]).await?;
-    let tag = live.tag().to_string();
-    let claims = reward_service::claim::Claims::connect(
-        &env.redis_url,
-        reward_service::claim::ClaimConfig {
-            key_prefix: format!("ceiling-{tag}"),
-            ..reward_service::claim::ClaimConfig::default()
-        },
-    )
-    .await?;
-    let opts = GrantBenchOptions {
-        grants: n,
-        batch: 200,
-        concurrency: 1,
-        redis_clients: 50,
-        pipeline: 16,
-        users: 1,
-        replica_acks: 0,
-        python: None,
-        ledger_on_pipeline_redis: false,
-    };
-    let (rps, _, command, _) = redis_benchmark(env, &claims, &tag, &opts).await?;
-    reward_tools::clean::bench_run(&env.redis_url, &tag).await;
-    live.end().await;
-    Ok((rps, command))
-}
-
-async fn redis_benchmark(
-    env: &StackEnv,
-    claims: &reward_service::claim::Claims,
-    tag: &str,
-    opts: &GrantBenchOptions,
-) -> anyhow::Result<(f64, f64, String, u64)> {
-    use fred::prelude::*;
-    let client = Builder::from_config(Config::from_url(&env.redis_url)?).build()?;
-    client.init().await?;
-    let script =
-        reward_runtime::script::Script::load(&client, reward_service::claim::CLAIM_LUA).await?;
-    let sha = script.sha();
-    let scene = format!("redisbench-{tag}");
-    let budget = claims.budget_key(&scene, 0);
-    let _: () = client.hset(&budget, ("cap", i64::MAX / 4)).await?;
-    let record = claims.record_key(0, "__rand_int__");
-    let hostport = env.redis_host_port()?;
-    let (host, port) = hostport
-        .rsplit_once(':')
-        .ok_or_else(|| anyhow::anyhow!("redis address {hostport} has no port"))?;
-    let calls = opts.grants.max(100_000);
-    let n = calls.to_string();
-    let clients = opts.redis_clients.to_string();
-    let pipeline = opts.pipeline.to_string();
-    let args = [
-        "-h",
-        host,
-        "-p",
-        port,
-        "-n",
-        &n,
-        "-c",
-        &clients,
-        "-P",
-        &pipeline,
-        "-r",
-        "1000000000",
-        "--csv",
-        "EVALSHA",
-        sha,
-        "2",
-        &record,
-        &budget,
-        "7",
-        "cash",
-        "1",
-        "30000",
-        "3600",
-        "__rand_int__",
-        &scene,
-        "redisbench",
-        // The tag every script call carries last (reward_runtime::script): the raw
-        // script is the one the service runs, wrapper included.
-        "0",
-    ];
-    let command = format!("redis-benchmark {}", args.join(" "));
-    let out = tokio::process::Command::new("redis-benchmark")
-        .args(args)
-        .output()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!("redis-benchmark (from redis-tools, `ops/stack up` installs it): {e}")
-        })?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (rps, p99) = parse_result(&text, &command)?;
-    let spent: i64 = client.hget(&budget, "spent").await?;
-    anyhow::ensure!(spent > 0, "{command}: the script deducted nothing");
-    let _: i64 = client.del(&budget).await?;
-    Ok((rps, p99, command, calls))
-}
-
-/// The `EVALSHA` row of `redis-benchmark --csv`'s output `text`: calls/s and p99
-/// latency (ms); fails, naming `command`, without a row or with no positive rate.
-fn parse_result(text: &str, command: &str) -> anyhow::Result<(f64, f64)> {
-    // `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"`
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("\"EVALSHA"))
-        .ok_or_else(|| anyhow::anyhow!("{command}: no result line in {text:?}"))?;
-    let cols: Vec<f64> = row
-        .split("\",\"")
-        .skip(1)
-        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
-        .collect();
-    let rps = cols.first().copied().unwrap_or(f64::NAN);
-    let p99 = cols.get(5).copied().unwrap_or(f64::NAN);
-    anyhow::ensure!(rps.is_finite() && rps > 0.0, "{command}: bad row {row}");
-    Ok((rps, p99))
 }

@@ -13,9 +13,10 @@
 //! - [`cli`]: the subcommands' arguments and handlers (the binary only parses and
 //!   dispatches).
 //!
-//! A replay measures its machine's ceilings with [`send::raw_ceiling`] and
-//! [`grant::script_ceiling`] (`loadtest replay --ceilings`). The benches remove their
-//! Redis keys once their checks passed (`reward_tools::clean::bench_run`).
+//! The baselines themselves (the bare producer, `redis-benchmark` on the claim
+//! script) and the parts started in this process are `reward_baseline`, which the
+//! replay's `--ceilings` measures with too. The benches remove their Redis keys once
+//! their checks passed (`reward_tools::clean::bench_run`).
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.

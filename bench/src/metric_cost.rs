@@ -1,6 +1,6 @@
 //! `reward-bench metric-cost`: what the metrics `send_reward` records cost a call, as
 //! a number of nanoseconds rather than a share of an end-to-end rate that swings
-//! ±20 % between runs on a shared machine.
+//! between runs on a shared machine.
 //!
 //! Each of `threads` threads repeats, `calls` times, exactly what an accepted
 //! `send_reward` records (`sdk::calls` and the queue and store it feeds): the buffer

@@ -39,16 +39,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use reward_tools::topics::create_kafka_topics;
-use sdk::request::{RedEnvelopeRain, RewardRequest, User};
+use reward_baseline::producer::{raw_run, rewards};
+use reward_baseline::{Percentiles, Throughput, unique_name};
+use reward_stack::env::{Server, StackEnv, check_reachable};
+use reward_stack::topics::create_kafka_topics;
 
-use crate::smoke::unique_name;
-use reward_tools::stack::{Server, StackEnv, check_reachable};
-
-mod raw;
 mod sdk_runs;
 
-use self::raw::raw_run;
 use self::sdk_runs::{paced_run, sdk_run};
 
 /// What to run.
@@ -83,7 +80,10 @@ impl BenchOptions {
 pub enum BenchError {
     /// A server does not answer.
     #[error(transparent)]
-    Stack(#[from] reward_tools::stack::StackError),
+    Stack(#[from] reward_stack::env::StackError),
+    /// The raw baseline failed (set-up, or it lost events).
+    #[error(transparent)]
+    Baseline(#[from] reward_baseline::CeilingError),
     /// Setting up (topics, producer, SDK) failed.
     #[error("set-up: {0}")]
     Setup(String),
@@ -95,61 +95,6 @@ pub enum BenchError {
         /// What went wrong.
         what: String,
     },
-}
-
-/// One throughput run.
-#[derive(Debug, Clone)]
-pub struct Throughput {
-    /// Events acknowledged by the broker.
-    pub events: u64,
-    /// From the first send to the last acknowledgement.
-    pub elapsed: Duration,
-    /// Per-call latency of the sends (for raw: the enqueue call), microseconds.
-    pub calls: Percentiles,
-}
-
-impl Throughput {
-    /// Acknowledged events per second.
-    pub fn rate(&self) -> f64 {
-        crate::smoke::rate(self.events, self.elapsed)
-    }
-}
-
-/// Latency percentiles in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Percentiles {
-    /// Samples.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest.
-    pub max: u64,
-}
-
-impl Percentiles {
-    /// From unsorted samples (sorted in place).
-    pub fn of(samples: &mut [u64]) -> Self {
-        if samples.is_empty() {
-            return Self::default();
-        }
-        samples.sort_unstable();
-        let at = |q: f64| {
-            // Nearest-rank: the smallest sample with at least q of them at or below it.
-            let rank = (q * samples.len() as f64).ceil() as usize;
-            samples[rank.clamp(1, samples.len()) - 1]
-        };
-        Self {
-            count: samples.len() as u64,
-            p50: at(0.50),
-            p99: at(0.99),
-            p999: at(0.999),
-            max: samples[samples.len() - 1],
-        }
-    }
 }
 
 /// The paced run.
@@ -196,22 +141,8 @@ pub struct BenchReport {
     /// The paced latency run, if asked for.
     pub paced: Option<Paced>,
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
-    /// Redis could not tell ([`reward_tools::stack::ForkWatch`]).
+    /// Redis could not tell ([`reward_stack::env::ForkWatch`]).
     pub redis_forks: Option<u64>,
-}
-
-/// The rewards of one run: one red-envelope grab per user, in activity `activity`.
-fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
-    let rain = RedEnvelopeRain::new(activity, "cash");
-    (0..n)
-        .map(|i| {
-            rain.grab(
-                &User::new((1_000_000 + i).to_string()),
-                1,
-                1 + (i % 500) as i64,
-            )
-        })
-        .collect()
 }
 
 /// Runs the benchmark.
@@ -222,7 +153,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     let mut rounds = Vec::new();
     let mut last_sdk_rate = 0.0;
     let kafka = opts.kafka_settings();
-    let forks = reward_tools::stack::ForkWatch::start(&env.redis_url).await;
+    let forks = reward_stack::env::ForkWatch::start(&env.redis_url).await;
     eprintln!("[bench] SDK token store write mode: {}", opts.write_mode);
     let side = SdkSide {
         kafka: &kafka,
@@ -275,41 +206,9 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
     })
 }
 
-/// The bare producer's ceiling on this broker: `n` reward events (the SDK's wire
-/// bytes) through a raw rdkafka producer with the SDK's settings, events/s. The
-/// replay's `--ceilings` puts it beside the end-to-end rate.
-pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64, BenchError> {
-    let tag = unique_name("ceiling");
-    let topic = format!("{tag}-raw");
-    create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], partitions)
-        .await
-        .map_err(BenchError::Setup)?;
-    let kafka = BenchOptions {
-        rewards: n,
-        concurrency: 1,
-        partitions,
-        latency_secs: 0,
-        rounds: 1,
-        kafka_settings: BTreeMap::new(),
-        write_mode: "direct".into(),
-    }
-    .kafka_settings();
-    Ok(raw_run(env, &kafka, &topic, &rewards(&tag, n))
-        .await?
-        .rate())
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// An SDK with one Kafka-only queue on `topic` (backup = primary: the bench measures the
-/// happy path), fresh keys, its own Redis prefix and spool directory.
-/// How the SDK under test is set up.
+/// How the SDK under test is set up: the librdkafka settings laid over the stack's and
+/// the token store's write mode.
 struct SdkSide<'a> {
     kafka: &'a BTreeMap<String, String>,
     write_mode: &'a str,
 }
-
-#[cfg(test)]
-mod tests;

@@ -3,7 +3,7 @@
 
 use reward_bench::smoke::SmokeError;
 use reward_bench::smoke::kafka::{self, COMMIT_EVERY};
-use reward_tools::stack::{Server, StackEnv, StackError};
+use reward_stack::env::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_consumer_restart_resumes_from_committed_offset_without_loss() {

@@ -1,7 +1,7 @@
 //! Redis of the local stack works for real (needs `ops/stack up`; fails, never skips).
 
 use reward_bench::smoke::{SmokeError, redis};
-use reward_tools::stack::{Server, StackEnv, StackError};
+use reward_stack::env::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_hset_of_10k_fields_reads_back_exactly() {
@@ -38,10 +38,10 @@ async fn the_fork_watch_reads_the_stacks_redis_and_not_a_dead_one() {
     // The stack's Redis answers INFO stats: the watch reports a count (no fork is
     // forced here: a rewrite of the stack's AOF takes seconds and would slow every
     // other test), and the count is small across an instant.
-    let watch = reward_tools::stack::ForkWatch::start(&StackEnv::from_env().redis_url).await;
+    let watch = reward_stack::env::ForkWatch::start(&StackEnv::from_env().redis_url).await;
     let forks = watch.since_start().await;
     assert!(matches!(forks, Some(n) if n <= 1), "{forks:?}");
     // A Redis that cannot be asked gives None, which the benches print as a note.
-    let dead = reward_tools::stack::ForkWatch::start("redis://127.0.0.1:1").await;
+    let dead = reward_stack::env::ForkWatch::start("redis://127.0.0.1:1").await;
     assert_eq!(dead.since_start().await, None);
 }

@@ -2,7 +2,7 @@
 
 use reward_bench::smoke::SmokeError;
 use reward_bench::smoke::rocketmq::{self, ProbeOptions};
-use reward_tools::stack::{Server, StackEnv, StackError};
+use reward_stack::env::{Server, StackEnv, StackError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_send_10k_and_consume_every_one() {

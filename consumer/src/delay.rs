@@ -30,14 +30,9 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use fred::prelude::*;
 
-/// Claims due members: pushes their score `lease` ahead and returns them.
-const CLAIM_LUA: &str = r"
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, m in ipairs(items) do
-  redis.call('ZADD', KEYS[1], 'XX', ARGV[3], m)
-end
-return items
-";
+/// Claims due members: pushes their score `lease` ahead and returns them. `KEYS[1]`
+/// the sorted set; ARGV: now (ms), most members, the lease's end (ms).
+const CLAIM_LUA: &str = include_str!("delay/claim.lua");
 
 /// The Redis delay queue.
 #[derive(Debug)]

@@ -40,6 +40,7 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 
 use crate::pipeline::{Ack, Item, Offsets, PartKey};
+use crate::source::Source;
 
 /// How often the lag against the brokers' high watermarks is measured (one
 /// watermark request per partition held).
@@ -302,7 +303,7 @@ impl KafkaSource {
     }
 }
 
-impl crate::Source for KafkaSource {
+impl Source for KafkaSource {
     async fn feed(&mut self, tx: mpsc::Sender<Item>, stop: watch::Receiver<bool>) {
         self.run(tx, stop).await;
     }

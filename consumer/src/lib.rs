@@ -24,12 +24,17 @@
 
 pub mod config;
 pub mod delay;
+mod error;
 pub mod fleet;
 pub mod kafka;
 pub mod limits;
 pub mod pipeline;
 pub mod rocketmq;
+mod source;
 pub mod tracker;
+
+pub use crate::error::StartError;
+pub use crate::source::Source;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,26 +46,6 @@ use crate::delay::DelayQueue;
 use crate::kafka::KafkaSource;
 use crate::limits::Limits;
 use crate::pipeline::{Offsets, Pipeline, Stats, StatsSnapshot};
-
-/// Why the consumer could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The SDK (Redis, brokers, spool).
-    #[error("sdk: {0}")]
-    Sdk(#[from] sdk::StartError),
-    /// The delay queue's Redis.
-    #[error("delay queue: {0}")]
-    Redis(#[from] fred::error::Error),
-    /// The Kafka consumer.
-    #[error("kafka: {0}")]
-    Kafka(#[from] rdkafka::error::KafkaError),
-    /// The RocketMQ consumer.
-    #[error("rocketmq: {0}")]
-    RocketMq(String),
-    /// The service endpoint.
-    #[error(transparent)]
-    Pipeline(#[from] pipeline::PipelineError),
-}
 
 /// A running consumer.
 #[derive(Debug)]
@@ -79,24 +64,6 @@ pub struct Running {
     limits: Limits,
     delay: Arc<DelayQueue>,
     grace: Duration,
-}
-
-/// Where messages come from. Every source feeds the same [`Pipeline`] through one
-/// channel of [`pipeline::Item`]s, each carrying the [`pipeline::Ack`] the pipeline
-/// calls once the message is settled; how that becomes a commit is the source's own
-/// business (Kafka: the windows and commits of [`kafka`]; RocketMQ: the push
-/// consumer's offset store, see [`rocketmq`]).
-pub trait Source: Send + Sized + 'static {
-    /// Feeds `tx` until `stop` turns true; returns once no more messages will come.
-    fn feed(
-        &mut self,
-        tx: mpsc::Sender<pipeline::Item>,
-        stop: watch::Receiver<bool>,
-    ) -> impl std::future::Future<Output = ()> + Send;
-
-    /// Called after the pipeline drained: final commits, leaving the group. Answers
-    /// whether it closed cleanly.
-    fn finish(self) -> impl std::future::Future<Output = bool> + Send;
 }
 
 /// Either source, as configured.
@@ -187,8 +154,8 @@ pub async fn start(cfg: &ConsumerConfig) -> Result<Running, StartError> {
     };
     let (lease_stop, lease_stop_rx) = watch::channel(false);
     let leases = tokio::spawn(fleet::run(
-        leaser,
-        sdk.store().pool().clone(),
+        fleet::RedisLeases::new(leaser, sdk.store().pool().clone()),
+        Duration::from_millis(cfg.fleet.lease_ms),
         limits.clone(),
         lease_stop_rx,
     ));

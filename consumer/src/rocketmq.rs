@@ -27,6 +27,7 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 use tokio::sync::mpsc;
 
 use crate::pipeline::{Ack, Item, Offsets};
+use crate::source::Source;
 
 /// How long a listener call waits for its messages before it gives them back to the
 /// broker (`ReconsumeLater`); only a stuck pipeline gets there.
@@ -128,7 +129,7 @@ impl std::fmt::Debug for RocketMqSource {
 }
 
 impl RocketMqSource {
-    /// Subscribes and starts; messages wait for [`crate::Source::feed`] from here on.
+    /// Subscribes and starts; messages wait for [`Source::feed`] from here on.
     /// The listener runs on the client's threads and cannot await a bounded channel,
     /// so it sends into an unbounded one; the client's own flow control (threads x
     /// batch, each call waiting for its messages) bounds it.
@@ -166,7 +167,7 @@ impl RocketMqSource {
     }
 }
 
-impl crate::Source for RocketMqSource {
+impl Source for RocketMqSource {
     /// Forwards the listener's messages until `stop`; then shuts the push consumer
     /// down while still forwarding, since its listener calls in flight need the
     /// pipeline to settle their messages before they return.

@@ -11,6 +11,16 @@ use bytes::Bytes;
 use reward_consumer::delay::DelayQueue;
 use reward_runtime::clock::now_ms;
 
+/// The first claim of up to `max` members of `coin` that finds any: a claim within the
+/// lease of the members finds none and leases nothing.
+async fn due_again(q: &DelayQueue, max: usize, what: &str) -> Vec<Bytes> {
+    reward_testkit::eventually(Duration::from_secs(30), what, async || {
+        let got = q.claim_due("coin", 0, now_ms(), max).await.unwrap();
+        (!got.is_empty()).then_some(got)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_leased_removed_or_returned() {
     let s = common::stack();
@@ -42,16 +52,16 @@ async fn claims_are_leased_removed_or_returned() {
     // The first mover confirms and removes half, then "dies".
     q.remove("coin", 0, first[..5].to_vec()).await.unwrap();
     assert_eq!(q.len("coin").await.unwrap(), 6);
-    // After the lease the other five come back, exactly those.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let mut again = q.claim_due("coin", 0, now_ms(), 100).await.unwrap();
+    // After the lease the other five come back (all at once: one claim leased them),
+    // exactly those.
+    let mut again = due_again(&q, 100, "the five unremoved members back after the lease").await;
     let mut rest = first[5..].to_vec();
     again.sort();
     rest.sort();
     assert_eq!(again, rest);
     // Claims respect `max`.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(q.claim_due("coin", 0, now_ms(), 2).await.unwrap().len(), 2);
+    let two = due_again(&q, 2, "the five members back after the second lease").await;
+    assert_eq!(two.len(), 2);
     // Leave nothing behind in the stack's Redis.
     let all = q
         .claim_due("coin", 0, now_ms() + 120_000, 100)

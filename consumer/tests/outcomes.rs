@@ -160,6 +160,11 @@ async fn every_outcome_is_settled_and_the_partition_moves_on() {
     let second = reward_consumer::start(&consumer_config(&again))
         .await
         .unwrap();
+    wait_for(120, "the new member holding both partitions", || async {
+        second.assigned() == 2
+    })
+    .await;
+    // Time is the subject: nothing is read within 8 s of holding the partitions.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let r2 = second.shutdown().await;
     assert_eq!(

@@ -84,8 +84,8 @@ pub fn replay_runs(dirs: &[&Path]) -> anyhow::Result<(String, Selection)> {
             Some(u) if *u != m.redis_url => anyhow::bail!(
                 "{} used Redis {}, the others {}: clean them separately",
                 dir.display(),
-                reward_tools::stack::without_credentials(&m.redis_url),
-                reward_tools::stack::without_credentials(u)
+                reward_stack::env::without_credentials(&m.redis_url),
+                reward_stack::env::without_credentials(u)
             ),
             _ => url = Some(m.redis_url.clone()),
         }

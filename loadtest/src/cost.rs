@@ -47,8 +47,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use reward_tools::cpu::{USER_HZ, machine_busy_ticks, parse_redis_cpu, proc_ticks};
-use reward_tools::stack::StackEnv;
+use reward_stack::cpu::{USER_HZ, machine_busy_ticks, parse_redis_cpu, proc_ticks};
+use reward_stack::env::StackEnv;
 
 /// A process to follow: its role in the report and its pid.
 pub type Proc = (String, u32);

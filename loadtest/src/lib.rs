@@ -10,8 +10,9 @@
 //! - the command line's handlers, one per subcommand ([`cli`]; the binary only
 //!   parses and dispatches); which replay runs a clean takes ([`clean`]).
 //!
-//! Elsewhere: the benchmarks and smoke probes are `reward_bench`; the stack's address
-//! book, topic admin and the Redis side of cleaning are `reward_tools`.
+//! Elsewhere: the bare parts' ceilings a replay's `--ceilings` measures are
+//! `reward_baseline`; the stack's address book and topic admin are `reward_stack`; the
+//! books and the Redis side of cleaning are `reward_tools`.
 
 // rocketmq-client-rust's push consumer futures nest deeper than the default limit
 // when proving `Send`.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::Plan;
-use reward_tools::stack::{QueueSpec, SdkSection, StackEnv};
+use reward_stack::env::{QueueSpec, SdkSection, StackEnv};
 
 /// The reward types a replay's services know, with the consumer's rate (credits/s)
 /// and priority, and the ledger's capacity: the figures of `ops/consumer.toml` and
@@ -387,10 +387,10 @@ pub async fn prepare(
         .map(|q| (q.to_string(), format!("lt-{q}-{tag}")))
         .collect();
     let names: Vec<&str> = topics.values().map(String::as_str).collect();
-    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &names, partitions)
+    reward_stack::topics::create_kafka_topics(&env.kafka_brokers, &names, partitions)
         .await
         .map_err(anyhow::Error::msg)?;
-    reward_tools::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &names)
+    reward_stack::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &names)
         .await
         .map_err(anyhow::Error::msg)?;
     let manifest = Manifest {

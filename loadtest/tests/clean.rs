@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fred::prelude::*;
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 fn loadtest(args: &[&str]) -> (i32, String) {
     reward_testkit::output(

@@ -309,8 +309,7 @@ fn spawn_grpc(
             .add_service(admin_svc)
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY a small answer waits for the peer's delayed ACK,
-                // which stalls a small batch many times longer than its work takes
-                // (docs/findings/benchmarks-history.md).
+                // which stalls a small batch many times longer than its work takes.
                 tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
                 grpc_stop,
             )

@@ -142,10 +142,7 @@ impl Swept {
 }
 
 /// Releases a lease only when this instance still holds it.
-const RELEASE_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-";
+const RELEASE_LUA: &str = include_str!("sweeper/release.lua");
 
 /// The hash beside a shard's index that keeps when a not-yet-stored entry was first
 /// indexed.

@@ -31,8 +31,7 @@
 //! one call; in a cluster the tokens are grouped by hash slot (a user's keys share
 //! one), so a batch of many users' tokens still makes one call per slot. What this
 //! saves is each call's own cost inside Redis (parsing, the script's set-up, the
-//! reply), which is of the order of a whole move's work
-//! (`docs/findings/benchmarks-history.md`).
+//! reply), which is of the order of a whole move's work.
 
 use std::collections::HashMap;
 use std::sync::Arc;

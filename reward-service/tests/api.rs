@@ -7,6 +7,8 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{CREDENTIAL, WALLET_CREDENTIAL, create_topics, service_config, tampered, unique_dir};
@@ -675,25 +677,24 @@ async fn events_over_a_limit_or_without_a_proof_are_refused_before_any_claim() {
     assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
     let kafka = reward_testkit::stack().kafka_brokers;
     let topic = format!("massive-{tag}");
-    let mut queued = None;
-    for _ in 0..30 {
-        let (k, t) = (kafka.clone(), topic.clone());
-        let rb = tokio::task::spawn_blocking(move || {
-            reward_testkit::readback::read_kafka(&k, &t, usize::MAX, Duration::from_secs(5))
-        })
-        .await
-        .unwrap()
-        .unwrap();
-        queued = rb
-            .payloads
-            .iter()
-            .filter_map(|p| <RewardEvent as prost::Message>::decode(p.as_slice()).ok())
-            .find(|e| e.trade_no == "z:async");
-        if queued.is_some() {
-            break;
-        }
-    }
-    let queued = queued.expect("the async event reached its topic");
+    let queued = reward_testkit::eventually(
+        Duration::from_secs(150),
+        "the async event on its topic",
+        async || {
+            let (k, t) = (kafka.clone(), topic.clone());
+            let rb = tokio::task::spawn_blocking(move || {
+                reward_testkit::readback::read_kafka(&k, &t, usize::MAX, Duration::from_secs(5))
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            rb.payloads
+                .iter()
+                .filter_map(|p| <RewardEvent as prost::Message>::decode(p.as_slice()).ok())
+                .find(|e| e.trade_no == "z:async")
+        },
+    )
+    .await;
     assert!(proofs.verify(&queued).is_ok(), "{queued:?}");
     let taken = c
         .grant_batch(authed(GrantBatchRequest {
@@ -724,6 +725,7 @@ async fn events_over_a_limit_or_without_a_proof_are_refused_before_any_claim() {
         .result
         .unwrap();
     assert_eq!(outcome_of(&a), GrantOutcome::Accepted, "{a:?}");
+    // Time is the subject: the event's expiry must pass.
     while reward_runtime::clock::now_ms() <= soon {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -783,8 +785,7 @@ async fn an_accept_window_credits_unproven_events_until_it_ends_then_refuses_the
     create_topics(&tag).await;
     let dir = unique_dir(&tag);
     // A window of 60 s from now (whole seconds: the config's UTC form): longer than a
-    // service takes to start beside the other tests on a busy 2-core machine (20 s
-    // was not, once).
+    // service takes to start beside the other tests on a busy 2-core machine.
     let until_ms = reward_runtime::clock::now_ms() / 1000 * 1000 + 60_000;
     let until = reward_runtime::clock::format_utc(until_ms);
     let cfg = service_config(
@@ -824,7 +825,8 @@ async fn an_accept_window_credits_unproven_events_until_it_ends_then_refuses_the
         (GrantOutcome::Invalid, "PROOF_FORGED"),
         "a wrong proof is refused even inside the window"
     );
-    // The window ends by itself, no restart: the next unproven event is refused.
+    // The window ends by itself, no restart: the next unproven event is refused. Time
+    // is the subject: the window's end must pass.
     while reward_runtime::clock::now_ms() < until_ms + 100 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -861,25 +863,33 @@ async fn closed_downstream() -> String {
     format!("http://{addr}/credit")
 }
 
-async fn slow_downstream(delay: Duration) -> String {
+/// A downstream that answers each credit `delay` after it came: its URL, and how many
+/// credits have reached it.
+async fn slow_downstream(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counter = reached.clone();
     let app = axum::Router::new().route(
         "/credit",
-        axum::routing::post(move || async move {
-            tokio::time::sleep(delay).await;
-            axum::Json(json!({"ref": "slow-1"}))
+        axum::routing::post(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                // Time is the subject: a downstream this slow.
+                tokio::time::sleep(delay).await;
+                axum::Json(json!({"ref": "slow-1"}))
+            }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/credit")
+    (format!("http://{addr}/credit"), reached)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_a_grant_in_flight_finish_then_refuses_new_calls() {
     let tag = format!("s{:08x}", rand::random::<u32>());
     create_topics(&tag).await;
-    let url = slow_downstream(Duration::from_millis(800)).await;
+    let (url, reached) = slow_downstream(Duration::from_millis(800)).await;
     let dir = unique_dir(&tag);
     let extra = format!("[downstreams.gem]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = 5000\n");
     let cfg = service_config(&tag, &dir, 1_000, &extra);
@@ -892,7 +902,12 @@ async fn shutdown_lets_a_grant_in_flight_finish_then_refuses_new_calls() {
         }))
         .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "the grant's credit in flight at the downstream",
+        async || reached.load(Ordering::SeqCst) == 1,
+    )
+    .await;
     let report = r.shutdown().await;
     let res = in_flight
         .await
@@ -923,7 +938,7 @@ async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmark
     // caller does.
     let tag = format!("g{:08x}", rand::random::<u32>());
     create_topics(&tag).await;
-    let url = slow_downstream(Duration::from_millis(600)).await;
+    let (url, _) = slow_downstream(Duration::from_millis(600)).await;
     let dir = unique_dir(&tag);
     let extra = format!("[downstreams.gem]\nkind = \"http\"\nurl = \"{url}\"\ntimeout_ms = 5000\n");
     let cfg = service_config(&tag, &dir, 1_000, &extra);
@@ -940,8 +955,24 @@ async fn a_caller_that_goes_away_mid_batch_does_not_leave_credited_grants_unmark
     req.set_timeout(Duration::from_millis(150));
     assert!(c.grant_batch(req).await.is_err(), "the call timed out");
     drop(c);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let claims = r.service().granter().claims().clone();
+    // Nothing else grants these trade numbers: only the abandoned call's own work can
+    // mark them.
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "the abandoned batch's grants marked",
+        async || {
+            for i in 0..5 {
+                let rec = claims.record(&format!("gone:{i}")).await.unwrap();
+                match rec {
+                    Some(rec) if rec.state == reward_service::claim::ClaimState::Granted => {}
+                    other => return Err(format!("gone:{i}: {other:?}")),
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
     for i in 0..5 {
         let rec = claims
             .record(&format!("gone:{i}"))

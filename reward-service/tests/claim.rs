@@ -101,15 +101,23 @@ async fn an_abandoned_claim_is_taken_over_after_its_lease_and_counted_once() {
         c.claim(&g).await.unwrap(),
         Claim::RetryLater { lease_left_ms } if lease_left_ms <= 300
     ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    // The first owner vanished without a word: the takeover must resolve its
-    // attempt before crediting.
+    // The first owner vanished without a word: once its lease ends, the takeover must
+    // resolve its attempt before crediting.
+    let takeover = reward_testkit::eventually(
+        Duration::from_secs(30),
+        "the first claim's lease to end",
+        async || match c.claim(&g).await.unwrap() {
+            Claim::RetryLater { lease_left_ms } => Err(format!("{lease_left_ms} ms left")),
+            other => Ok(other),
+        },
+    )
+    .await;
     let Claim::Claimed {
         claim_id: second,
         prior: Prior::Unknown,
-    } = c.claim(&g).await.unwrap()
+    } = takeover
     else {
-        panic!("takeover")
+        panic!("takeover: {takeover:?}")
     };
     assert_eq!(c.grant(&g, &second, "ok-2").await.unwrap(), Finish::Done);
     // The first owner wakes up late: the record is already GRANTED; its receipt
@@ -150,6 +158,7 @@ async fn ten_times_the_budget_spends_exactly_the_budget() {
                         // Racers took what its borrows moved, three times: the scene
                         // still had room, so it is told to ask again, as a caller does.
                         Claim::BudgetHeld { hold_left_ms } => {
+                            // Time is the subject: a caller's pause for the hold it was told.
                             tokio::time::sleep(Duration::from_millis(hold_left_ms)).await;
                             continue;
                         }
@@ -1032,6 +1041,7 @@ proptest::proptest! {
                             }
                             Err(ClaimError::BelowSpent { .. }) => break,
                             Err(ClaimError::BudgetBusy(_)) => {
+                                // Time is the subject: the operator's pause before retrying.
                                 tokio::time::sleep(Duration::from_millis(5)).await;
                             }
                             Err(e) => panic!("{e}"),

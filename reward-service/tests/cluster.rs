@@ -22,6 +22,11 @@ use reward_service::claim::{Claim, ClaimConfig, ClaimError, Claims, Grant};
 use reward_service::downstream::{Downstream, Ledger};
 use reward_service::grant::{Granter, Outcome};
 
+/// `INCRBY KEYS[1] ARGV[1]`, answering the new value.
+const INCRBY: &str = include_str!("lua/incrby.lua");
+/// Counts a call on `KEYS[1]` (field `n`) and answers `ARGV[1]`: each call's own reply.
+const ECHO: &str = include_str!("lua/echo.lua");
+
 /// One test of this file at a time: one moves a slot by hand, and the others'
 /// `ops/stack up` would take that half-moved slot for an interrupted reshard and fix it.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -56,9 +61,7 @@ async fn pipelined_script_calls_go_to_their_own_primary() {
     let _one = ONE_AT_A_TIME.lock().await;
     let url = reward_testkit::cluster_url();
     let c = client(&url).await;
-    let script = Script::load(&c, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
-        .await
-        .unwrap();
+    let script = Script::load(&c, INCRBY).await.unwrap();
     let prefix = reward_testkit::unique("pipe-");
     let keys: Vec<String> = (0..300).map(|i| format!("{prefix}:{i}")).collect();
     let calls: Vec<Vec<Value>> = keys
@@ -252,6 +255,7 @@ fn move_slot(slot: u16, from: &Primary, to: &Primary, every: &[Primary]) -> usiz
         args.extend(keys.iter().copied());
         cli(from.port, &args);
         moved += keys.len();
+        // Time is the subject: the slot stays half-moved for a while under the callers.
         std::thread::sleep(std::time::Duration::from_millis(3));
     }
     cli(to.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]);
@@ -291,7 +295,6 @@ async fn a_moving_slot_never_hands_a_script_call_another_calls_reply() {
         .build()
         .unwrap();
     follow.init().await.unwrap();
-    const ECHO: &str = "redis.call('HINCRBY', KEYS[1], 'n', 1) return ARGV[1]";
     let script = Script::load(&c, ECHO).await.unwrap();
     let tag = reward_testkit::unique("ask");
     let slot = fred::util::redis_keyslot(tag.as_bytes());
@@ -369,12 +372,44 @@ async fn a_moving_slot_never_hands_a_script_call_another_calls_reply() {
             }
         });
     }
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Every group of callers answered before the slot starts moving.
+    let answered = |group: usize| -> u64 {
+        (0..4)
+            .map(|at| counts[group * 4 + at].load(Ordering::Relaxed))
+            .sum()
+    };
+    reward_testkit::eventually(
+        std::time::Duration::from_secs(60),
+        "every group of callers answered",
+        async || {
+            let n: Vec<u64> = (0..3).map(&answered).collect();
+            if n.iter().all(|&n| n >= 48) {
+                Ok(())
+            } else {
+                Err(format!("calls answered per group: {n:?}"))
+            }
+        },
+    )
+    .await;
     let moved =
         tokio::task::spawn_blocking(move || move_slot(slot, &every[from], &every[to], &every))
             .await
             .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Our client's callers go on after the move, now meeting the slot's new primary.
+    let at_move = counts[0].load(Ordering::Relaxed);
+    reward_testkit::eventually(
+        std::time::Duration::from_secs(60),
+        "our client's own replies after the move",
+        async || {
+            let since = counts[0].load(Ordering::Relaxed) - at_move;
+            if since >= 100 {
+                Ok(())
+            } else {
+                Err(format!("{since} since the move: {counts:?}"))
+            }
+        },
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     while callers.join_next().await.is_some() {}
     let n: Vec<u64> = counts.iter().map(|a| a.load(Ordering::Relaxed)).collect();

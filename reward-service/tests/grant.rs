@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{claims, grant, redis_url};
+use common::{after_hold, claims, grant, redis_url};
 use reward_service::downstream::{
     Contract, Credit, CreditError, CreditFuture, Downstream, ErrorCode, Ledger,
 };
@@ -76,8 +76,7 @@ async fn retryable_failures_come_back_and_the_retry_credits_once() {
     }
     // The timeout left the grant in doubt, held for the downstream's longest call
     // plus the margin; after that the retry repeats the credit under the same key.
-    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
-    let first = g.grant(&r).await.unwrap();
+    let first = after_hold(&g, &r).await;
     assert_eq!(
         first,
         Outcome::Granted {

@@ -51,6 +51,7 @@ async fn serve(seen: Seen) -> String {
                     )
                         .into_response(),
                     "slow" => {
+                        // Time is the subject: an answer later than the caller's timeout.
                         tokio::time::sleep(Duration::from_secs(3)).await;
                         (StatusCode::OK, "late").into_response()
                     }

@@ -110,6 +110,7 @@ async fn stored_tokens_without_events_are_granted_once_by_racing_sweepers() {
         store(&s, &token(&format!("{}:t{i}", s.tag), u, 7)).await;
     }
     assert_eq!(due_left(&s).await, 40);
+    // Time is the subject: the entries must be older than the sweeper's 1 ms grace.
     tokio::time::sleep(Duration::from_millis(5)).await;
     // Three sweepers race over the same shards: each shard is leased by one of them.
     let sweepers: Vec<Sweeper> = (0..3)
@@ -155,6 +156,7 @@ async fn a_reward_being_credited_now_is_left_to_its_owner() {
         Claim::Claimed { claim_id, .. } => claim_id,
         other => panic!("{other:?}"),
     };
+    // Time is the subject: the entries must be older than the sweeper's 1 ms grace.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let sweeper = Sweeper::new(s.service.clone(), quick());
     let p = sweeper.pass().await;
@@ -163,6 +165,7 @@ async fn a_reward_being_credited_now_is_left_to_its_owner() {
     assert_eq!(due_left(&s).await, 1, "kept for a later pass");
     // The owner gives its claim back without crediting: the next pass credits.
     claims.release(&g, &claim_id).await.unwrap();
+    // Time is the subject: the kept entry's 1 ms retry delay must pass.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let p = sweeper.pass().await;
     assert_eq!(p.get("granted"), 1, "{p:?}");
@@ -201,6 +204,7 @@ async fn a_write_that_never_landed_is_counted_and_a_tampered_token_refused() {
         .put(&bad_user, "cny", &format!("{}:bad", s.tag), &tampered)
         .await
         .unwrap();
+    // Time is the subject: the entries must be older than the sweeper's 1 ms grace.
     tokio::time::sleep(Duration::from_millis(5)).await;
     // A wide `unstored_after_ms`, so the first pass sees the entry young however slow
     // a busy machine makes the set-up above.
@@ -255,6 +259,7 @@ async fn an_expired_token_is_never_credited_nor_listed_as_pending() {
         std::slice::from_ref(&expired.trade_no)
     );
     assert_eq!(page.balance["cash"], (5, 0));
+    // Time is the subject: the entries must be older than the sweeper's 1 ms grace.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let sweeper = Sweeper::new(s.service.clone(), quick());
     let pass = sweeper.pass().await;
@@ -346,6 +351,7 @@ async fn sdk_host(prefix: &str, keys: &str, activity: &str) {
             .load(std::sync::atomic::Ordering::Relaxed),
         sdk.stats().delivered
     );
+    // Time is the subject: alive, holding its events, until the parent kills it.
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
@@ -392,15 +398,19 @@ async fn a_killed_sdk_host_loses_no_stored_reward() {
     // Sweepers with a 1 ms grace: passes until nothing is left (bounded).
     let sweeper = Sweeper::new(s.service.clone(), quick());
     let mut granted = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while due_left(&s).await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "entries left after 60 s"
-        );
-        granted += sweeper.pass().await.get("granted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "every due entry ended by the sweeper",
+        async || {
+            let left = due_left(&s).await;
+            if left == 0 {
+                return Ok(());
+            }
+            granted += sweeper.pass().await.get("granted");
+            Err(format!("{left} entries left, {granted} granted"))
+        },
+    )
+    .await;
     assert_eq!(granted, HOST_REWARDS);
     for i in 0..HOST_REWARDS {
         let user = format!("h{i}");

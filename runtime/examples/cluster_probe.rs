@@ -11,7 +11,7 @@ use fred::prelude::*;
 use reward_runtime::script::Script;
 
 // Answers its own argument, so a reply handed to the wrong caller shows.
-const LUA: &str = "redis.call('HINCRBY', KEYS[1], 'n', 1) return ARGV[1]";
+const LUA: &str = include_str!("cluster_probe.lua");
 
 #[derive(Default)]
 struct Sec {

@@ -25,10 +25,9 @@
 //! another primary) by writing `ASKING` on its shared, pipelined connection to the
 //! target and reading the next reply on that connection as `ASKING`'s answer. When
 //! other calls are in flight there, that reply is theirs: each of them is then handed
-//! the reply of the call behind it, and the last one `ASKING`'s `OK`. Measured with
-//! `runtime/examples/cluster_probe.rs` (32 callers on one client, every reply the
-//! caller's own argument): one reshard of 1 500 slots of a store of ~490 000 keys
-//! handed 4 callers another call's reply, silently. A claim or a credit decided on
+//! the reply of the call behind it, and the last one `ASKING`'s `OK`, silently
+//! (`runtime/examples/cluster_probe.rs` shows it: many callers on one client, every
+//! reply the caller's own argument, through a reshard). A claim or a credit decided on
 //! someone else's answer moves money wrongly, so no script's reply is taken on trust:
 //! every script runs inside a wrapper that takes a tag (a number unique in this
 //! process) as its last argument and answers `{tag, reply}`; a reply whose tag is not
@@ -69,18 +68,19 @@ pub fn is_out_of_step(e: &Error) -> bool {
 
 /// A script that reads fields of one hash (`KEYS[1]`, fields in `ARGV`), for reads
 /// that decide money: loaded as a [`Script`], its reply is checked like any other.
-pub const HMGET_LUA: &str = "return redis.call('HMGET', KEYS[1], unpack(ARGV))";
+pub const HMGET_LUA: &str = include_str!("lua/hmget.lua");
 
-/// The wrapper every script runs in: takes the tag off `ARGV`, runs the body, answers
-/// `{tag, reply}`; an error reply goes back as it is.
+/// The wrapper every script runs in (`lua/tagged.lua`, the body in place of its
+/// `--[[body]]` line): takes the tag off `ARGV`, runs the body, answers `{tag, reply}`;
+/// an error reply goes back as it is.
+const TAGGED_LUA: &str = include_str!("lua/tagged.lua");
+
+/// `body` in its tagging wrapper ([`TAGGED_LUA`]).
 fn wrapped(body: &str) -> String {
-    format!(
-        "local __tag = table.remove(ARGV)\n\
-         local __r = (function()\n{body}\nend)()\n\
-         if type(__r) == 'table' and __r.err then return __r end\n\
-         if type(__r) == 'table' and __r.ok then return {{__tag, __r.ok}} end\n\
-         return {{__tag, __r}}\n"
-    )
+    let (head, tail) = TAGGED_LUA
+        .split_once("--[[body]]")
+        .unwrap_or((TAGGED_LUA, ""));
+    format!("{head}{body}{tail}")
 }
 
 /// A tag no other call of this process is using.
@@ -340,6 +340,19 @@ mod tests {
         assert!(w.starts_with("local __tag = table.remove(ARGV)\n"), "{w}");
         assert!(w.contains("\nreturn {KEYS[1], ARGV[1]}\nend)()"), "{w}");
         assert!(w.ends_with("return {__tag, __r}\n"), "{w}");
+    }
+
+    #[test]
+    fn the_wrapper_has_its_body_line() {
+        assert_eq!(TAGGED_LUA.matches("--[[body]]").count(), 1);
+        assert_eq!(
+            wrapped("return 1"),
+            "local __tag = table.remove(ARGV)\n\
+             local __r = (function()\nreturn 1\nend)()\n\
+             if type(__r) == 'table' and __r.err then return __r end\n\
+             if type(__r) == 'table' and __r.ok then return {__tag, __r.ok} end\n\
+             return {__tag, __r}\n"
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What `send_reward` answered, counted and timed for the SLOs an activity service
 //! answers for: the share of calls accepted (`reward_sdk_calls_total{outcome}`), the
-//! call's latency from call to answer (`reward_sdk_send_reward_seconds`) and the
-//! tokens Redis acknowledged (`reward_sdk_tokens_stored_total`, beside the accepted
-//! calls: the tokens-stored share).
+//! call's latency from call to answer (`reward_sdk_send_reward_seconds`); the token
+//! store counts the tokens Redis acknowledged (`reward_sdk_tokens_stored_total`,
+//! beside the accepted calls: the tokens-stored share).
 //!
 //! The handles are process-wide (one set however many SDKs a process starts, as the
 //! recorder is) and registered once, so counting a call is two atomic adds and one
@@ -19,7 +19,8 @@ use std::time::Instant;
 use reward_runtime::catalogue::CALL_OUTCOMES;
 use reward_runtime::counters::{Counted, Timing};
 
-use crate::{IssuedToken, SendError};
+use crate::error::SendError;
+use crate::issued::IssuedToken;
 
 /// Calls by outcome, in [`CALL_OUTCOMES`] order.
 static CALLS: LazyLock<Vec<Counted>> = LazyLock::new(|| {
@@ -30,10 +31,6 @@ static CALLS: LazyLock<Vec<Counted>> = LazyLock::new(|| {
 });
 
 static LATENCY: LazyLock<Timing> = LazyLock::new(|| Timing::new("reward_sdk_send_reward_seconds"));
-
-/// Tokens Redis acknowledged storing (every write mode).
-pub(crate) static TOKENS_STORED: LazyLock<Counted> =
-    LazyLock::new(|| Counted::new("reward_sdk_tokens_stored_total", &[]));
 
 /// One `send_reward` call being timed: answered, or counted `cancelled` when dropped
 /// first.

@@ -1,6 +1,6 @@
 //! Starting an [`Sdk`]: the builder that connects the token store and the producers,
-//! and the live routing: the watch on the dynamic sources, and the checks a dynamic
-//! document passes before it replaces the routing in force.
+//! and the watch on the dynamic sources that keeps the routing live
+//! ([`crate::dynamic`] checks each document).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,14 +9,16 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use reward_runtime::catalogue::{self, Component};
 
-use crate::config::{self, ConfigError, ProducerConfig, Routing, SdkConfig};
+use crate::config::{self, ConfigError, ProducerConfig, SdkConfig};
 use crate::queue::{Engine, Producer};
 // Only the broker clients built use the module path.
+use crate::dynamic::routing_table;
+use crate::error::StartError;
+use crate::handle::{Inner, Sdk};
 #[cfg(any(feature = "kafka", feature = "rocketmq"))]
 use crate::queue;
 use crate::store::TokenStore;
 use crate::token::{KeyRing, TokenCodec};
-use crate::{Inner, Sdk, StartError};
 
 /// Builds an [`Sdk`].
 #[derive(Debug)]
@@ -29,7 +31,7 @@ pub struct SdkBuilder {
 
 impl SdkBuilder {
     /// A builder for `config`: keys and producers as configured, watching on.
-    pub(crate) fn new(config: SdkConfig) -> Self {
+    fn new(config: SdkConfig) -> Self {
         SdkBuilder {
             config,
             keys: None,
@@ -150,6 +152,11 @@ impl SdkBuilder {
 }
 
 impl Sdk {
+    /// A builder for `config`.
+    pub fn builder(config: SdkConfig) -> SdkBuilder {
+        SdkBuilder::new(config)
+    }
+
     /// Watches the dynamic sources (`[dynamic]`), if any are set, and applies each
     /// change laid over the start-up routing.
     fn start_watch(&self) {
@@ -182,76 +189,4 @@ impl Sdk {
             *w = Some(handle);
         }
     }
-}
-
-/// The routing a whole dynamic document gives an SDK started with `config`, or why it
-/// is refused (inconsistent, or a queue that had no buffer at start-up).
-pub(crate) fn routing_of(config: &SdkConfig, doc: &toml::Table) -> Result<Routing, ConfigError> {
-    let routing = Routing::from_table(doc, &config.producers, config.limits.max_amount)?;
-    let known = &config.routing.queues;
-    if let Some(q) = routing.queues.keys().find(|q| !known.contains_key(*q)) {
-        return Err(ConfigError::Invalid(format!(
-            "queue {q} did not exist at start-up; adding a queue needs a restart"
-        )));
-    }
-    Ok(routing)
-}
-
-/// Whether an SDK started with `config` would take `overrides` (the shared dynamic
-/// document's changes, as `ops/config` writes them) laid over its start-up routing:
-/// the check every running instance makes, for tools that want to refuse a change
-/// before writing it. Returns the routing that would result.
-///
-/// ```
-/// let cfg = sdk::config::SdkConfig::from_toml_str(r#"
-///     default_queue = "massive"
-///     [store]
-///     redis_url = "redis://127.0.0.1:16379"
-///     [producers.kafka]
-///     kind = "kafka"
-///     brokers = "127.0.0.1:19092"
-///     [queues.massive]
-///     topic = "reward-massive"
-///     primary = "kafka"
-///     backup = "kafka"
-///     [types.cash]
-/// "#).unwrap();
-/// let ok = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "80")]).unwrap();
-/// assert_eq!(sdk::check_dynamic(&cfg, &ok).unwrap().queues["massive"].ratio, 80);
-/// let bad = reward_runtime::dynamic::from_dotted([("queues.massive.ratio", "120")]).unwrap();
-/// assert!(sdk::check_dynamic(&cfg, &bad).is_err());
-/// ```
-pub fn check_dynamic(config: &SdkConfig, overrides: &toml::Table) -> Result<Routing, ConfigError> {
-    let mut full = routing_table(&config.routing);
-    reward_runtime::dynamic::merge(&mut full, overrides);
-    routing_of(config, &full)
-}
-
-/// The routing as a TOML document (the dynamic sections only).
-fn routing_table(r: &Routing) -> toml::Table {
-    let mut doc = toml::Table::new();
-    let mut queues = toml::Table::new();
-    for (name, q) in &r.queues {
-        let mut t = toml::Table::new();
-        t.insert("topic".into(), q.topic.clone().into());
-        t.insert("primary".into(), q.primary.clone().into());
-        t.insert("backup".into(), q.backup.clone().into());
-        t.insert("ratio".into(), i64::from(q.ratio).into());
-        queues.insert(name.clone(), t.into());
-    }
-    let mut types = toml::Table::new();
-    for (name, ty) in &r.types {
-        let mut t = toml::Table::new();
-        if let Some(q) = &ty.queue {
-            t.insert("queue".into(), q.clone().into());
-        }
-        if let Some(m) = ty.max_amount {
-            t.insert("max_amount".into(), m.into());
-        }
-        types.insert(name.clone(), t.into());
-    }
-    doc.insert("queues".into(), queues.into());
-    doc.insert("types".into(), types.into());
-    doc.insert("default_queue".into(), r.default_queue.clone().into());
-    doc
 }

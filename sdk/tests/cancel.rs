@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{stack, started, temp_dir, unique};
@@ -42,11 +43,29 @@ async fn a_send_cancelled_mid_write_still_sends_its_event() {
         let sdk = sdk.clone();
         tokio::spawn(async move { sdk.send_reward(req).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "the token write sent to the paused Redis",
+        async || sdk.store().stats().direct_calls.load(Ordering::Relaxed) >= 1,
+    )
+    .await;
     // The caller gives up: the future is dropped mid-write.
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
-    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    // Once the pause ends, the write that was in flight lands.
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "the cancelled call's token stored",
+        async || {
+            let held = sdk.store().list("77", &activity).await.unwrap();
+            if held.contains_key(&trade_no) {
+                Ok(())
+            } else {
+                Err(format!("{held:?}"))
+            }
+        },
+    )
+    .await;
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.stats.accepted, 1, "the event was queued: {report:?}");
     assert_eq!(

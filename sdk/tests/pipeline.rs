@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{config, stack, started, temp_dir, topics, unique};
 use rdkafka::mocking::MockCluster;
+use reward_stack::topics::{create_kafka_topics, create_rocketmq_topics};
 use reward_testkit::readback::{ReadBack, read_kafka, read_rocketmq};
-use reward_tools::topics::{create_kafka_topics, create_rocketmq_topics};
 use sdk::request::{RedEnvelopeRain, RequestError, RewardRequest, User};
 use sdk::token::KeyRing;
 use sdk::{IssuedToken, Sdk, SendError};
@@ -48,6 +48,7 @@ async fn send_all(
                     match sdk.send_reward(r.clone()).await {
                         Ok(t) => break t,
                         Err(SendError::Backpressure(_)) => {
+                            // Time is the subject: the caller's pause before sending again.
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
                         Err(e) => panic!("send {}: {e}", r.trade_no),
@@ -260,21 +261,44 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     );
     assert_eq!(st.spooled, 0);
 
-    // Phase 2, broker back: traffic follows the ratio again, exactly by bucket.
+    // Phase 2, broker back: once the SDK's Kafka producer delivers to it again, traffic
+    // follows the ratio again, exactly by bucket. The probes are coins on the express
+    // queue (k first for every user, its own topic): one delivered on k says so. The
+    // phase's counts below are taken from after the probes.
     mock.broker_up(1).unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let on = |st: &sdk::queue::StatsSnapshot, p: &str| st.per_producer.get(p).copied().unwrap_or(0);
+    let mut round = 0;
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "the SDK's Kafka producer delivering to the mock broker again",
+        async || {
+            round += 1;
+            let before = on(&sdk.stats(), "k");
+            let probe = RedEnvelopeRain::new(&activity, "coin").grab(&User::new("probe"), round, 1);
+            sdk.send_reward(probe).await.map_err(|e| e.to_string())?;
+            wait_settled(&sdk).await;
+            let st = sdk.stats();
+            if on(&st, "k") > before {
+                Ok(())
+            } else {
+                Err(format!("probe {round} was not delivered on k: {st:?}"))
+            }
+        },
+    )
+    .await;
+    let base = sdk.stats();
     send_all(&sdk, cash(10_000, 2_000), 16).await;
     wait_settled(&sdk).await;
     let st2 = sdk.stats();
-    assert_eq!(st2.delivered, 4_000, "{st2:?}");
+    assert_eq!(st2.delivered - base.delivered, 2_000, "{st2:?}");
     // Every first attempt follows the bucket again: 1 000 start on k, 1 000 on r. On a
     // loaded machine a RocketMQ send may time out (1.5 s here) and fail over to k, so
     // k may carry more than 1 000, but never more than the phase's failovers explain.
-    let on_k = st2.per_producer.get("k").copied().unwrap_or(0);
-    let on_r = st2.per_producer.get("r").copied().unwrap_or(0);
-    let phase2_failovers = st2.failovers - st.failovers;
+    let on_k = on(&st2, "k") - on(&base, "k");
+    let on_r = on(&st2, "r") - on(&base, "r");
+    let phase2_failovers = st2.failovers - base.failovers;
     assert!(on_k >= 1_000 && on_k <= 1_000 + phase2_failovers, "{st2:?}");
-    assert_eq!(on_k + on_r, 4_000, "{st2:?}");
+    assert_eq!(on_k + on_r, 2_000, "{st2:?}");
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.left, 0);
 
@@ -307,13 +331,19 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
 }
 
 async fn wait_settled(sdk: &Sdk) {
-    for _ in 0..600 {
-        if sdk.stats().unsettled == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("not settled after 30 s: {:?}", sdk.stats());
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "every accepted event settled",
+        async || {
+            let st = sdk.stats();
+            if st.unsettled == 0 {
+                Ok(())
+            } else {
+                Err(format!("{st:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,11 +10,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{stack, started, temp_dir, topics, unique};
+use reward_stack::topics::{create_kafka_topics, create_rocketmq_topics};
 use reward_testkit::readback::{read_kafka, read_rocketmq};
-use reward_tools::topics::{create_kafka_topics, create_rocketmq_topics};
 use sdk::Sdk;
 use sdk::config::SdkConfig;
 use sdk::request::{RedEnvelopeRain, User};
@@ -66,13 +66,21 @@ async fn child(dir: &str, activity: &str) {
             .await
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while sdk.stats().spooled < N {
-        assert!(Instant::now() < deadline, "not spooled: {:?}", sdk.stats());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "every reward spooled",
+        async || {
+            let s = sdk.stats();
+            if s.spooled >= N {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
     println!("SPOOLED {}", sdk.stats().spooled);
-    // Wait to be killed.
+    // Time is the subject: alive, holding its spool open, until the parent kills it.
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
@@ -117,11 +125,19 @@ async fn spooled_rewards_survive_kill_9_and_are_delivered() {
     // Restart with brokers up: the spool is replayed.
     let sdk = started(&s, &tag, &spool, "", "replay_every_ms = 200").await;
     assert!(sdk.spool_bytes() > 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while sdk.stats().replayed < N {
-        assert!(Instant::now() < deadline, "not replayed: {:?}", sdk.stats());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "every reward replayed",
+        async || {
+            let s = sdk.stats();
+            if s.replayed >= N {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
     assert_eq!(sdk.stats().replayed, N);
     assert_eq!(sdk.spool_bytes(), 0);
     sdk.close(Duration::from_secs(10)).await;

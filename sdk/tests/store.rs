@@ -198,24 +198,23 @@ impl PrivateRedis {
             .local_addr()
             .unwrap()
             .port();
-        let mut child = std::process::Command::new("redis-server")
+        let child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server is not installed (ops/stack up installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self {
-                    child,
-                    url: format!("redis://127.0.0.1:{port}"),
-                };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the private redis-server did not answer on port {port}");
+        // Owned from here: a server that never answers is killed on the panic's drop.
+        let redis = Self {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        reward_testkit::eventually_blocking(
+            Duration::from_secs(30),
+            &format!("the private redis-server answering on port {port}"),
+            || std::net::TcpStream::connect(("127.0.0.1", port)),
+        );
+        redis
     }
 
     /// Hangs the server now (SIGSTOP) and resumes it after `d` from a thread; join
@@ -224,6 +223,7 @@ impl PrivateRedis {
         self.signal("-STOP");
         let pid = self.child.id().to_string();
         std::thread::spawn(move || {
+            // Time is the subject: the server stays hung for `d`.
             std::thread::sleep(d);
             std::process::Command::new("kill")
                 .args(["-CONT", &pid])
@@ -323,7 +323,12 @@ async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
             matches!(refused, Err(StoreError::Backlog { pending: 100, .. })),
             "{mode:?}: {refused:?}"
         );
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        reward_testkit::eventually(
+            Duration::from_secs(30),
+            &format!("{mode:?}: a retry while Redis hangs"),
+            async || n(&st.stats().retried) > 0,
+        )
+        .await;
         assert!(
             n(&st.stats().retried) > 0,
             "{mode:?}: no retry while Redis hung"
@@ -539,9 +544,20 @@ async fn a_caller_giving_up_never_fails_the_writes_its_call_carries() {
         })
     };
     let x = give_up("tx", 200);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // X's call holds the one slot, then Z waits first in line for it.
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "X's write sent to the hung Redis",
+        async || n(&st.stats().direct_calls) >= 1,
+    )
+    .await;
     let z = give_up("tz", 600);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    reward_testkit::eventually(
+        Duration::from_secs(30),
+        "Z's write waiting behind X's",
+        async || n(&st.stats().pending) >= 2,
+    )
+    .await;
     let patient: Vec<_> = (0..10)
         .map(|i| {
             let st = st.clone();

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -96,21 +96,29 @@ impl Browser {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start chromedriver: {e}"));
             let base = format!("http://127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let mut ready = false;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = driver.try_wait() {
-                    break;
-                }
-                if let Ok(r) = http.get(format!("{base}/status")).send().await
-                    && let Ok(v) = r.json::<Value>().await
-                    && v["value"]["ready"] == json!(true)
-                {
-                    ready = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            // Ready, or gone (`Ok(false)`: it could not bind the port; try another).
+            let ready = crate::try_eventually(
+                Duration::from_secs(60),
+                "chromedriver to answer ready",
+                async || {
+                    if let Ok(Some(_)) = driver.try_wait() {
+                        return Ok(false);
+                    }
+                    let r = http
+                        .get(format!("{base}/status"))
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let v = r.json::<Value>().await.map_err(|e| e.to_string())?;
+                    if v["value"]["ready"] == json!(true) {
+                        Ok(true)
+                    } else {
+                        Err(format!("not ready: {v}"))
+                    }
+                },
+            )
+            .await
+            .unwrap_or(false);
             if !ready {
                 let _ = driver.kill();
                 let _ = driver.wait();
@@ -207,21 +215,18 @@ impl Browser {
     /// Polls `script` until it returns `true`, up to `within`; panics with `what` and
     /// the page's status line otherwise.
     pub async fn wait_for(&self, what: &str, script: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.eval(script, json!([])).await == json!(true) {
-                return;
-            }
-            if Instant::now() >= deadline {
-                let status = self
-                    .eval(
-                        "const s = document.getElementById('status'); return s ? s.textContent : document.title;",
-                        json!([]),
-                    )
-                    .await;
-                panic!("waited {within:?} for {what}; the page says {status}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let done = crate::try_eventually(within, what, async || {
+            self.eval(script, json!([])).await == json!(true)
+        })
+        .await;
+        if let Err(e) = done {
+            let status = self
+                .eval(
+                    "const s = document.getElementById('status'); return s ? s.textContent : document.title;",
+                    json!([]),
+                )
+                .await;
+            panic!("{e}; the page says {status}");
         }
     }
 

@@ -7,8 +7,12 @@
 //!   reward event.
 //! - [`readback`]: reading back what reached a Kafka or RocketMQ topic, counted by
 //!   trade number (every one at least once, duplicates, undecodable messages).
+//! - [`wait`]: waiting for a condition instead of sleeping ([`eventually`], its
+//!   blocking twin [`eventually_blocking`]): returns the moment a probe succeeds, fails
+//!   with what was awaited and the probe's last answer.
+//! - [`browser`]: a headless Chromium driven over WebDriver.
 //!
-//! Topic creation and the stack's Kafka client settings are in `reward_tools`
+//! Topic creation and the stack's Kafka client settings are in `reward_stack`
 //! (the load tester needs them too); starting services in-process is in each crate's
 //! own test module, next to what it tests.
 
@@ -16,11 +20,13 @@
 
 pub mod browser;
 pub mod readback;
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use reward_tools::stack::StackEnv;
+pub use reward_stack::env::StackEnv;
+pub use wait::{Probe, TimedOut, eventually, eventually_blocking, try_eventually};
 
 /// The grant credential (gRPC, `/metrics`) test services run with.
 pub const CREDENTIAL: &str = "test-credential-0123456789";
@@ -113,6 +119,14 @@ pub fn cluster_url() -> String {
         .map(|u| u.trim_matches('\'').to_string())
         .filter(|u| u.starts_with("redis-cluster://"))
         .unwrap_or_else(|| panic!("ops/stack up printed no cluster REDIS_URL"))
+}
+
+/// Whether this run is the perf tier (`ops/test perf` sets `REWARD_TEST_PERF=1`):
+/// the speed promises (a replay's SLOs and validity, a rate reaching its target) are
+/// asserted there, on a quiet machine. The correctness tiers assert outcomes only and
+/// print those figures.
+pub fn perf_tier() -> bool {
+    std::env::var("REWARD_TEST_PERF").is_ok_and(|v| v == "1")
 }
 
 /// `prefix` and eight random hex digits: a name no other test run uses.

@@ -15,7 +15,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 use reward_runtime::teardown::drop_within;
-use reward_tools::topics::{RETRY_FOR, RETRY_PAUSE, retry_kafka};
+use reward_stack::topics::{RETRY_FOR, RETRY_PAUSE, retry_kafka};
 use rocketmq_client_rust::DefaultLitePullConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 
@@ -151,7 +151,7 @@ pub fn read_kafka(
     consumer
         .assign(&tpl)
         .map_err(|e| format!("assign {topic}: {e}"))?;
-    // No partition list may outlive the consumer (see `reward_tools::topics::committed_offsets`).
+    // No partition list may outlive the consumer (see `reward_stack::topics::committed_offsets`).
     drop(tpl);
     let mut out = ReadBack::default();
     let mut last_new = Instant::now();
@@ -188,8 +188,8 @@ pub fn read_kafka(
 /// or nothing new arrived for `idle` (then it returns what it has; the caller's counts
 /// decide). As with [`read_kafka`], ending on the queues' offsets rather than on a
 /// quiet spell is what makes the read complete on a loaded machine: the consumer's
-/// first rebalance and its pulls can stall for many seconds there (a read that ended
-/// after 8 quiet seconds once reported 22 162 of 100 000 rewards missing).
+/// first rebalance and its pulls can stall for many seconds there, so a read that ends
+/// on a few quiet seconds misses rewards that are on the topic.
 pub async fn read_rocketmq(
     namesrv: &str,
     topic: &str,

@@ -40,7 +40,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use reward_runtime::keyspace::{glob_escape, nodes, scan_page};
+use reward_runtime::keyspace::{nodes, scan_page};
+use reward_service::claim::keys as claim_keys;
+use sdk::store::keys as token_keys;
 
 /// What to audit and how fast.
 #[derive(Debug, Clone)]
@@ -333,7 +335,7 @@ pub async fn audit(
                 kind,
                 format!(
                     "{scene} shard {shard}: spent {spent}, claims sum {sum} ({})",
-                    budget_key(cfg, shard, &scene)
+                    claim_keys::budget_key(&cfg.claims_prefix, &scene, shard)
                 ),
                 keep,
             );
@@ -348,7 +350,7 @@ pub async fn audit(
 
 /// Refuses a prefix with no store, or a shard count other than the store's pin.
 async fn check_pins(claims: &Client, tokens: &Client, cfg: &AuditConfig) -> Result<(), AuditError> {
-    let meta = format!("{}:meta", cfg.claims_prefix);
+    let meta = claim_keys::meta_key(&cfg.claims_prefix);
     let pinned: Option<String> = claims.hget(&meta, "shards").await?;
     match pinned.as_deref().map(str::parse::<u32>) {
         Some(Ok(n)) if n == cfg.claims_shards => {}
@@ -366,7 +368,7 @@ async fn check_pins(claims: &Client, tokens: &Client, cfg: &AuditConfig) -> Resu
             )));
         }
     }
-    let pin = format!("{}:due-shards", cfg.token_prefix);
+    let pin = token_keys::due_shards_pin_key(&cfg.token_prefix);
     let due: Option<String> = tokens.get(&pin).await?;
     match due.as_deref().map(str::parse::<u32>) {
         Some(Ok(n)) if n == cfg.due_shards => Ok(()),
@@ -395,8 +397,7 @@ async fn walk_claims(
     started: Instant,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), AuditError> {
-    let p = glob_escape(&cfg.claims_prefix);
-    let pattern = format!("{p}:{{{p}.*}}:t:*");
+    let pattern = claim_keys::record_pattern(&cfg.claims_prefix);
     for node in nodes(claims).await? {
         let mut cursor = "0".to_string();
         loop {
@@ -406,8 +407,8 @@ async fn walk_claims(
             let keys: Vec<String> = keys
                 .into_iter()
                 .filter(|k| {
-                    shard_of_key(&cfg.claims_prefix, k)
-                        .is_some_and(|s| only.is_none_or(|o| o.contains(&s)))
+                    claim_keys::record_of(&cfg.claims_prefix, k)
+                        .is_some_and(|(s, _)| only.is_none_or(|o| o.contains(&s)))
                 })
                 .filter(|k| walk.seen.insert(key_hash(k)))
                 .collect();
@@ -510,10 +511,9 @@ fn judge_record(
     let field = |i: usize| rec.get(i).and_then(Option::as_deref).unwrap_or("");
     let (scene, user, activity, amount, state, result) =
         (field(0), field(1), field(2), field(3), field(4), field(5));
-    let Some(shard) = shard_of_key(&cfg.claims_prefix, key) else {
+    let Some((shard, trade)) = claim_keys::record_of(&cfg.claims_prefix, key) else {
         return;
     };
-    let trade = trade_of_key(&cfg.claims_prefix, shard, key).unwrap_or("");
     if state == "GRANTED" && result.is_empty() {
         report.add(
             Kind::GrantedWithoutReceipt,
@@ -530,23 +530,6 @@ fn judge_record(
     }
 }
 
-/// The shard of a claim key `{p}:{{p}.N}:t:...`.
-fn shard_of_key(prefix: &str, key: &str) -> Option<u32> {
-    let rest = key.strip_prefix(&format!("{prefix}:{{{prefix}."))?;
-    let (n, _) = rest.split_once('}')?;
-    reward_runtime::keyspace::shard_number(n)
-}
-
-/// The trade number of a claim key of shard `shard` (which may itself hold `:t:`).
-fn trade_of_key<'a>(prefix: &str, shard: u32, key: &'a str) -> Option<&'a str> {
-    key.strip_prefix(&format!("{prefix}:{{{prefix}.{shard}}}:t:"))
-}
-
-fn budget_key(cfg: &AuditConfig, shard: u32, scene: &str) -> String {
-    let p = &cfg.claims_prefix;
-    format!("{p}:{{{p}.{shard}}}:b:{scene}")
-}
-
 /// Every configured scene's `spent` in every shard (shards with no budget hash left
 /// out).
 async fn spent_all(
@@ -557,7 +540,12 @@ async fn spent_all(
     for scene in &cfg.scenes {
         let pipe = client.pipeline();
         for shard in 0..cfg.claims_shards {
-            let _: () = pipe.hget(budget_key(cfg, shard, scene), "spent").await?;
+            let _: () = pipe
+                .hget(
+                    claim_keys::budget_key(&cfg.claims_prefix, scene, shard),
+                    "spent",
+                )
+                .await?;
         }
         let spent: Vec<Option<i64>> = pipe.all().await?;
         for (shard, s) in (0..cfg.claims_shards).zip(spent) {
@@ -567,12 +555,6 @@ async fn spent_all(
         }
     }
     Ok(out)
-}
-
-/// The hash of a user's tokens in an activity (the token store's layout,
-/// `sdk::store`).
-fn pending_key(cfg: &AuditConfig, user: &str, activity: &str) -> String {
-    format!("{}:{{{user}}}:{activity}", cfg.token_prefix)
 }
 
 /// Granted rewards whose token was pending at the walk's look and still is
@@ -593,7 +575,10 @@ async fn pending_tokens(
         let pipe = client.pipeline();
         for (user, activity, trade) in chunk {
             let _: () = pipe
-                .zscore(due_key(cfg, user), format!("{user}|{activity}|{trade}"))
+                .zscore(
+                    token_keys::user_due_key(&cfg.token_prefix, user, cfg.due_shards),
+                    token_keys::due_member(user, activity, trade),
+                )
                 .await?;
         }
         let due: Vec<Option<f64>> = pipe.all().await?;
@@ -601,19 +586,16 @@ async fn pending_tokens(
             if pending && due.is_none() {
                 report.add(
                     Kind::CreditedTokenPending,
-                    format!("{trade}: still in {}", pending_key(cfg, user, activity)),
+                    format!(
+                        "{trade}: still in {}",
+                        token_keys::token_key(&cfg.token_prefix, user, activity)
+                    ),
                     cfg.examples,
                 );
             }
         }
     }
     Ok(())
-}
-
-/// The due index shard key of a user's rewards (`sdk::store`'s layout).
-fn due_key(cfg: &AuditConfig, user: &str) -> String {
-    let shard = crc32fast::hash(user.as_bytes()) % cfg.due_shards.max(1);
-    format!("{}:{{due.{shard}}}", cfg.token_prefix)
 }
 
 async fn still_pending<'a>(
@@ -625,7 +607,10 @@ async fn still_pending<'a>(
     let mut n = 0;
     for (user, activity, trade) in rewards {
         let _: () = pipe
-            .hget(pending_key(cfg, user, activity), trade.as_str())
+            .hget(
+                token_keys::token_key(&cfg.token_prefix, user, activity),
+                trade.as_str(),
+            )
             .await?;
         n += 1;
     }
@@ -656,7 +641,7 @@ async fn stale_due(
 ) -> Result<(), AuditError> {
     let before = cutoff(cfg.stale_after);
     for shard in 0..cfg.due_shards {
-        let key = format!("{}:{{due.{shard}}}", cfg.token_prefix);
+        let key = token_keys::due_key(&cfg.token_prefix, shard);
         old_members(
             client,
             &key,
@@ -677,9 +662,8 @@ async fn old_doubts(
     report: &mut AuditReport,
 ) -> Result<(), AuditError> {
     let before = cutoff(cfg.doubt_hold);
-    let p = &cfg.claims_prefix;
     for shard in 0..cfg.claims_shards {
-        let key = format!("{p}:{{{p}.{shard}}}:doubt");
+        let key = claim_keys::doubt_key(&cfg.claims_prefix, shard);
         old_members(
             client,
             &key,
@@ -760,6 +744,8 @@ mod tests {
 
     #[test]
     fn a_claim_key_names_its_shard_and_nothing_else_does() {
+        let shard_of_key =
+            |prefix: &str, key: &str| claim_keys::record_of(prefix, key).map(|(shard, _)| shard);
         assert_eq!(shard_of_key("rc", "rc:{rc.7}:t:T1"), Some(7));
         assert_eq!(shard_of_key("rc", "rc:{rc.07}:t:T1"), None);
         assert_eq!(shard_of_key("rc", "other:{rc.7}:t:T1"), None);

@@ -39,7 +39,7 @@
 //!
 //! # A running run's keys are not leftovers
 //! `--leftovers` takes every tag, and a tag alone cannot tell a finished run from one
-//! still writing: a clean beside a running bench once removed its keys and failed its
+//! still writing: a clean beside a running bench would remove its keys and fail its
 //! ledger check. So each run holds a [`LiveRun`]: before its first key it writes
 //! `ltlive-<tag>` on every Redis the run writes to (its pipeline's and its wallet's):
 //! a hash with one field per holder (`pid N on HOST #n`), whose value is the Redis
@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use crate::stack::without_credentials;
+use reward_stack::env::without_credentials;
 
 /// Key families of a replay (see the module doc).
 pub const REPLAY_FAMILIES: [&str; 5] = ["ltt-", "ltc-", "ltl-", "ltd-", "ltcfg-"];
@@ -97,26 +97,10 @@ pub fn live_key(tag: &str) -> String {
 
 /// Re-arms holder `ARGV[1]` of the mark `KEYS[1]` for `ARGV[2]` seconds of Redis's
 /// clock, and the whole key's TTL with it.
-const MARK_LUA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]) * 1000)
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-";
+const MARK_LUA: &str = include_str!("clean/mark.lua");
 
 /// The holders of the mark `KEYS[1]` whose hold has not run out (by Redis's clock).
-const HOLDERS_LUA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call('HGETALL', KEYS[1])
-local out = {}
-for i = 1, #h, 2 do
-  local to = tonumber(h[i + 1])
-  if to and to > now then out[#out + 1] = h[i] end
-end
-return out
-";
+const HOLDERS_LUA: &str = include_str!("clean/holders.lua");
 
 /// A run's tag, marked live on its Redis servers while this value lives (module doc,
 /// "A running run's keys are not leftovers"). Each holder has its own field in the
@@ -522,6 +506,8 @@ async fn unlink(client: &Client, keys: &[String]) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reward_service::claim::keys::{budget_key, record_key};
+    use sdk::store::keys::token_key;
 
     #[test]
     fn a_run_takes_its_own_keys_and_nothing_else() {
@@ -530,24 +516,24 @@ mod tests {
             tags: BTreeSet::from(["0a1b2c3d".to_string()]),
         };
         for key in [
-            "ltt-0a1b2c3d:{u1}:cny",
-            "ltc-0a1b2c3d:{rain:3}:t:x",
-            "ltcfg-0a1b2c3d",
-            "ltcfg-0a1b2c3d:audit",
-            "ltl-0a1b2c3d:{7}:balance",
+            token_key("ltt-0a1b2c3d", "u1", "cny"),
+            record_key("ltc-0a1b2c3d", 3, "x"),
+            "ltcfg-0a1b2c3d".into(),
+            "ltcfg-0a1b2c3d:audit".into(),
+            "ltl-0a1b2c3d:{7}:balance".into(),
         ] {
-            assert!(sel.takes(key), "{key}");
+            assert!(sel.takes(&key), "{key}");
         }
         for key in [
-            "ltt-0a1b2c3e:{u1}:cny",  // another run
-            "ltt-0a1b2c3d0:{u1}:cny", // not the same tag
-            "ltt-0a1b2c3dx",
-            "gb-0a1b2c3d:{rain:3}:t:x", // a bench family
-            "xltt-0a1b2c3d:{u1}",
-            "ltt-0a1b2c",
-            "user:0a1b2c3d",
+            token_key("ltt-0a1b2c3e", "u1", "cny"),  // another run
+            token_key("ltt-0a1b2c3d0", "u1", "cny"), // not the same tag
+            "ltt-0a1b2c3dx".into(),
+            record_key("gb-0a1b2c3d", 3, "x"), // a bench family
+            "xltt-0a1b2c3d:{u1}".into(),
+            "ltt-0a1b2c".into(),
+            "user:0a1b2c3d".into(),
         ] {
-            assert!(!sel.takes(key), "{key}");
+            assert!(!sel.takes(&key), "{key}");
         }
         assert_eq!(sel.patterns(), vec!["*0a1b2c3d*".to_string()]);
     }
@@ -558,7 +544,7 @@ mod tests {
             families: BENCH_FAMILIES.iter().map(|f| f.to_string()).collect(),
         };
         assert!(sel.takes("gbl-deadbeef:{7}:credited"));
-        assert!(sel.takes("ceiling-00000000:{s:0}:budget"));
+        assert!(sel.takes(&budget_key("ceiling-00000000", "s", 0)));
         assert!(!sel.takes("gbl-deadbee:{7}"));
         assert!(!sel.takes("gbl-deadbeeg:{7}"));
         assert!(!sel.takes("ltt-deadbeef:{7}"));

@@ -1,5 +1,4 @@
-//! The operators' tools: what changes a running pipeline, and what finds and prepares
-//! the brokers it runs on.
+//! The operators' tools: what changes a running pipeline and what proves what it did.
 //!
 //! - [`control`]: `reward-ctl`'s engine: every live knob in one table
 //!   ([`control::schema::KNOBS`]), a change checked the way the running instances
@@ -9,14 +8,12 @@
 //!   within budget, with its token stored (`reward-ctl books`, `loadtest reconcile`).
 //! - [`clean`]: removing what load-test runs left in Redis, by key family and run
 //!   tag (SCAN and UNLINK, cluster-wide).
-//! - [`stack`]: where the stack's servers are (`ops/stack env`), a fast reachability
-//!   check, Redis fork watching.
-//! - [`topics`]: creating Kafka and RocketMQ topics; a Kafka group's committed offsets.
+//! - [`budget_api`]: the service's budget admin API as `reward-ctl budget --service`
+//!   calls it.
 //!
 //! The binary `reward-ctl` (`ops/config`) is the command operators run. `control` and
-//! the binary need the services (feature `ctl`, on by default); the crates that take
-//! only the address book and topic helpers (the tests' kit, the load tester) leave it
-//! off.
+//! the binary need the services (feature `ctl`, on by default). The stack's address
+//! book, topic creation and CPU counters are `reward_stack`.
 
 #[cfg(feature = "ctl")]
 pub mod audit;
@@ -26,6 +23,3 @@ pub mod budget_api;
 pub mod clean;
 #[cfg(feature = "ctl")]
 pub mod control;
-pub mod cpu;
-pub mod stack;
-pub mod topics;

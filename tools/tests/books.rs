@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::process::Command;
 
 use reward_service::downstream::{Credit, Downstream as _, Ledger};
+use reward_stack::env::StackEnv;
 use reward_tools::books::SentReward;
-use reward_tools::stack::StackEnv;
 
 fn sent(trade: &str, amount: i64) -> SentReward {
     SentReward {

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use reward_tools::stack::StackEnv;
+use reward_baseline::parts::{produce_events, start_consumer, start_service};
+use reward_stack::env::StackEnv;
 
 fn ctl(key: &str, args: &[&str]) -> (i32, String) {
     let repo = reward_testkit::repo();
@@ -29,10 +30,9 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     );
     let tag = format!("ctl{:08x}", rand::random::<u32>());
     let dir = std::env::temp_dir().join(format!("control-{tag}"));
-    let (service, credential) =
-        reward_bench::grant::start_service(&env, &tag, &dir, 0, &env.wallet_redis_url)
-            .await
-            .unwrap();
+    let (service, credential) = start_service(&env, &tag, &dir, 0, &env.wallet_redis_url)
+        .await
+        .unwrap();
     service
         .service()
         .granter()
@@ -41,16 +41,16 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
         .await
         .unwrap();
     let topic = format!("cb-{tag}");
-    reward_tools::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], 2)
+    reward_stack::topics::create_kafka_topics(&env.kafka_brokers, &[&topic], 2)
         .await
         .unwrap();
     // A backlog the consumer drains at its cash rate: traffic flows all through.
     let users = 20u64;
     let proofs = service.service().sdk().codec().proofs();
-    reward_bench::consumer::produce_events(&env, &topic, 4_000, users, proofs)
+    produce_events(&env, &topic, 4_000, users, proofs)
         .await
         .unwrap();
-    let consumer = reward_bench::consumer::start_consumer(
+    let consumer = start_consumer(
         &env,
         &tag,
         &dir,
@@ -72,7 +72,14 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     .await
     .unwrap();
     let key = format!("cbcfg-{tag}");
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "the consumer crediting",
+        async || consumer.stats().granted > 0,
+    )
+    .await;
+    // Time is the subject: 3 s of credits at the old rate, the last 2 s of them measured.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     let changed_at = reward_runtime::clock::now_ms();
     let (code, out) = ctl(&key, &["set", "limits.types.cash.rate", "50"]);
@@ -81,6 +88,7 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
         out.contains("limits.types.cash.rate: (file value) -> 50"),
         "{out}"
     );
+    // Time is the subject: the 4 s measured at the new rate, from 1 s after the change.
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // Refused, with the reason, and nothing written: the consumer keeps 50/s.

@@ -4,11 +4,12 @@
 
 use std::process::ExitCode;
 
-use reward_tools::stack::StackEnv;
+use reward_baseline::Percentiles;
+use reward_stack::env::StackEnv;
 
 use crate::consumer::{self, ConsumerBenchOptions};
 use crate::grant::{self, GrantBenchOptions, GrantCpu};
-use crate::send::{self, BenchOptions, BenchReport, Percentiles};
+use crate::send::{self, BenchOptions, BenchReport};
 
 /// The arguments of `reward-bench send`.
 #[derive(Debug, clap::Args)]
@@ -71,16 +72,15 @@ pub struct GrantBenchArgs {
     /// (ops/test makes one: ~/.cache/reward-dispatch/conformance-venv/bin/python).
     #[arg(long, env = "REWARD_CONFORMANCE_PYTHON")]
     python: Option<std::path::PathBuf>,
-    /// Keep the built-in ledger (the stand-in wallet) on the pipeline's Redis, where
-    /// runs before issue 39's third round kept it, instead of the wallet's own
-    /// (WALLET_REDIS_URL): its credits then load the Redis the claim script's ceiling
-    /// is measured on. For comparing with older figures.
+    /// Keep the built-in ledger (the stand-in wallet) on the pipeline's Redis instead
+    /// of the wallet's own (WALLET_REDIS_URL): its credits then load the Redis the
+    /// claim script's ceiling is measured on.
     #[arg(long)]
     ledger_on_pipeline_redis: bool,
     /// Rounds, each a service run then a script run (a fresh service and fresh keys
     /// each): every round's figures, then the median ratio and the ratio of the
-    /// means. The script side alone swings by ±10 % from one run to the next on a
-    /// shared machine, so one round's ratio is a sample, not a figure.
+    /// means. The script side alone swings from one run to the next on a shared
+    /// machine, so one round's ratio is a sample, not a figure.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: u32,
 }
@@ -152,7 +152,7 @@ pub async fn consumer_bench_cmd(args: ConsumerBenchArgs) -> ExitCode {
                 r.steady_ratio()
             );
             println!("  {:?}", r.stats);
-            if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+            if let Some(w) = reward_stack::env::fork_warning(r.redis_forks) {
                 println!("{w}");
             }
             ExitCode::SUCCESS
@@ -265,7 +265,7 @@ fn print_grant_round(r: &grant::GrantBenchReport) {
             rate / r.service_rate
         );
     }
-    if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+    if let Some(w) = reward_stack::env::fork_warning(r.redis_forks) {
         println!("{w}");
     }
 }
@@ -397,7 +397,7 @@ fn print_bench(r: &BenchReport) {
             );
         }
     }
-    if let Some(w) = reward_tools::stack::fork_warning(r.redis_forks) {
+    if let Some(w) = reward_stack::env::fork_warning(r.redis_forks) {
         println!("{w}");
     }
 }

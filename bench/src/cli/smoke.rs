@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use crate::smoke::rocketmq::{ConsumerKind, ProbeOptions};
 use crate::smoke::{self, ProbeReport};

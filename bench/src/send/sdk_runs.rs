@@ -5,13 +5,16 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use reward_tools::stack::StackEnv;
+use reward_baseline::figures::micros;
+use reward_baseline::producer::rewards;
+use reward_baseline::{Percentiles, Throughput};
+use reward_stack::env::StackEnv;
 use sdk::config::SdkConfig;
 use sdk::request::RewardRequest;
 use sdk::token::KeyRing;
 use sdk::{Sdk, SendError};
 
-use super::{BenchError, Paced, Percentiles, SdkSide, Throughput, micros, rewards};
+use super::{BenchError, Paced, SdkSide};
 
 async fn start_sdk(
     env: &StackEnv,
@@ -19,7 +22,7 @@ async fn start_sdk(
     tag: &str,
     topic: &str,
 ) -> Result<Sdk, BenchError> {
-    let settings = reward_tools::stack::kafka_settings_toml(side.kafka);
+    let settings = reward_stack::env::kafka_settings_toml(side.kafka);
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
     let text = format!(
         r#"

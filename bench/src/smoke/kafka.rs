@@ -19,8 +19,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{ProbeReport, SmokeError, unique_name};
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_baseline::unique_name;
+use reward_stack::env::{Server, StackEnv, check_reachable};
+
+use super::{ProbeReport, SmokeError};
 
 /// Commit (asynchronously) every this many handled messages, and synchronously when
 /// the consumer stops. Also the bound on redeliveries after a crash.
@@ -260,7 +262,7 @@ async fn consume(
     let (mut out, next) = receive(&consumer, earlier, done).await?;
     commit_handled(&consumer, topic, &next)?;
     out.committed =
-        reward_tools::topics::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
+        reward_stack::topics::committed_offsets(&consumer, topic, Duration::from_secs(10))?;
     check_committed(&next, &out.committed)?;
     close(consumer).await?;
     Ok(out)

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 
-use super::{ProbeReport, SmokeError, unique_name};
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_baseline::unique_name;
+use reward_stack::env::{Server, StackEnv, check_reachable};
+
+use super::{ProbeReport, SmokeError};
 
 /// Writes `fields` fields with one pipeline, reads them back with HGETALL and checks
 /// every field and value. The hash is deleted afterwards (and expires anyway).

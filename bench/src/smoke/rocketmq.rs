@@ -21,8 +21,10 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_single::Message;
 use tokio::sync::mpsc;
 
-use super::{ProbeReport, SmokeError, unique_name};
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_baseline::unique_name;
+use reward_stack::env::{Server, StackEnv, check_reachable};
+
+use super::{ProbeReport, SmokeError};
 
 /// How the probe consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -158,10 +160,10 @@ async fn run(
 /// Creates the topic and waits until the name server routes to it. A broker that is
 /// down shows up here, named.
 async fn ensure_topic(env: &StackEnv, topic: &str) -> Result<(), SmokeError> {
-    reward_tools::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &[topic])
+    reward_stack::topics::create_rocketmq_topics(&env.rocketmq_namesrv, &[topic])
         .await
         .map_err(|reason| {
-            SmokeError::Stack(reward_tools::stack::StackError::Unreachable {
+            SmokeError::Stack(reward_stack::env::StackError::Unreachable {
                 server: Server::RocketMqBroker,
                 // The broker's own address comes from the name server's routes; what
                 // we know is which name server was asked.

@@ -21,8 +21,11 @@ impl Limits {
     }
 
     /// What the next lease gives back and asks for, with `live` instances leasing every
-    /// `period`. Permits beyond each bucket's need leave the pools here.
-    pub(crate) fn lease_plan(&self, period: Duration, live: u32) -> Plan {
+    /// `period`. With `give_back`, permits beyond each bucket's need leave the pools
+    /// here. Without it (the last lease failed: the instance refills itself, and
+    /// what it gave back would most likely vanish with an unanswered lease) the pools
+    /// keep them, bounded by the refill's cap ([`Limits::lease_fallback`]).
+    pub(crate) fn lease_plan(&self, period: Duration, live: u32, give_back: bool) -> Plan {
         let s = self.state.load();
         let mut types = Vec::new();
         let mut ask = |name: &str, rate: f64, burst: u32, fused: bool| {
@@ -34,7 +37,7 @@ impl Limits {
             } else {
                 target(rate, period, asked, live)
             };
-            let give = pool.trim(tgt);
+            let give = if give_back { pool.trim(tgt) } else { 0 };
             let have = pool.permits.load(Ordering::Acquire);
             types.push(Ask {
                 name: name.to_string(),
@@ -72,7 +75,7 @@ impl Limits {
         } else {
             0
         };
-        let give = g.trim(tgt);
+        let give = if give_back { g.trim(tgt) } else { 0 };
         let have = g.permits.load(Ordering::Acquire);
         let mut classes: Vec<u8> = match self.leased.waiting.lock() {
             Ok(mut w) => std::mem::take(&mut *w).into_iter().collect(),
@@ -128,7 +131,7 @@ impl Limits {
 
     /// A plan that gives every held permit back and asks for none (leaving the fleet).
     pub(crate) fn lease_release(&self) -> Plan {
-        let mut plan = self.lease_plan(Duration::from_millis(100), 1);
+        let mut plan = self.lease_plan(Duration::from_millis(100), 1, true);
         for a in &mut plan.types {
             a.give += self.leased.pool(&a.name).trim(0);
             a.want = 0;

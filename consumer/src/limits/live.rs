@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use governor::clock::DefaultClock;
+use governor::clock::{Clock, ReasonablyRealtime};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
@@ -16,7 +16,23 @@ use super::config::{LimitsConfig, LimitsError, MAX_RATE, TypeLimit};
 use super::metrics::export;
 use super::pool::{Leased, Pool, target};
 
-pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
+
+/// The limiters' clock: tokio's. In a running consumer it is the monotonic clock; in
+/// a test on tokio's paused clock the limiters' time moves with the test's, so a rate
+/// can be proved over virtual minutes in milliseconds, whatever the machine's load.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TokioClock;
+
+impl Clock for TokioClock {
+    type Instant = std::time::Instant;
+
+    fn now(&self) -> Self::Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
+impl ReasonablyRealtime for TokioClock {}
 
 /// A limiter for `rate`/s with `burst`, emptied (see the module doc).
 fn empty_limiter(rate: f64, burst: u32) -> Arc<Direct> {
@@ -25,7 +41,7 @@ fn empty_limiter(rate: f64, burst: u32) -> Arc<Direct> {
     let quota = Quota::with_period(period.max(Duration::from_nanos(1)))
         .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
         .allow_burst(burst);
-    let limiter = RateLimiter::direct(quota);
+    let limiter = RateLimiter::direct_with_clock(quota, TokioClock);
     // Take the initial burst so a swap never adds one.
     let _ = limiter.check_n(burst);
     Arc::new(limiter)
@@ -261,9 +277,7 @@ impl Limits {
                 if leased {
                     self.leased.global.put_back();
                 }
-                Err(Some(not_until.wait_time_from(governor::clock::Clock::now(
-                    &DefaultClock::default(),
-                ))))
+                Err(Some(not_until.wait_time_from(TokioClock.now())))
             }
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use proto::v1::RewardEvent;
@@ -14,7 +14,14 @@ use reward_runtime::clock::now_ms;
 
 use crate::limits::Verdict;
 
-use super::{HELD_POLL, Item, LINGER, Park, Pipeline, Ready, SIDE_TASKS};
+use super::handler::{Pipeline, SIDE_TASKS};
+use super::item::{Item, Park, Ready};
+
+/// How often the dispatcher looks at held messages when nothing else arrives.
+const HELD_POLL: Duration = Duration::from_millis(2);
+
+/// Longest a message waits in a batch that is neither full nor alone.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// An event dated ahead of the skew the service allows is released this long after it
 /// is within it, so a service whose clock runs a little behind the consumer's still

@@ -13,8 +13,17 @@ use proto::v1::{GrantBatchRequest, GrantBatchResponse, GrantResult, RewardEvent}
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
-use super::settle::{GRANT_ATTEMPTS, grant_backoff};
 use super::stats::Stats;
+
+/// How often one GrantBatch is sent before its events are parked for a retry.
+pub(super) const GRANT_ATTEMPTS: u32 = 3;
+
+/// The wait before GrantBatch attempt `attempt + 1`: 500 ms times the attempt number,
+/// with ±50 % jitter so many consumers that failed together do not come back together.
+pub(super) fn grant_backoff(attempt: u32) -> Duration {
+    let base = 500 * u64::from(attempt + 1);
+    Duration::from_millis(base / 2 + rand::random_range(0..=base))
+}
 
 /// A boxed future, for the trait's object safety.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

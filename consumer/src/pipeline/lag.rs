@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::offsets::PartKey;
+use super::part::PartKey;
 
 /// A queue silent this long, with nothing unsettled, is forgotten (gauges at 0).
 pub const FORGET_AFTER: Duration = Duration::from_secs(60);

@@ -18,7 +18,8 @@ use crate::config::PipelineConfig;
 use crate::delay::DelayQueue;
 use crate::limits::Limits;
 
-use super::{Stats, queue_anywhere, requeue_key};
+use super::settle::{queue_anywhere, requeue_key};
+use super::stats::Stats;
 
 /// Move batches waiting for their settlement at once.
 const MOVES_IN_FLIGHT: usize = 64;

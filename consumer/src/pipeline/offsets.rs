@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::part::PartKey;
 use crate::tracker::{Generation, TrackError, Window};
-
-/// A partition: topic and number.
-pub type PartKey = (Arc<str>, i32);
 
 /// Where a message's offset is marked done.
 #[derive(Debug, Clone)]

@@ -15,8 +15,9 @@ use reward_runtime::clock::now_ms;
 
 use crate::config::PipelineConfig;
 
+use super::handler::Pipeline;
+use super::item::{Item, Park, Ready};
 use super::stats::{LastResort, Requeue};
-use super::{Item, Park, Pipeline, Ready};
 use proto::reasons::DeadLetterReason;
 
 /// Where one event ends once the service answered (or did not): the decision of
@@ -325,16 +326,6 @@ pub(super) const MAX_DEAD_RAW: usize = 512 << 10;
 /// clocks that disagree.
 pub(super) const MAX_PARK: Duration =
     Duration::from_millis(proto::limits::MAX_NOT_BEFORE_AHEAD_MS.unsigned_abs() - 60_000);
-
-/// How often one GrantBatch is sent before its events are parked for a retry.
-pub(super) const GRANT_ATTEMPTS: u32 = 3;
-
-/// The wait before GrantBatch attempt `attempt + 1`: 500 ms times the attempt number,
-/// with ±50 % jitter so many consumers that failed together do not come back together.
-pub(super) fn grant_backoff(attempt: u32) -> Duration {
-    let base = 500 * u64::from(attempt + 1);
-    Duration::from_millis(base / 2 + rand::random_range(0..=base))
-}
 
 /// The partition key of a requeued event: `{trade_no}{retry_count}`.
 pub fn requeue_key(event: &RewardEvent) -> String {

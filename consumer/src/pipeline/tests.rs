@@ -11,8 +11,8 @@ use proto::reasons::DeadLetterReason;
 use proto::v1::{GrantBatchRequest, GrantBatchResponse, GrantOutcome, GrantResult, RewardEvent};
 use tonic::metadata::{Ascii, MetadataValue};
 
-use super::grant::{BoxFuture, GrantClient, grant_answers};
-use super::settle::{Done, Fate, GRANT_ATTEMPTS, fate, grant_backoff};
+use super::grant::{BoxFuture, GRANT_ATTEMPTS, GrantClient, grant_answers, grant_backoff};
+use super::settle::{Done, Fate, fate};
 use super::stats::Stats;
 use crate::config::PipelineConfig;
 

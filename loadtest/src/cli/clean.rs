@@ -69,7 +69,7 @@ async fn clean(
         let (url, also) = match redis_url {
             Some(u) => (u, Vec::new()),
             None => {
-                let env = reward_tools::stack::StackEnv::from_env();
+                let env = reward_stack::env::StackEnv::from_env();
                 (env.redis_url, vec![env.wallet_redis_url])
             }
         };

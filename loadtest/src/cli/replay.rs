@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use crate::faults::Fault;
 use crate::profile::{Plan, Profile};

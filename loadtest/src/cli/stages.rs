@@ -21,7 +21,7 @@ pub struct StagesArgs {
 pub async fn stages_cmd(args: StagesArgs) -> ExitCode {
     let url = args
         .redis_url
-        .unwrap_or_else(|| reward_tools::stack::StackEnv::from_env().redis_url);
+        .unwrap_or_else(|| reward_stack::env::StackEnv::from_env().redis_url);
     match crate::stages::measure_timed(&url, args.rewards).await {
         Ok(stages) if args.json => match serde_json::to_string_pretty(&stages) {
             Ok(text) => {
@@ -37,7 +37,7 @@ pub async fn stages_cmd(args: StagesArgs) -> ExitCode {
             println!(
                 "pipeline redis per reward, each stage alone ({} rewards, {}):",
                 args.rewards,
-                reward_tools::stack::without_credentials(&url)
+                reward_stack::env::without_credentials(&url)
             );
             for line in crate::stages::lines(&stages) {
                 println!("{line}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::services::{Child, Spec};
 use crate::setup::{self, Broker, Setup};
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use super::ReplayOptions;
 

@@ -257,7 +257,7 @@ async fn api(path: &str) -> Option<serde_json::Value> {
     let port = std::env::var("REWARD_PROMETHEUS_PORT")
         .ok()
         .and_then(|p| p.parse::<u16>().ok())
-        .unwrap_or_else(|| reward_tools::stack::default_port("PROMETHEUS_PORT"));
+        .unwrap_or_else(|| reward_stack::env::default_port("PROMETHEUS_PORT"));
     let body = super::children::scrape(&format!("http://127.0.0.1:{port}{path}"), None)
         .await
         .ok()?;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::setup::Setup;
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use super::schedule::progress_bar;
 

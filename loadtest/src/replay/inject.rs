@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::faults::{Action, Fault};
 use crate::services::Child;
 use crate::setup::{Broker, Setup};
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use super::children::{Services, consumer_spec};
 

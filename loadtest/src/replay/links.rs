@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use faultproxy::Proxy;
-use reward_tools::stack::StackEnv;
+use reward_stack::env::StackEnv;
 
 use crate::faults::{Fault, Link};
 
@@ -98,7 +98,7 @@ impl Links {
 /// `url` with its `host:port` replaced by `addr`; scheme, credentials, path and query
 /// kept (`redis://:secret@127.0.0.1:16379/0` → `redis://:secret@ADDR/0`).
 pub(crate) fn via(url: &str, addr: SocketAddr) -> String {
-    let (scheme, userinfo, _, tail) = reward_tools::stack::url_parts(url);
+    let (scheme, userinfo, _, tail) = reward_stack::env::url_parts(url);
     if scheme.is_empty() {
         return url.to_string();
     }

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::reconcile::Reconciliation;
 use crate::setup::{self, Setup};
 use reward_runtime::clock::now_ms as unix_ms;
-use reward_tools::stack::{Server, StackEnv, check_reachable};
+use reward_stack::env::{Server, StackEnv, check_reachable};
 
 use super::assemble::{build_report, double_counters};
 use super::children::{self, Services};
@@ -430,8 +430,13 @@ impl<'a> Run<'a> {
     async fn measure_ceilings(&self, reconciliation: &Reconciliation) -> anyhow::Result<Ceilings> {
         let n = reconciliation.sent.clamp(20_000, 200_000);
         eprintln!("replay: measuring the parts' ceilings ({n} events each)");
-        let raw = reward_bench::send::raw_ceiling(self.env, n, self.opts.partitions).await?;
-        let (script, command) = reward_bench::grant::script_ceiling(self.env, n).await?;
+        let raw = reward_baseline::raw_ceiling(self.env, n, self.opts.partitions).await?;
+        // The script's records carry a tag of their own, held live while they are
+        // written and removed once measured.
+        let live = reward_tools::clean::LiveRun::start(&[&self.env.redis_url]).await?;
+        let (script, command) = reward_baseline::script_ceiling(self.env, live.tag(), n).await?;
+        reward_tools::clean::bench_run(&self.env.redis_url, live.tag()).await;
+        live.end().await;
         Ok(Ceilings {
             raw_producer_per_sec: raw,
             claim_script_per_sec: script,

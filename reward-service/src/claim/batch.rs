@@ -3,23 +3,25 @@
 //! (up to [`GRANTS_PER_CALL`]), whatever its scenes and shards; on a Redis Cluster a
 //! call's keys must share a slot, so a group is one shard's grants.
 //!
-//! Why one call, not one per shard, on a single Redis: a batch of 200 grants over the
-//! 16 shards of `ops/reward-service.toml` was up to 16 claim calls and 16 finish calls,
-//! and every call is a task, a socket write and a reply read in this process and a
-//! script call in Redis. The decisions are the same (each grant as by the single claim,
-//! in order within its call). `reward-bench grant` measured +10 % grants/s
-//! (`docs/findings/benchmarks-history.md`, "One call per batch"). The price: a key of
-//! another type, or a budget that is not numbers, fails every claim of its call, and a
-//! call of [`GRANTS_PER_CALL`] grants holds Redis for a few milliseconds.
+//! Why one call, not one per shard, on a single Redis: every call is a task, a socket
+//! write and a reply read in this process and a script call in Redis, and a batch over
+//! many shards would make as many claim calls and as many finish calls. The decisions
+//! are the same (each grant as by the single claim, in order within its call). The
+//! price: a key of another type, or a budget that is not numbers, fails every claim of
+//! its call, and a call of [`GRANTS_PER_CALL`] grants holds Redis for its length.
 
 use fred::prelude::*;
 
-use super::keys::{check_grant, new_claim_id, secs};
-use super::scripts::pack_fields as pack;
-use super::{Claim, ClaimError, ClaimState, Claims, Finish, Grant};
+use super::checks::{check_grant, new_claim_id, secs};
+use super::error::ClaimError;
+use super::grant::Grant;
+use super::outcome::{Claim, Finish};
+use super::record::ClaimState;
+use super::scripts::{REARM_AFTER_MS, pack_fields as pack};
+use super::store::Claims;
 
 /// Grants in one claim or finish call at most: a call runs in Redis as one script,
-/// which holds every other client for its length (~10 µs a grant here).
+/// which holds every other client for its length.
 pub const GRANTS_PER_CALL: usize = 500;
 
 impl Claims {
@@ -239,7 +241,7 @@ impl Claims {
                 let mut keys = Vec::with_capacity(part.len() * 3);
                 let mut args = Vec::with_capacity(2 + part.len());
                 args.push(secs(self.cfg.retention_secs));
-                args.push(secs(super::scripts::REARM_AFTER_MS));
+                args.push(secs(REARM_AFTER_MS));
                 for (g, id, result) in part {
                     let shard = self.shard_of(&g.trade_no);
                     keys.push(self.record_key(shard, &g.trade_no));

@@ -32,8 +32,17 @@
 
 use fred::prelude::*;
 
-use super::keys::{check_id, new_claim_id, secs};
-use super::{BUDGET_HOLD_MS, ClaimError, Claims, MAX_AMOUNT};
+use super::checks::{MAX_AMOUNT, check_id, new_claim_id, secs};
+use super::error::ClaimError;
+use super::store::Claims;
+
+/// How long a budget change may hold a scene's shards (a crashed operator's hold
+/// ends by itself after this).
+pub const BUDGET_HOLD_MS: u64 = 5_000;
+
+/// How often a claim whose shard ran out borrows from the other shards and asks again
+/// before it answers `BudgetExhausted`: concurrent claims can take what it borrowed.
+pub const BORROW_TRIES: u32 = 3;
 
 /// What a borrow came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

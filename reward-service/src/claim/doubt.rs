@@ -1,9 +1,24 @@
-//! Grants held in doubt: listing them for operators (dropping entries no longer in
+//! Grants held in doubt ([`Doubt`]): listing them for operators (dropping entries no longer in
 //! doubt), counting them, and settling one on an operator's verdict.
 
 use fred::prelude::*;
 
-use super::{Claim, ClaimError, ClaimState, Claims, Doubt, Grant};
+use super::error::ClaimError;
+use super::grant::Grant;
+use super::outcome::Claim;
+use super::record::{ClaimState, Record};
+use super::store::Claims;
+
+/// An in-doubt grant as the operator's list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doubt {
+    /// The trade number.
+    pub trade_no: String,
+    /// Since when it is in doubt (Unix ms, Redis's clock).
+    pub since_ms: i64,
+    /// Its record, when it still has one.
+    pub record: Option<Record>,
+}
 
 impl Claims {
     /// Every grant held in doubt, oldest first, with its record (for operators).

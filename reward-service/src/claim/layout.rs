@@ -23,7 +23,7 @@
 //!      count proves a smaller layout (a budget is always set on every shard).
 //!
 //! A walk that runs out of pages having seen some of the store's keys but too few
-//! records to decide refuses the start ([`super::ClaimError::LayoutUnproven`]) with the
+//! records to decide refuses the start ([`ClaimError::LayoutUnproven`]) with the
 //! command that settles it: `reward-ctl layout claims --prefix P --shards N`, which
 //! walks the whole store with progress and writes the pins only if the data agrees.
 //! One that runs out of pages having seen none of them takes the store as new: on a
@@ -34,7 +34,10 @@
 use std::collections::HashMap;
 
 use fred::prelude::*;
-use reward_runtime::keyspace::{LayoutProof, Walked, glob_escape, walk};
+use reward_runtime::keyspace::{LayoutProof, Walked, walk};
+
+use super::error::ClaimError;
+use super::keys;
 
 /// `SCAN` pages a start-up may spend proving the layout (1 000 slots each).
 pub const SCAN_PAGES: u64 = 2_000;
@@ -57,18 +60,7 @@ enum Key<'a> {
 }
 
 fn judge<'a>(prefix: &str, shards: u32, key: &'a str) -> Key<'a> {
-    let Some(rest) = key
-        .strip_prefix(prefix)
-        .and_then(|r| r.strip_prefix(":{"))
-        .and_then(|r| r.strip_prefix(prefix))
-        .and_then(|r| r.strip_prefix('.'))
-    else {
-        return Key::Other;
-    };
-    let Some((n, rest)) = rest.split_once("}:") else {
-        return Key::Other;
-    };
-    let Some(shard) = reward_runtime::keyspace::shard_number(n) else {
+    let Some((shard, rest)) = keys::shard_key_of(prefix, key) else {
         return Key::Other;
     };
     if shard >= shards {
@@ -77,7 +69,7 @@ fn judge<'a>(prefix: &str, shards: u32, key: &'a str) -> Key<'a> {
         ));
     }
     if let Some(trade) = rest.strip_prefix("t:") {
-        let at = crc32fast::hash(trade.as_bytes()) % shards;
+        let at = keys::shard_of(trade, shards);
         return if at == shard {
             Key::Record
         } else {
@@ -92,11 +84,6 @@ fn judge<'a>(prefix: &str, shards: u32, key: &'a str) -> Key<'a> {
     Key::Store
 }
 
-/// The key of shard `shard`'s pin.
-fn shard_pin(prefix: &str, shard: u32) -> String {
-    format!("{prefix}:{{{prefix}.{shard}}}:pin")
-}
-
 /// Writes each shard's pin (`SET NX`, so an existing one is kept): every start does,
 /// so the pins outlive the loss of any one key or slot.
 pub async fn write_shard_pins(
@@ -108,7 +95,7 @@ pub async fn write_shard_pins(
     for n in 0..shards {
         let _: () = pipe
             .set(
-                shard_pin(prefix, n),
+                keys::pin_key(prefix, n),
                 shards,
                 None,
                 Some(SetOptions::NX),
@@ -128,7 +115,7 @@ async fn from_shard_pins(
 ) -> Result<Option<LayoutProof>, fred::error::Error> {
     let pipe = client.pipeline();
     for n in 0..shards {
-        let _: () = pipe.get(shard_pin(prefix, n)).await?;
+        let _: () = pipe.get(keys::pin_key(prefix, n)).await?;
     }
     let pins: Vec<Option<String>> = pipe.all().await?;
     let mut agreeing = 0u64;
@@ -142,7 +129,7 @@ async fn from_shard_pins(
                     |c| format!("{c} shards"),
                 );
                 return Ok(Some(LayoutProof::Differs {
-                    key: shard_pin(prefix, n),
+                    key: keys::pin_key(prefix, n),
                     why: format!("the pin of shard {n} says the store has {says}"),
                 }));
             }
@@ -175,8 +162,7 @@ async fn prove_with(
     max_pages: u64,
     on_page: impl FnMut(u64),
 ) -> Result<LayoutProof, fred::error::Error> {
-    let p = glob_escape(prefix);
-    let pattern = format!("{p}:{{{p}.*}}:*");
+    let pattern = keys::store_pattern(prefix);
     let (mut keys, mut records) = (0u64, 0u64);
     let mut differs: Option<(String, String)> = None;
     // Per scene, the highest budget shard seen.
@@ -218,7 +204,7 @@ async fn prove_with(
     if complete {
         if let Some((scene, top)) = budgets.iter().find(|(_, top)| **top + 1 < shards) {
             return Ok(LayoutProof::Differs {
-                key: format!("{prefix}:{{{prefix}.*}}:b:{scene}"),
+                key: keys::budget_pattern(prefix, scene),
                 why: format!(
                     "the budget of scene {scene} stops at shard {top}: it was set on a store of {} shards, not {shards}",
                     top + 1
@@ -264,25 +250,25 @@ pub async fn restore_pin(
     prefix: &str,
     shards: u32,
     mut progress: impl FnMut(u64),
-) -> Result<LayoutProof, super::ClaimError> {
+) -> Result<LayoutProof, ClaimError> {
     if shards == 0 || prefix.is_empty() || prefix.contains(['{', '}']) {
-        return Err(super::ClaimError::Invalid(
+        return Err(ClaimError::Invalid(
             "shards must be positive and the prefix set, without braces",
         ));
     }
-    let meta = format!("{prefix}:meta");
+    let meta = keys::meta_key(prefix);
     if let Some(stored) = client.hget::<Option<String>, _, _>(&meta, "shards").await? {
         return match stored.parse::<u32>() {
             Ok(n) if n == shards => Ok(LayoutProof::Agrees {
                 samples: 0,
                 complete: false,
             }),
-            Ok(n) => Err(super::ClaimError::ShardsChanged {
+            Ok(n) => Err(ClaimError::ShardsChanged {
                 prefix: prefix.to_string(),
                 configured: shards,
                 stored: n,
             }),
-            Err(_) => Err(super::ClaimError::Reply(vec![format!(
+            Err(_) => Err(ClaimError::Reply(vec![format!(
                 "{meta} holds no readable shard count"
             )])),
         };
@@ -313,7 +299,7 @@ mod tests {
     fn keys_are_judged_by_their_shard_and_trade_number() {
         let shards = 16;
         let trade = "cny:rain:1:u42";
-        let at = crc32fast::hash(trade.as_bytes()) % shards;
+        let at = keys::shard_of(trade, shards);
         let other = (at + 1) % shards;
         assert_eq!(
             judge("cl", shards, &format!("cl:{{cl.{at}}}:t:{trade}")),

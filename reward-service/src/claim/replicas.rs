@@ -19,7 +19,8 @@ use fred::interfaces::ClientLike;
 use fred::prelude::Client;
 use fred::types::{ClusterHash, CustomCommand, Key};
 
-use super::{ClaimError, Claims};
+use super::error::ClaimError;
+use super::store::Claims;
 
 impl Claims {
     /// After a claim script on `client` that wrote `key`: waits until

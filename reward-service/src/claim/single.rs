@@ -3,9 +3,13 @@
 
 use fred::prelude::*;
 
-use super::budget::{Borrowed, HOLD_RETRY_MS};
-use super::keys::{check_grant, check_id, new_claim_id, secs};
-use super::{BORROW_TRIES, Claim, ClaimError, ClaimState, Claims, Finish, Grant, Prior, Record};
+use super::budget::{BORROW_TRIES, BUDGET_HOLD_MS, Borrowed, HOLD_RETRY_MS};
+use super::checks::{check_grant, check_id, new_claim_id, secs};
+use super::error::{ClaimError, unreadable_record};
+use super::grant::Grant;
+use super::outcome::{Claim, Finish, Prior};
+use super::record::{ClaimState, Record};
+use super::store::Claims;
 
 impl Claims {
     /// The record of `trade_no`, if there is one (whatever its scene).
@@ -117,13 +121,13 @@ impl Claims {
                 lease_left_ms: detail.parse().unwrap_or(self.cfg.lease_ms),
             },
             "HELD" => Claim::BudgetHeld {
-                hold_left_ms: detail.parse().unwrap_or(super::BUDGET_HOLD_MS),
+                hold_left_ms: detail.parse().unwrap_or(BUDGET_HOLD_MS),
             },
             "CONFLICT" => Claim::Conflict,
             "EXHAUSTED" => Claim::BudgetExhausted,
             "NOBUDGET" => Claim::NoBudget,
             "BADRECORD" => {
-                super::unreadable_record();
+                unreadable_record();
                 return Err(ClaimError::Reply(vec![code.to_string(), detail]));
             }
             _ => return Err(ClaimError::Reply(vec![code.to_string(), detail])),

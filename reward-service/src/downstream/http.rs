@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use super::{
-    Contract, Credit, CreditError, CreditFuture, CreditStatus, Downstream, ErrorCode, Receipt,
-    StatusFuture, redacted,
-};
+use super::contract::Contract;
+use super::credit::{Credit, CreditStatus, Receipt};
+use super::error::{CreditError, ErrorCode};
+use super::redact::redacted;
+use super::system::{CreditFuture, Downstream, StatusFuture};
 
 /// A downstream reached over HTTP: each credit is a `POST` of JSON
 /// `{trade_no, user_id, reward_type, amount}` to one URL, with the trade number in the

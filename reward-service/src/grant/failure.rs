@@ -8,9 +8,9 @@ use bytes::Bytes;
 use prost::Message as _;
 use proto::v1::{DeadLetter, RewardEvent, UserInfo};
 use reward_runtime::clock::now_ms;
-use sdk::Sdk;
 
-use super::{GrantError, Granter};
+use super::error::GrantError;
+use super::granter::Granter;
 use crate::claim::Grant;
 use crate::downstream::CreditError;
 
@@ -20,16 +20,6 @@ static FAILURE_TOPIC_MISSES: AtomicU64 = AtomicU64::new(0);
 /// Permanent failures the failure topic did not take (they are in the archive).
 pub fn failure_topic_misses() -> u64 {
     FAILURE_TOPIC_MISSES.load(Ordering::Relaxed)
-}
-
-/// Where permanent failures go besides the archive: a virtual queue of the SDK
-/// (its topic is the failure topic).
-#[derive(Debug, Clone)]
-pub struct FailureTopic {
-    /// The SDK whose queue carries them.
-    pub sdk: Sdk,
-    /// The virtual queue's name.
-    pub queue: String,
 }
 
 impl Granter {

@@ -6,9 +6,10 @@ use std::collections::{HashMap, HashSet};
 
 use tokio::task::JoinSet;
 
-use super::{
-    GrantError, Granter, Outcome, Resolved, moves_token_again, no_downstream, settled_outcome,
-};
+use super::error::GrantError;
+use super::granter::{Granter, no_downstream};
+use super::outcome::{Outcome, moves_token_again, settled_outcome};
+use super::resolve::Resolved;
 use crate::claim::{Claim, ClaimError, Finish, Grant, Prior};
 use crate::downstream::{Credit, CreditError, ErrorCode};
 

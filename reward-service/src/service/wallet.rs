@@ -9,7 +9,10 @@ use reward_runtime::clock::now_ms;
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
 
-use super::{Service, ServiceError, result};
+use super::error::ServiceError;
+use super::event::grant_of;
+use super::handle::Service;
+use super::results::result;
 pub use sdk::token::event_of;
 
 /// Reads a wallet page keeps in flight at once (per request): enough to hide the
@@ -138,7 +141,7 @@ impl Service {
     /// or over a limit of the pipeline), if so. The wallet shows such a token apart,
     /// never as pending money.
     fn uncreditable(&self, t: &RewardToken) -> Option<String> {
-        super::grant_of(&event_of(t))
+        grant_of(&event_of(t))
             .and_then(|g| self.granter.check_ceiling(&g))
             .err()
     }

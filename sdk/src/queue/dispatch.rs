@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
 
+use super::envelope::{Envelope, Settled};
+use super::producer::OutMsg;
 use super::shared::Shared;
-use super::{Envelope, OutMsg, Settled};
 use crate::config::QueueConfig;
 
 /// One queue's dispatcher: batches on size or linger, routes, sends.

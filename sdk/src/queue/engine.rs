@@ -11,11 +11,21 @@ use arc_swap::ArcSwap;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::dispatch::dispatch;
+use super::envelope::Envelope;
+use super::error::EnqueueError;
+use super::producer::Producer;
+use super::report::CloseReport;
 use super::shared::{Health, Shared, SpoolCmd};
 use super::spool_worker::{replay_loop, spool_thread};
-use super::{CloseReport, EnqueueError, Envelope, Producer, QueueStats, Slot, StatsSnapshot};
+use super::stats::{QueueStats, StatsSnapshot};
 use crate::config::{BatchConfig, RetryConfig, Routing, SpoolConfig};
 use crate::spool::{Spool, SpoolError};
+
+/// A reserved place in a queue's buffer: fill it or drop it.
+#[derive(Debug)]
+pub struct Slot {
+    permit: mpsc::OwnedPermit<Envelope>,
+}
 
 /// The queue: takes events in and closes; its tasks share [`Shared`].
 pub(crate) struct Engine {

@@ -14,7 +14,9 @@ use base64::Engine as _;
 use reward_runtime::counters::{Counted, Timing};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::{Envelope, Producer, QueueStats, Settled, StatsSnapshot};
+use super::envelope::{Envelope, Settled};
+use super::producer::Producer;
+use super::stats::{QueueStats, StatsSnapshot};
 use crate::config::{BatchConfig, QueueConfig, RetryConfig, Routing, SpoolConfig};
 use crate::spool::{Replay, SpoolError};
 

@@ -11,8 +11,9 @@ use bytes::Bytes;
 use prost::Message as _;
 use tokio::sync::{mpsc, oneshot};
 
+use super::envelope::{Envelope, Settled};
+use super::producer::OutMsg;
 use super::shared::{Shared, SpoolCmd};
-use super::{Envelope, OutMsg, Settled};
 use crate::spool::Spool;
 
 /// Owns the spool file: appends and syncs in batches, serves replays.

@@ -2,16 +2,14 @@
 //! attempts waiting when a call slot frees, on a single Redis (not a cluster).
 //!
 //! # Why
-//! A direct write was one script call per reward, and a script call costs on both
-//! sides beyond its commands: the client writes every call to its socket on its own
-//! (fred flushes after each `EVALSHA`, in a pipeline too), and Redis parses, looks up
-//! and sets up each call. Under load many writes wait at the same moment; sending them
-//! as one [`INDEXED_WRITE_MANY_LUA`](super::life::INDEXED_WRITE_MANY_LUA) call pays
-//! that once. Measured (docs/findings/benchmarks-history.md, "Calls, not commands"):
-//! 128 writers at once went from 5.00 to 4.04 Redis commands a write and the SDK's
-//! throughput against a bare producer from 0.77 to 0.88, but Redis's CPU per write
-//! only from ~15 to ~14 µs: what a write costs Redis is mostly its four commands run
-//! from Lua and written to the AOF, not the call around them.
+//! A script call costs on both sides beyond its commands: the client writes every
+//! call to its socket on its own (fred flushes after each `EVALSHA`, in a pipeline
+//! too), and Redis parses, looks up and sets up each call. Under load many writes wait
+//! at the same moment; sending them as one
+//! [`INDEXED_WRITE_MANY_LUA`](super::life::INDEXED_WRITE_MANY_LUA) call pays that
+//! once (docs/findings/benchmarks-history.md, "Calls, not commands"). What a write
+//! costs Redis is mostly its commands run from Lua and written to the AOF, not the
+//! call around them.
 //!
 //! # How
 //! No task stands between a caller and Redis. A caller queues its attempt, then waits
@@ -42,8 +40,9 @@ use fred::prelude::*;
 use reward_runtime::script::Script;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::StoreStats;
-use super::writer::{WRITES_PER_CALL, write_reply};
+use super::answer::write_reply;
+use super::stats::StoreStats;
+use super::writer::WRITES_PER_CALL;
 
 /// One caller's attempt, waiting for a call.
 struct Attempt {
@@ -69,7 +68,7 @@ struct Queue {
 pub(super) struct Combiner {
     queue: Mutex<Queue>,
     slots: Arc<Semaphore>,
-    /// The single write with its due entry ([`super::life::indexed_write_lua`]).
+    /// The single write with its due entry ([`super::life::INDEXED_WRITE_LUA`]).
     one: Script,
     /// Many writes with their due entries ([`super::life::INDEXED_WRITE_MANY_LUA`]).
     many: Script,

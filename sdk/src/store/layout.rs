@@ -1,5 +1,6 @@
-//! The due index's shard count proven from its data, for when its pin
-//! (`{prefix}:due-shards`) is gone.
+//! The due index's shard count: pinned at the store's first use and checked at each
+//! start (`check_pin`), and proven from the index's data when its pin
+//! ([`due_shards_pin_key`]) is gone.
 //!
 //! An SDK that started with another count on a store whose pin was lost would put
 //! entries in shards no sweeper reads (rewards whose event died would never be
@@ -8,7 +9,8 @@
 //! few and known in advance (`{prefix}:{due.N}`, N below `MAX_DUE_SHARDS` = 4 096, the
 //! most `store.due_shards` allows), so it asks for each of them directly, one pipeline
 //! of 4 096 `EXISTS` (routed per key on a cluster), rather than scanning a keyspace
-//! that may hold millions of tokens: the answer is complete and costs milliseconds.
+//! that may hold millions of tokens: the answer is complete, and its cost does not
+//! grow with the tokens stored.
 //! - an index key of shard N at or above the configured count proves a larger count;
 //! - an entry `user|activity|trade` of shard N proves another count unless
 //!   `crc32(user) % shards == N` (up to 8 entries of up to 64 keys are read);
@@ -23,7 +25,8 @@
 use fred::prelude::*;
 use reward_runtime::keyspace::LayoutProof;
 
-use super::{StoreError, parse_due_member};
+use super::error::StoreError;
+use super::keys::{due_key, due_shard_of, due_shards_pin_key, parse_due_member};
 
 /// The most shards a due index can have (`store.due_shards` is 1..=4096).
 pub const MAX_DUE_SHARDS: u32 = 4096;
@@ -48,7 +51,7 @@ pub async fn prove(
     prefix: &str,
     shards: u32,
 ) -> Result<LayoutProof, fred::error::Error> {
-    let key = |n: u32| format!("{prefix}:{{due.{n}}}");
+    let key = |n: u32| due_key(prefix, n);
     let pipe = client.pipeline();
     for n in 0..MAX_DUE_SHARDS {
         let _: () = pipe.exists(key(n)).await?;
@@ -76,7 +79,7 @@ pub async fn prove(
             let Some((user, _, _)) = parse_due_member(&m) else {
                 continue;
             };
-            let at = crc32fast::hash(user.as_bytes()) % shards;
+            let at = due_shard_of(user, shards);
             if at != shard {
                 return Ok(LayoutProof::Differs {
                     key: k,
@@ -91,6 +94,64 @@ pub async fn prove(
     Ok(LayoutProof::Agrees {
         samples,
         complete: true,
+    })
+}
+
+/// Records the due index's shard count at the store's first use and refuses another
+/// one later: entries under a different count would sit in shards no sweeper reads.
+/// The outer error is Redis not answering (asked again at the store's start); the
+/// inner one is the store's answer (a layout that refuses), never asked again.
+pub(super) async fn check_pin(
+    client: &Client,
+    prefix: &str,
+    shards: u32,
+) -> Result<Result<(), StoreError>, fred::error::Error> {
+    let key = due_shards_pin_key(prefix);
+    let pinned: Option<String> = client.get(&key).await?;
+    if pinned.is_none() {
+        // No pin: a fresh store, or one whose pin was lost. The index itself decides.
+        match prove(client, prefix, shards).await? {
+            LayoutProof::Empty => {}
+            LayoutProof::Agrees { samples, complete } => {
+                tracing::warn!(
+                    prefix,
+                    shards,
+                    entries = samples,
+                    complete,
+                    "due index shard pin was missing; the index agrees with store.due_shards, pin restored"
+                );
+            }
+            LayoutProof::Differs { key, why } => {
+                return Ok(Err(StoreError::DueLayoutDiffers {
+                    prefix: prefix.to_string(),
+                    configured: shards,
+                    key,
+                    why,
+                }));
+            }
+            LayoutProof::Unproven { keys, samples } => {
+                return Ok(Err(StoreError::DueLayoutUnproven {
+                    prefix: prefix.to_string(),
+                    configured: shards,
+                    keys,
+                    samples,
+                }));
+            }
+        }
+    }
+    let _: Option<String> = client
+        .set(&key, shards.to_string(), None, Some(SetOptions::NX), false)
+        .await?;
+    let stored: Option<String> = client.get(&key).await?;
+    Ok(match stored.as_deref().map(str::parse::<u32>) {
+        Some(Ok(n)) if n == shards => Ok(()),
+        Some(Ok(n)) => Err(StoreError::DueShards {
+            configured: shards,
+            stored: n,
+        }),
+        _ => Err(StoreError::Redis(format!(
+            "{key} holds no shard count; it is not this store's"
+        ))),
     })
 }
 
@@ -109,7 +170,7 @@ pub async fn restore_pin(
             "shards must be positive and the prefix set".into(),
         ));
     }
-    let pin = format!("{prefix}:due-shards");
+    let pin = due_shards_pin_key(prefix);
     if let Some(stored) = client.get::<Option<String>, _>(&pin).await? {
         return match stored.parse::<u32>() {
             Ok(n) if n == shards => Ok(LayoutProof::Agrees {

@@ -1,16 +1,12 @@
 //! A reward token's life in the store, in one place: where it is kept, the states it
 //! goes through, who moves it from one to the next, and the scripts that do.
 //!
-//! # Keys (one user's keys share the hash tag `{user}`, so one cluster slot)
-//! ```text
-//! {prefix}:{user}:{activity}            hash   trade number -> the token's state:
-//!                                              the sealed token (stored, pending),
-//!                                              "!" and the token (credited), or "!"
-//!                                              alone (a mark: credited before stored)
-//! {prefix}:{due.N}                      zset   due index shard N = crc32(user) % shards:
-//!                                              member user|activity|trade, score = ms
-//! {prefix}:due-shards                   string the due index's shard count
-//! ```
+//! # Keys
+//! A token lives in its user's hash for the activity, one field per trade number, and
+//! its reward waits in the due index until credited: [`super::keys`] builds every key
+//! and member. A field's value is the token's state: the sealed token (stored,
+//! pending), `!` and the token (credited), or `!` alone (a mark: credited before
+//! stored).
 //!
 //! # States of one trade number, and who moves it
 //! | state | its field | due entry |
@@ -43,10 +39,9 @@
 //! # Why one field, not a pending and a credited hash
 //! Both states of a trade number live in its one field, so a write is `HSETNX` (it
 //! cannot land over a credit: the field is there) and a move rewrites the field in
-//! place (`HGET`, `HSET`). With a hash per state a write first asked the credited hash
-//! (`HGET`) and a move took three commands and a TTL (`HSET`, `HDEL`, `EXPIRE`): the
-//! one-field layout does a credited reward's token work in five commands where that took
-//! eight (`docs/scale.md`). The cap still counts pending tokens only: `HLEN` decides
+//! place (`HGET`, `HSET`). A hash per state would cost a write one more read (`HGET`
+//! of the credited hash) and a move three commands and a TTL (`HSET`, `HDEL`,
+//! `EXPIRE`) (`docs/scale.md`). The cap still counts pending tokens only: `HLEN` decides
 //! while the hash holds no more fields than the cap, and past it (a user with many
 //! credited tokens) the write counts the pending ones (`HVALS`). A credited token lives
 //! as long as its hash, `ttl_secs` after the latest token written to it (the mark of a
@@ -120,8 +115,14 @@ pub const WRITE_LUA: &str = include_str!("lua/write.lua");
 /// the due shard and the user's hashes are in different slots): `KEYS[2]` the due
 /// shard, `ARGV[5]` the entry's score, `ARGV[6]` its member. A direct write is then one
 /// round trip instead of two, and the entry and the token land together or not at all.
+pub const INDEXED_WRITE_LUA: &str = concat!(
+    include_str!("lua/index_one.lua"),
+    include_str!("lua/write.lua")
+);
+
+/// [`INDEXED_WRITE_LUA`], owned.
 pub fn indexed_write_lua() -> String {
-    format!("redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[6])\n{WRITE_LUA}")
+    INDEXED_WRITE_LUA.to_string()
 }
 
 /// [`WRITE_LUA`] for many writes in one call (the writer task's pipelines): each
@@ -134,11 +135,11 @@ pub fn indexed_write_lua() -> String {
 /// that write (`redis.pcall`: a key of another type fails its own write, no other).
 ///
 /// One script call per batch instead of one per token saves a call's own overhead per
-/// token. The commands go through `redis.pcall` and are checked one by one; a Lua
-/// `pcall` around a closure per write cost more Redis CPU than the calls it saved
-/// (measured: `docs/findings/benchmarks-history.md`).
+/// token. The commands go through `redis.pcall` and are checked one by one: a Lua
+/// `pcall` around a closure per write costs more Redis CPU than the calls it saves
+/// (`docs/findings/benchmarks-history.md`).
 pub const WRITE_MANY_LUA: &str = concat!(
-    "local n, skip = #KEYS, {}\n",
+    include_str!("lua/write_many_prelude.lua"),
     include_str!("lua/write_many.lua")
 );
 
@@ -149,11 +150,7 @@ pub const WRITE_MANY_LUA: &str = concat!(
 /// Redis refused (a key of another type under the shard's name) answers that error and
 /// stores nothing: a token is never stored without its entry.
 pub const INDEXED_WRITE_MANY_LUA: &str = concat!(
-    "local n, skip = #KEYS / 2, {}\n",
-    "for i = 1, n do\n",
-    "  local z = redis.pcall('ZADD', KEYS[n + i], 'NX', ARGV[2 * n + 2 * i + 1], ARGV[2 * n + 2 * i + 2])\n",
-    "  if type(z) == 'table' and z.err then skip[i] = z.err end\n",
-    "end\n",
+    include_str!("lua/index_many_prelude.lua"),
     include_str!("lua/write_many.lua")
 );
 

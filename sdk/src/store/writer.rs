@@ -1,198 +1,22 @@
 //! The token store's background writer: the writer task that sends explicit pipelines
-//! of write scripts ([`super::life`]), and what settles each answer (retries with
-//! backoff, give-ups).
+//! of write scripts ([`super::life`]), each write's due entry first; what each answer
+//! means is settled by [`super::retry`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
 
 use fred::prelude::*;
 use reward_runtime::script::Script;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc};
 
-use super::{Held, StoreError, StoreStats, Submitted};
-use crate::config::StoreConfig;
+use super::answer::{Submitted, write_reply};
+use super::error::StoreError;
+use super::pending::{Reply, Shared, Write};
+use super::retry::{give_up, settle};
 
 /// Most writes in one [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) call (Redis runs a script to its end before
 /// anything else, so a call stays well under a millisecond).
 pub(super) const WRITES_PER_CALL: usize = 128;
-
-/// First retry delay of a failed write; doubles per attempt up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(100);
-/// Longest delay between two attempts of a write.
-const RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// One token write: queued, in flight, or waiting for its retry.
-pub(super) struct Write {
-    /// The due index entry written before the token: shard key, member, time (ms).
-    pub(super) due: (String, String, f64),
-    pub(super) key: String,
-    pub(super) field: String,
-    pub(super) value: String,
-    pub(super) done: Reply,
-    /// Its place, given back when the write is dropped (answered or given up).
-    pub(super) _held: Held,
-    /// Attempts made so far.
-    pub(super) attempts: u32,
-    /// When the first attempt was made (retries stop `retry_for_ms` after it).
-    pub(super) first: Instant,
-}
-
-/// Who hears a write's outcome.
-pub(super) enum Reply {
-    /// A caller waiting for it (batched mode's first attempt).
-    Wait(oneshot::Sender<Result<Submitted, StoreError>>),
-    /// Nobody: the writer counts it, and retries it while Redis fails.
-    Background,
-}
-
-/// What the writer task and every held place share.
-pub(super) struct Shared {
-    pub(super) stats: StoreStats,
-    /// Told when the last pending write is answered.
-    pub(super) drained: Notify,
-    /// `max_pending` places.
-    pub(super) room: Arc<Semaphore>,
-    pub(super) cfg: Arc<StoreConfig>,
-    /// The writer's queue, for retries (weak: the store's handles own the queue).
-    pub(super) requeue: mpsc::WeakUnboundedSender<Write>,
-    /// When the last give-up was logged (ms since `started`): one line a second at most.
-    pub(super) logged_ms: AtomicU64,
-    pub(super) started: Instant,
-    /// `reward_sdk_token_writes_pending`, moved with `stats.pending` (added to, never
-    /// set: several stores in one process share the series, and each adds its own).
-    pub(super) pending_gauge: metrics::Gauge,
-}
-
-impl Shared {
-    /// Whether a warning may be logged now (at most one a second).
-    fn may_log(&self) -> bool {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.logged_ms.load(Ordering::Relaxed);
-        (last == 0 || now.saturating_sub(last) >= 1_000)
-            && self
-                .logged_ms
-                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    }
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A caller's write whose first attempt has not been settled; dropped unsettled (the
-/// caller gave up mid-attempt), it goes to the background as a retry.
-pub(super) struct Unsettled<'a> {
-    pub(super) shared: &'a Arc<Shared>,
-    pub(super) write: Option<Write>,
-}
-
-impl Drop for Unsettled<'_> {
-    fn drop(&mut self) {
-        if let Some(mut w) = self.write.take() {
-            w.attempts += 1;
-            let sent = match self.shared.requeue.upgrade() {
-                Some(tx) => tx.send(w).is_ok(),
-                None => false,
-            };
-            if !sent {
-                give_up(self.shared, 1, &StoreError::Closed);
-            }
-        }
-    }
-}
-
-/// What a write's answer means, counted; retries a Redis failure unless a waiting
-/// caller in strict mode takes the error. `caller` is true for a caller's own first
-/// attempt (it hears cap refusals and, in strict mode, failures).
-pub(super) fn settle(
-    shared: &Arc<Shared>,
-    mut w: Write,
-    reply: Result<i64, fred::error::Error>,
-    caller: bool,
-) -> Result<Submitted, StoreError> {
-    let cfg = &shared.cfg;
-    let permanent = matches!(&reply, Err(e) if !transient(e));
-    match outcome(reply, cfg.max_tokens_per_user, &shared.stats) {
-        Ok(()) => Ok(Submitted::Stored),
-        Err(e @ StoreError::CapReached { .. }) => {
-            if !caller {
-                // Nobody to refuse: the reward went on without its token.
-                shared.stats.unstored.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("reward_sdk_token_write_failures_total").increment(1);
-            }
-            Err(e)
-        }
-        // A waiting caller hears a strict-mode failure, and a refusal of the command
-        // itself (sending it again cannot help): its reward is refused, so nothing is
-        // counted as unstored.
-        Err(e) if caller && (cfg.strict || permanent) => Err(e),
-        Err(e) => {
-            // A caller's own first attempt is always retried once more, however long
-            // it took: only the background gives up.
-            let retry_for = Duration::from_millis(cfg.retry_for_ms);
-            if !caller && (permanent || w.first.elapsed() >= retry_for) {
-                give_up(shared, 1, &e);
-                return Err(e);
-            }
-            w.done = Reply::Background;
-            w.attempts += 1;
-            let delay = backoff(w.attempts);
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let sent = match shared.requeue.upgrade() {
-                    Some(tx) => tx.send(w).is_ok(),
-                    None => false,
-                };
-                if !sent {
-                    give_up(&shared, 1, &StoreError::Closed);
-                }
-            });
-            Ok(Submitted::Retrying)
-        }
-    }
-}
-
-/// Whether a failed attempt may succeed if sent again: a timeout, a dropped
-/// connection, a busy, loading or failing-over server. A refusal of the command itself
-/// (wrong type under the key, a malformed argument) fails the same way every time.
-pub(super) fn transient(e: &fred::error::Error) -> bool {
-    use fred::error::ErrorKind as K;
-    !matches!(
-        e.kind(),
-        K::InvalidArgument | K::InvalidCommand | K::Parse | K::Url | K::Config
-    )
-}
-
-/// Counts `n` writes as never to be stored, with one log line.
-fn give_up(shared: &Shared, n: u64, e: &StoreError) {
-    shared.stats.unstored.fetch_add(n, Ordering::Relaxed);
-    metrics::counter!("reward_sdk_token_write_failures_total").increment(n);
-    if !shared.may_log() {
-        return;
-    }
-    tracing::warn!(
-        writes = n,
-        error = %e,
-        retry_for_ms = shared.cfg.retry_for_ms,
-        total_given_up = shared.stats.unstored.load(Ordering::Relaxed),
-        "token writes given up (Redis refused the command, or retry_for_ms passed); their rewards went on without a stored token"
-    );
-}
-
-/// The delay before attempt `attempts` (2 or more): 100 ms doubling to 2 s, then a
-/// random 50-100 % of it so a fleet of SDKs does not retry in step.
-fn backoff(attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(2).min(8);
-    let full = RETRY_FIRST.saturating_mul(1 << exp).min(RETRY_MAX);
-    full.mul_f64(rand::random_range(0.5..=1.0))
-}
 
 /// The writer task: gathers writes into pipelines of up to `pipeline_max`, at most
 /// `pool_size` in flight.
@@ -268,30 +92,6 @@ async fn send_pipeline(client: &Client, script: &Script, batch: Vec<Write>, shar
     {
         // One line per pipeline, not per token: a Redis outage must not flood the log.
         tracing::warn!(retrying, error = %e, "token writes failed; retrying in the background");
-    }
-}
-
-/// What one script call's reply means for the caller, counted.
-pub(super) fn outcome(
-    reply: Result<i64, fred::error::Error>,
-    cap: u32,
-    stats: &StoreStats,
-) -> Result<(), StoreError> {
-    match reply {
-        // 2: already credited, nothing to store; the reward's token has done its job.
-        Ok(1 | 2) => {
-            stats.written.fetch_add(1, Ordering::Relaxed);
-            crate::calls::TOKENS_STORED.inc();
-            Ok(())
-        }
-        Ok(_) => {
-            stats.capped.fetch_add(1, Ordering::Relaxed);
-            Err(StoreError::CapReached { cap })
-        }
-        Err(e) => {
-            stats.failed.fetch_add(1, Ordering::Relaxed);
-            Err(StoreError::from(e))
-        }
     }
 }
 
@@ -413,24 +213,4 @@ async fn run_pipeline(
         }
     }
     out
-}
-
-/// One write's reply in a [`WRITE_MANY_LUA`](super::life::WRITE_MANY_LUA) answer: its code, or the text of the
-/// command Redis refused for it. A key of another type (`WRONGTYPE`) fails the same way
-/// every time it is sent, so it is not retried (the kind a refused single script call
-/// gets); anything else Redis can refuse mid-script (out of memory, a replica that
-/// became read-only in a failover) passes, so it is retried like a lost connection.
-pub(super) fn write_reply(item: Value) -> Result<i64, fred::error::Error> {
-    match item {
-        Value::Integer(n) => Ok(n),
-        other => {
-            let text = other.as_string().unwrap_or_else(|| format!("{other:?}"));
-            let kind = if text.starts_with("WRONGTYPE") {
-                fred::error::ErrorKind::InvalidArgument
-            } else {
-                fred::error::ErrorKind::Unknown
-            };
-            Err(fred::error::Error::new(kind, text))
-        }
-    }
 }

@@ -32,7 +32,7 @@ use reward_tools::control::{Control, ControlError, Known, schema};
 #[command(version, verbatim_doc_comment, after_help = schema::help())]
 struct Args {
     /// The stack's Redis (where the shared document, budgets and audit list live).
-    #[arg(long, env = "REDIS_URL", default_value_t = reward_tools::stack::default_redis_url())]
+    #[arg(long, env = "REDIS_URL", default_value_t = reward_stack::env::default_redis_url())]
     redis: String,
     /// The shared document's Redis hash (the instances' [dynamic] redis_key).
     #[arg(long, env = "REWARD_CONFIG_KEY", default_value = "reward:config")]

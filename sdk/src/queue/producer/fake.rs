@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{BoxFuture, OutMsg, ProduceError, Producer};
+use super::error::ProduceError;
+use super::interface::{BoxFuture, Producer};
+use super::record::OutMsg;
 
 /// An in-memory broker producer with failure knobs (see the module doc).
 #[derive(Debug)]

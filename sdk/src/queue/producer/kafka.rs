@@ -8,7 +8,9 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
-use super::{BoxFuture, OutMsg, ProduceError, Producer};
+use super::error::ProduceError;
+use super::interface::{BoxFuture, Producer};
+use super::record::OutMsg;
 
 /// rdkafka's future producer.
 pub struct KafkaProducer {

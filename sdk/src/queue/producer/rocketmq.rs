@@ -10,7 +10,9 @@ use rocketmq_client_rust::{ClientRuntime, DefaultMQProducer};
 use rocketmq_model::common::message::message_single::Message;
 use tokio::sync::RwLock;
 
-use super::{BoxFuture, OutMsg, ProduceError, Producer};
+use super::error::ProduceError;
+use super::interface::{BoxFuture, Producer};
+use super::record::OutMsg;
 
 /// rocketmq-client-rust's producer.
 pub struct RocketMqProducer {

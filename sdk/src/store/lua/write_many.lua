@@ -1,5 +1,5 @@
 -- `n` writes; `skip[i]`, when set, is write i's error (its due entry failed): both
--- come from the prelude (life.rs).
+-- come from the prelude (write_many_prelude.lua or index_many_prelude.lua).
 local cap, ttl = tonumber(ARGV[1]), ARGV[2]
 local armed = {}
 local out = {}

@@ -1,5 +1,7 @@
-//! The raw side of `reward-bench send`: the SDK's wire bytes through a bare rdkafka
-//! producer, every delivery report awaited, timed to the last acknowledgement.
+//! The bare producer: the SDK's wire bytes through a raw rdkafka producer with the
+//! SDK's librdkafka settings, every delivery report awaited, timed to the last
+//! acknowledgement. No validation, no token, no Redis: the ceiling `send_reward` is
+//! divided by.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -7,22 +9,42 @@ use std::time::{Duration, Instant};
 use prost::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use reward_tools::stack::StackEnv;
-use sdk::request::RewardRequest;
+use reward_stack::env::StackEnv;
+use reward_stack::topics::create_kafka_topics;
+use sdk::request::{RedEnvelopeRain, RewardRequest, User};
 
-use super::{BenchError, Percentiles, Throughput, micros};
+use crate::error::CeilingError;
+use crate::figures::{Percentiles, Throughput, micros};
+use crate::names::unique_name;
 
-pub(super) async fn raw_run(
+/// The rewards of one run: one red-envelope grab per user, in activity `activity`.
+pub fn rewards(activity: &str, n: u64) -> Vec<RewardRequest> {
+    let rain = RedEnvelopeRain::new(activity, "cash");
+    (0..n)
+        .map(|i| {
+            rain.grab(
+                &User::new((1_000_000 + i).to_string()),
+                1,
+                1 + (i % 500) as i64,
+            )
+        })
+        .collect()
+}
+
+/// Sends the events of `reqs` (the SDK's wire bytes, keyed by trade number) to
+/// `topic` through a bare producer with the SDK's settings and `kafka` laid over
+/// them; fails unless the broker acknowledged every one.
+pub async fn raw_run(
     env: &StackEnv,
     kafka: &BTreeMap<String, String>,
     topic: &str,
     reqs: &[RewardRequest],
-) -> Result<Throughput, BenchError> {
+) -> Result<Throughput, CeilingError> {
     let timeout = Duration::from_secs(30);
     let producer: FutureProducer =
         sdk::queue::producer::kafka_client_config(&env.kafka_brokers, kafka, timeout)
             .create()
-            .map_err(|e| BenchError::Setup(format!("raw producer: {e}")))?;
+            .map_err(|e| CeilingError::Setup(format!("raw producer: {e}")))?;
     // The same bytes the SDK puts on the wire.
     let now = 1_790_000_000_000;
     let payloads: Vec<(String, Vec<u8>)> = reqs
@@ -50,7 +72,7 @@ pub(super) async fn raw_run(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 Err((e, _)) => {
-                    return Err(BenchError::Incomplete {
+                    return Err(CeilingError::Incomplete {
                         run: "raw",
                         what: format!("enqueue: {e}"),
                     });
@@ -74,7 +96,7 @@ pub(super) async fn raw_run(
     }
     let elapsed = start.elapsed();
     if acked != payloads.len() as u64 {
-        return Err(BenchError::Incomplete {
+        return Err(CeilingError::Incomplete {
             run: "raw",
             what: format!(
                 "{acked} of {} acknowledged; first error: {}",
@@ -88,4 +110,19 @@ pub(super) async fn raw_run(
         elapsed,
         calls: Percentiles::of(&mut calls),
     })
+}
+
+/// The bare producer's ceiling on this broker: `n` reward events (the SDK's wire
+/// bytes) through a raw rdkafka producer with the SDK's settings, on a fresh topic of
+/// `partitions` partitions, events/s. The replay's `--ceilings` puts it beside the
+/// end-to-end rate.
+pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64, CeilingError> {
+    let tag = unique_name("ceiling");
+    let topic = format!("{tag}-raw");
+    create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], partitions)
+        .await
+        .map_err(CeilingError::Setup)?;
+    Ok(raw_run(env, &BTreeMap::new(), &topic, &rewards(&tag, n))
+        .await?
+        .rate())
 }

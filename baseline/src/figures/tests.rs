@@ -1,4 +1,4 @@
-//! Tests of the benchmark's latency percentiles (nearest rank).
+//! Tests of the latency percentiles (nearest rank).
 
 use super::Percentiles;
 

@@ -1,0 +1,1 @@
+redis.call('HINCRBY', KEYS[1], 'n', 1) return ARGV[1]

@@ -1,0 +1,343 @@
+//! The SDK's handle: `send_reward` and what an activity service reads and changes
+//! while it runs.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use prost::Message as _;
+
+use crate::calls;
+use crate::config::{ConfigError, Routing, SdkConfig};
+use crate::dynamic::routing_of;
+use crate::error::{Pushback, SendError};
+use crate::issued::{IssuedToken, Stored};
+use crate::queue::{self, CloseReport, Engine, EnqueueError, Envelope, StatsSnapshot};
+use crate::request::{RequestError, RewardRequest};
+use crate::store::{StoreError, Submitted, TokenStore};
+use crate::token::TokenCodec;
+
+/// What every clone of an [`Sdk`] shares.
+pub(crate) struct Inner {
+    pub(crate) config: SdkConfig,
+    pub(crate) codec: TokenCodec,
+    pub(crate) store: TokenStore,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) routing: Arc<ArcSwap<Routing>>,
+    pub(crate) watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The SDK: cheap to clone, share one per process.
+#[derive(Clone)]
+pub struct Sdk {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sdk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sdk")
+            .field("engine", &self.inner.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An event waiting on its token write: sent when the write is done, or when the
+/// `send_reward` future is dropped mid-write; dropped unsent only by [`cancel`].
+///
+/// [`cancel`]: SendOnDrop::cancel
+struct SendOnDrop<'a> {
+    engine: &'a queue::Engine,
+    parts: Option<(queue::Slot, Envelope)>,
+}
+
+impl SendOnDrop<'_> {
+    /// Queues the event now (what dropping the guard does).
+    fn send(self) {
+        drop(self);
+    }
+
+    /// Gives the queue slot back without sending (the reward was refused).
+    fn cancel(&mut self) {
+        self.parts = None;
+    }
+}
+
+impl Drop for SendOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some((slot, env)) = self.parts.take() {
+            self.engine.commit(slot, env);
+        }
+    }
+}
+
+impl Sdk {
+    /// Validates, mints and stores the token, queues the event, returns the token.
+    ///
+    /// Each call is counted by outcome (`reward_sdk_calls_total`) and timed from call
+    /// to answer (`reward_sdk_send_reward_seconds`): the two SLOs an activity service
+    /// answers for (`docs/metrics.md`).
+    pub async fn send_reward(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
+        let call = calls::Call::start();
+        let answer = self.send_reward_timed(req).await;
+        call.answered(&answer);
+        answer
+    }
+
+    async fn send_reward_timed(&self, req: RewardRequest) -> Result<IssuedToken, SendError> {
+        let inner = &*self.inner;
+        req.validate(&inner.config.limits)?;
+        let (queue, max_amount) = {
+            let routing = inner.routing.load();
+            let (queue, _) = routing
+                .route(&req.reward_type)
+                .ok_or_else(|| RequestError::UnknownRewardType(req.reward_type.clone()))?;
+            let max = routing
+                .max_amount(&req.reward_type)
+                .unwrap_or(inner.config.limits.max_amount);
+            (queue.to_string(), max)
+        };
+        req.check_amount(max_amount)?;
+        // Room in the queue, then a place for the token write, both within one wait:
+        // when either is behind, the reward is refused before anything is minted (a
+        // refused place drops the slot, which gives it back).
+        let started = tokio::time::Instant::now();
+        let slot = inner.engine.reserve(&queue).await?;
+        let wait = Duration::from_millis(inner.config.batch.enqueue_wait_ms)
+            .saturating_sub(started.elapsed());
+        let held = match inner.store.hold(wait).await {
+            Ok(h) => h,
+            Err(StoreError::Closed) => return Err(SendError::Closed),
+            Err(e) => return Err(SendError::Backpressure(Pushback::TokenWrites(e))),
+        };
+        let now = reward_runtime::clock::now_ms();
+        let ttl_ms =
+            i64::try_from(inner.config.token.ttl_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        let token = req.token(now, expires_at_ms);
+        let sealed = inner.codec.seal_at(&token, now)?;
+        // The event is built before the token write and handed to a guard: if the
+        // caller drops this future while the write is in flight (it may have landed),
+        // the guard still queues the event, so a stored token never lacks its event.
+        // It carries the token's expiry and a proof under the token keys, so the
+        // service can refuse an event nobody with the keys issued.
+        let mut event = req.event(now, expires_at_ms);
+        inner.codec.proofs().sign(&mut event);
+        let payload = Bytes::from(event.encode_to_vec());
+        let env = Envelope::new(
+            Arc::from(queue.as_str()),
+            req.trade_no.clone(),
+            queue::bucket(&req.user.user_id),
+            payload,
+        );
+        let mut pending = SendOnDrop {
+            engine: &inner.engine,
+            parts: Some((slot, env)),
+        };
+        let write = inner
+            .store
+            .submit(
+                held,
+                &req.user.user_id,
+                &req.activity_id,
+                &req.trade_no,
+                sealed.clone(),
+            )
+            .await;
+        let stored = match write {
+            Ok(Submitted::Stored) => Stored::Yes,
+            Ok(Submitted::Deferred) => Stored::Deferred,
+            Ok(Submitted::Retrying) => Stored::Retrying,
+            Err(StoreError::CapReached { cap }) => {
+                pending.cancel();
+                return Err(SendError::TooManyTokens { cap });
+            }
+            // A failure the caller hears: strict mode, or Redis refusing the command
+            // itself (else a failed write is retried in the background).
+            Err(e) => {
+                pending.cancel();
+                return Err(SendError::Store(e));
+            }
+        };
+        pending.send();
+        Ok(IssuedToken {
+            token: sealed,
+            trade_no: req.trade_no,
+            queue,
+            stored,
+        })
+    }
+
+    /// Hands an already-encoded payload to the virtual queue: no validation, no token.
+    /// For the pipeline's own services: the reward service's async grants and failure
+    /// events, the consumer's requeues (a new `key`) and dead letters.
+    ///
+    /// `queue` names the virtual queue; `None` routes by `reward_type` as
+    /// [`Sdk::send_reward`] does (the default queue for unknown types). `user_id`
+    /// picks the ratio bucket. Like `send_reward` it never waits for a broker: once it
+    /// returns `Ok` the payload is on its way, or in the spool, and `close` drains it.
+    ///
+    /// ```no_run
+    /// # async fn example(sdk: &sdk::Sdk) -> Result<(), sdk::queue::EnqueueError> {
+    /// let queue = sdk
+    ///     .enqueue(Some("failures"), None, "u42", "t1".into(), bytes::Bytes::from_static(b"..."))
+    ///     .await?;
+    /// assert_eq!(queue, "failures");
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<String, EnqueueError> {
+        let (queue, slot, env) = self
+            .envelope(queue, reward_type, user_id, key, payload)
+            .await?;
+        self.inner.engine.commit(slot, env);
+        Ok(queue)
+    }
+
+    /// As [`Sdk::enqueue`], and also answers a receiver that resolves once the event
+    /// is settled: acknowledged by a broker, synced to the spool, or (both failing)
+    /// logged. A service that must not lose what it hands over across a crash of its
+    /// own process (the consumer's requeues and dead letters) waits for it before it
+    /// forgets its own copy. The receiver fails only if the SDK is dropped first.
+    ///
+    /// ```no_run
+    /// # async fn example(sdk: &sdk::Sdk) -> Result<(), Box<dyn std::error::Error>> {
+    /// use sdk::queue::Settled;
+    /// let (_queue, settled) = sdk
+    ///     .enqueue_confirmed(None, Some("cash"), "u42", "t1-1".into(), bytes::Bytes::from_static(b"..."))
+    ///     .await?;
+    /// match settled.await? {
+    ///     Settled::Delivered | Settled::Spooled => { /* safe to forget our copy */ }
+    ///     Settled::Logged => { /* only in the log: keep it */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_confirmed(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<(String, tokio::sync::oneshot::Receiver<queue::Settled>), EnqueueError> {
+        let (queue, slot, env) = self
+            .envelope(queue, reward_type, user_id, key, payload)
+            .await?;
+        let (env, settled) = env.with_notice();
+        self.inner.engine.commit(slot, env);
+        Ok((queue, settled))
+    }
+
+    /// Picks the queue, reserves room in it and wraps the payload.
+    async fn envelope(
+        &self,
+        queue: Option<&str>,
+        reward_type: Option<&str>,
+        user_id: &str,
+        key: String,
+        payload: Bytes,
+    ) -> Result<(String, queue::Slot, Envelope), EnqueueError> {
+        let inner = &*self.inner;
+        let queue = match queue {
+            Some(q) => q.to_string(),
+            None => {
+                let routing = inner.routing.load();
+                let routed = routing.route(reward_type.unwrap_or_default());
+                match routed {
+                    Some((q, _)) => q.to_string(),
+                    None => routing.default_queue.clone(),
+                }
+            }
+        };
+        let slot = inner.engine.reserve(&queue).await?;
+        let env = Envelope::new(
+            Arc::from(queue.as_str()),
+            key,
+            queue::bucket(user_id),
+            payload,
+        );
+        Ok((queue, slot, env))
+    }
+
+    /// The token codec (to open tokens in tests and tools).
+    pub fn codec(&self) -> &TokenCodec {
+        &self.inner.codec
+    }
+
+    /// The token store.
+    pub fn store(&self) -> &TokenStore {
+        &self.inner.store
+    }
+
+    /// The queue counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.engine.stats()
+    }
+
+    /// Token writes since start whose reward went on but whose token will never be
+    /// stored: given up after `store.retry_for_ms` of retries, or (deferred mode)
+    /// refused by the per-user cap. Writes still being retried are not counted here;
+    /// [`Sdk::close`] reports those left at its deadline.
+    pub fn token_write_failures(&self) -> u64 {
+        self.inner.store.stats().unstored.load(Ordering::Relaxed)
+    }
+
+    /// Bytes waiting in the spool.
+    pub fn spool_bytes(&self) -> u64 {
+        self.inner.engine.spool_bytes()
+    }
+
+    /// The routing in force.
+    pub fn routing(&self) -> Arc<Routing> {
+        self.inner.routing.load_full()
+    }
+
+    /// Applies a new dynamic document (ratios, routing, topics). Refused, with the
+    /// old routing kept, if it is inconsistent or names a queue that had no buffer at
+    /// start-up (new queues need a restart).
+    pub fn apply_config(&self, doc: &toml::Table) -> Result<(), ConfigError> {
+        let routing = routing_of(&self.inner.config, doc)?;
+        self.inner.routing.store(Arc::new(routing));
+        Ok(())
+    }
+
+    /// Stops accepting rewards and returns once every accepted one is on a broker or
+    /// in the spool, and every deferred token write is answered, or when `deadline`
+    /// passes; the report says what is left.
+    pub async fn close(&self, deadline: Duration) -> CloseReport {
+        let until = tokio::time::Instant::now() + deadline;
+        if let Ok(mut w) = self.inner.watcher.lock()
+            && let Some(h) = w.take()
+        {
+            h.abort();
+        }
+        // Events and token writes drain side by side; a call that reserved its slot
+        // before close began may hand over its write after the first flush looked, so
+        // look again once the engine is closed (every reserved slot committed).
+        let (mut report, _) = tokio::join!(
+            self.inner.engine.close(deadline),
+            self.inner.store.flush(deadline)
+        );
+        report.tokens_left = self
+            .inner
+            .store
+            .flush(until.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
+        report.tokens_unstored = self.token_write_failures();
+        if report.tokens_left > 0 || report.tokens_unstored > 0 {
+            tracing::warn!(
+                left = report.tokens_left,
+                given_up = report.tokens_unstored,
+                "closing with token writes not stored: their rewards went on without a listed token"
+            );
+        }
+        report
+    }
+}

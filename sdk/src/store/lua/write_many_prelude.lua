@@ -1,0 +1,1 @@
+local n, skip = #KEYS, {}
