@@ -47,7 +47,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use reward_stack::cpu::{USER_HZ, machine_busy_ticks, parse_redis_cpu, proc_ticks};
+use reward_stack::cpu::{USER_HZ, machine_busy_ticks, proc_ticks};
+
+pub use crate::redis_counters::CommandCost;
+use crate::redis_counters::{RedisReading, redis_readings};
 use reward_stack::env::StackEnv;
 
 /// A process to follow: its role in the report and its pid.
@@ -62,15 +65,6 @@ pub struct NodeCost {
     pub usec: u64,
     /// The server's CPU seconds (`used_cpu_sys + used_cpu_user`).
     pub cpu_secs: f64,
-}
-
-/// One command's counters, summed over the nodes.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct CommandCost {
-    /// Calls.
-    pub calls: u64,
-    /// Microseconds.
-    pub usec: u64,
 }
 
 /// Per credited reward.
@@ -224,13 +218,6 @@ pub struct Probe {
     wallet: Option<RedisReading>,
 }
 
-/// One Redis node's counters at one moment.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RedisReading {
-    pub(crate) commands: BTreeMap<String, CommandCost>,
-    pub(crate) cpu_secs: f64,
-}
-
 impl Probe {
     /// Reads every counter now. `children` are the run's own processes; the stack's
     /// come from its pid files.
@@ -307,41 +294,6 @@ impl Probe {
     }
 }
 
-impl RedisReading {
-    /// The counters since `before`; all of them when any fell (the node restarted).
-    pub(crate) fn since(&self, before: &Self) -> Self {
-        let fell = self.cpu_secs < before.cpu_secs
-            || self.commands.iter().any(|(k, c)| {
-                before
-                    .commands
-                    .get(k)
-                    .is_some_and(|b| c.calls < b.calls || c.usec < b.usec)
-            });
-        if fell {
-            return self.clone();
-        }
-        let commands = self
-            .commands
-            .iter()
-            .map(|(k, c)| {
-                let b = before.commands.get(k).copied().unwrap_or_default();
-                (
-                    k.clone(),
-                    CommandCost {
-                        calls: c.calls - b.calls,
-                        usec: c.usec - b.usec,
-                    },
-                )
-            })
-            .filter(|(_, c)| c.calls > 0)
-            .collect();
-        Self {
-            commands,
-            cpu_secs: self.cpu_secs - before.cpu_secs,
-        }
-    }
-}
-
 /// This process, the children and the stack's servers, by role.
 fn all_procs(children: &[Proc]) -> Vec<Proc> {
     let mut all = vec![("load tester + SDK".to_string(), std::process::id())];
@@ -401,82 +353,10 @@ async fn wallet_reading(env: &StackEnv) -> Option<RedisReading> {
     all.remove(&first)
 }
 
-/// `INFO commandstats` and `INFO cpu` of every primary; empty when Redis does not
-/// answer (the report then shows no Redis figures rather than wrong ones).
-pub(crate) async fn redis_readings(url: &str) -> BTreeMap<String, RedisReading> {
-    use fred::interfaces::ClientLike as _;
-    let mut out = BTreeMap::new();
-    let Ok(builder) = reward_runtime::redis::builder(url, std::time::Duration::from_secs(5)) else {
-        return out;
-    };
-    let Ok(client) = builder.build() else {
-        return out;
-    };
-    if client.init().await.is_err() {
-        return out;
-    }
-    let Ok(nodes) = reward_runtime::keyspace::nodes(&client).await else {
-        return out;
-    };
-    for node in nodes {
-        let name = node
-            .as_ref()
-            .map_or_else(|| "-".to_string(), |s| s.to_string());
-        let info = |section: &'static str| {
-            reward_runtime::keyspace::on_node::<String>(
-                &client,
-                node.as_ref(),
-                "INFO",
-                vec![section],
-            )
-        };
-        let (Ok(cmds), Ok(cpu)) = (info("commandstats").await, info("cpu").await) else {
-            continue;
-        };
-        out.insert(
-            name,
-            RedisReading {
-                commands: parse_commandstats(&cmds),
-                cpu_secs: parse_redis_cpu(&cpu),
-            },
-        );
-    }
-    let _ = client.quit().await;
-    out
-}
-
-/// `cmdstat_NAME:calls=N,usec=M,...` lines.
-fn parse_commandstats(info: &str) -> BTreeMap<String, CommandCost> {
-    let mut out = BTreeMap::new();
-    for line in info.lines() {
-        let Some((name, fields)) = line
-            .trim()
-            .strip_prefix("cmdstat_")
-            .and_then(|l| l.split_once(':'))
-        else {
-            continue;
-        };
-        let field = |k: &str| {
-            fields
-                .split(',')
-                .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        out.insert(
-            name.to_string(),
-            CommandCost {
-                calls: field("calls"),
-                usec: field("usec"),
-            },
-        );
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis_counters::parse_commandstats;
 
     #[test]
     fn reads_redis_counters() {

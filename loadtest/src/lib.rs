@@ -6,7 +6,8 @@
 //!   the SDK hosts), then [`reconcile`] and the
 //!   reports ([`report`]), judged on money, service levels and validity ([`slo`]),
 //!   with what each credited reward cost in CPU, Redis work and broker records
-//!   ([`cost`]);
+//!   ([`cost`], the Redis counters it reads: [`redis_counters`]; stage by stage:
+//!   [`stages`]);
 //! - the command line's handlers, one per subcommand ([`cli`]; the binary only
 //!   parses and dispatches); which replay runs a clean takes ([`clean`]).
 //!
@@ -22,8 +23,10 @@ pub mod clean;
 pub mod cli;
 pub mod cost;
 pub mod faults;
+pub mod marks;
 pub mod profile;
 pub mod reconcile;
+pub mod redis_counters;
 pub mod replay;
 pub mod report;
 pub mod services;

@@ -5,7 +5,7 @@
 //! Inputs are the run directory's `manifest.json` (where the data lives, the budgets,
 //! the token writes the SDK counted as failed), `sent.tsv` (every request the SDK
 //! accepted) and `hosts.tsv` (the rewards of killed SDK hosts,
-//! [`crate::replay::hosts`], excused as the books' check allows).
+//! [`crate::marks`], excused as the books' check allows).
 
 use std::path::Path;
 
@@ -57,7 +57,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<Reconciliation> {
         );
     }
     let (sent, repeats, conflicts) = read_sent(dir)?;
-    let marks = crate::replay::hosts::read_marks(dir)?;
+    let marks = crate::marks::read_marks(dir)?;
     let at = Stores {
         redis_url: m.redis_url.clone(),
         ledger_redis_url: m.ledger_redis().to_string(),

@@ -165,8 +165,8 @@ pub fn host_sdk_toml(env: &StackEnv, setup: &Setup, i: u32) -> String {
 }
 
 /// The sweeper's grace period in a run whose SDK hosts can be killed: long enough
-/// for a reward to go through the queues at this machine's rates (end-to-end p99 is
-/// within 10 s in passing runs), short enough that the drain does not wait a minute.
+/// for a reward to go through the queues (the end-to-end target is 10 s), short
+/// enough that the drain does not wait a minute.
 pub const HOST_KILL_GRACE_MS: u64 = 15_000;
 
 /// The reward service's config; with `wallet` (credit URL, status URL), every type

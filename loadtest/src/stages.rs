@@ -27,7 +27,7 @@ use std::time::Instant;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::cost::{RedisReading, redis_readings};
+use crate::redis_counters::{RedisReading, redis_readings};
 
 /// Grants per claim, finish and move call (a consumer's `GrantBatch`).
 pub const BATCH: usize = 200;

@@ -8,7 +8,7 @@
 //! - **Trade numbers**: 1..=[`MAX_TRADE_NO_LEN`] (200) bytes of `A-Z a-z 0-9 _ . : -`.
 //!
 //! The other limits of an event (sizes of its other fields, of the whole encoding)
-//! are in [`crate::limits`].
+//! are in [`crate::limits`] (which re-exports these two lengths).
 //!
 //! ```
 //! use proto::ids::{check_id, check_trade_no, IdProblem};
@@ -21,7 +21,10 @@
 
 use crate::v1::{RewardEvent, RewardToken};
 
-pub use crate::limits::{MAX_ID_LEN, MAX_TRADE_NO_LEN};
+/// Longest id (user, device, app, activity, scene, reward type), in bytes.
+pub const MAX_ID_LEN: usize = 64;
+/// Longest trade number, in bytes.
+pub const MAX_TRADE_NO_LEN: usize = 200;
 
 /// What is wrong with an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,12 +50,9 @@
 //! ```
 
 use crate::ids::{IdProblem, check_id, check_trade_no};
+pub use crate::ids::{MAX_ID_LEN, MAX_TRADE_NO_LEN};
 use crate::v1::RewardEvent;
 
-/// Longest id (user, device, app, activity, scene, reward type), in bytes.
-pub const MAX_ID_LEN: usize = 64;
-/// Longest trade number, in bytes.
-pub const MAX_TRADE_NO_LEN: usize = 200;
 /// Largest amount of any reward type, in the type's smallest unit.
 pub const MAX_AMOUNT: i64 = 1_000_000_000_000;
 /// Longest description, in bytes.

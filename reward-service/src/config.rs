@@ -163,6 +163,28 @@ pub enum DownstreamConfig {
     },
 }
 
+impl DownstreamConfig {
+    /// The HTTP downstream this entry describes (`Http` entries only).
+    pub fn http(&self) -> Result<crate::downstream::Http, String> {
+        match self {
+            DownstreamConfig::Http {
+                url,
+                timeout_ms,
+                honours_key,
+                status_url,
+            } => crate::downstream::Http::with_options(
+                url,
+                &crate::downstream::HttpOptions {
+                    timeout: std::time::Duration::from_millis(*timeout_ms),
+                    honours_key: *honours_key,
+                    status_url: status_url.clone(),
+                },
+            ),
+            DownstreamConfig::Ledger { .. } => Err("a ledger is not an HTTP downstream".into()),
+        }
+    }
+}
+
 impl std::fmt::Debug for DownstreamConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown = |u: &str| {

@@ -16,6 +16,7 @@ pub mod budget_api;
 pub mod claim;
 pub mod config;
 pub mod downstream;
+pub mod gauges;
 pub mod grant;
 pub mod grpc;
 pub mod http;

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::claim::Claims;
 use crate::config::{DownstreamConfig, ServerConfig, ServiceConfig};
-use crate::downstream::{Downstream, Http, Ledger};
+use crate::downstream::{Downstream, Ledger};
 use crate::grant::{FailureTopic, Granter};
 use crate::http::{HttpState, router};
 use crate::service::Service;
@@ -97,7 +97,9 @@ pub async fn build(cfg: &ServiceConfig) -> Result<Service, StartError> {
     }
     for (ty, d) in &cfg.downstreams {
         if matches!(d, DownstreamConfig::Http { .. }) {
-            let h = Http::with_options_of(d).map_err(|e| StartError::Downstream(ty.clone(), e))?;
+            let h = d
+                .http()
+                .map_err(|e| StartError::Downstream(ty.clone(), e))?;
             downstreams.insert(ty.clone(), Arc::new(h));
         }
     }
@@ -158,7 +160,7 @@ pub async fn serve(service: Service, cfg: &ServiceConfig) -> Result<Running, Sta
 /// process's recorder ([`reward_runtime::admin::install_metrics`]). The gauges read
 /// from Redis (`reward_service_budget_spent`, `reward_service_budget_remaining` per
 /// scene, from the live budget, and `reward_service_in_doubt`) are measured at each
-/// scrape ([`refresh_gauges`]), so a scrape never shows a value older than itself,
+/// scrape ([`crate::gauges::refresh_gauges`]), so a scrape never shows a value older than itself,
 /// the last one before a shutdown included.
 pub async fn serve_with_metrics(
     service: Service,
@@ -211,35 +213,6 @@ fn register_metrics(_cfg: &ServiceConfig) {
     use reward_runtime::catalogue::{Component, register};
     for c in [Component::Service, Component::Redis, Component::Config] {
         register(c);
-    }
-}
-
-/// Measures the gauges read from Redis: the in-doubt grants and each configured
-/// budget's spent and remaining (of the live budget). A read that fails leaves the
-/// gauge at its last value and is logged.
-pub async fn refresh_gauges(service: &Service, scenes: &[String]) {
-    let claims = service.granter().claims();
-    match claims.in_doubt_count().await {
-        Ok(n) => metrics::gauge!("reward_service_in_doubt").set(n as f64),
-        Err(e) => tracing::warn!(error = %e, "in-doubt gauge: cannot read the count"),
-    }
-    // Every scene at once: a slow store costs one round of reads, not one per scene.
-    let reads = futures_util::future::join_all(scenes.iter().map(|scene| async move {
-        (scene, claims.spent(scene).await, claims.budget(scene).await)
-    }))
-    .await;
-    for (scene, spent, total) in reads {
-        match (spent, total) {
-            (Ok(spent), Ok(total)) => {
-                metrics::gauge!("reward_service_budget_spent", "scene" => scene.clone())
-                    .set(spent as f64);
-                metrics::gauge!("reward_service_budget_remaining", "scene" => scene.clone())
-                    .set((total - spent) as f64);
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(scene, error = %e, "budget gauges: cannot read the budget");
-            }
-        }
     }
 }
 

@@ -268,6 +268,7 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     mock.broker_up(1).unwrap();
     let on = |st: &sdk::queue::StatsSnapshot, p: &str| st.per_producer.get(p).copied().unwrap_or(0);
     let mut round = 0;
+    let mut probes = 0u64;
     reward_testkit::eventually(
         Duration::from_secs(60),
         "the SDK's Kafka producer delivering to the mock broker again",
@@ -276,6 +277,7 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
             let before = on(&sdk.stats(), "k");
             let probe = RedEnvelopeRain::new(&activity, "coin").grab(&User::new("probe"), round, 1);
             sdk.send_reward(probe).await.map_err(|e| e.to_string())?;
+            probes += 1;
             wait_settled(&sdk).await;
             let st = sdk.stats();
             if on(&st, "k") > before {
@@ -287,10 +289,13 @@ async fn primary_down_fails_over_to_backup_and_ratio_returns() {
     )
     .await;
     let base = sdk.stats();
+    // Every probe accepted was delivered once, and nothing else since phase 1.
+    assert_eq!(base.delivered, st.delivered + probes, "{base:?}");
     send_all(&sdk, cash(10_000, 2_000), 16).await;
     wait_settled(&sdk).await;
     let st2 = sdk.stats();
     assert_eq!(st2.delivered - base.delivered, 2_000, "{st2:?}");
+    assert_eq!(st2.delivered, 4_000 + probes, "{st2:?}");
     // Every first attempt follows the bucket again: 1 000 start on k, 1 000 on r. On a
     // loaded machine a RocketMQ send may time out (1.5 s here) and fail over to k, so
     // k may carry more than 1 000, but never more than the phase's failovers explain.

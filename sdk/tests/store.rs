@@ -768,7 +768,7 @@ async fn a_lost_due_shard_pin_is_proven_from_the_index_before_a_start() {
         assert!(matches!(r, Ok(Submitted::Stored)), "{r:?}");
     }
     let client = st.pool().next().clone();
-    let pin = format!("{}:due-shards", base.key_prefix);
+    let pin = sdk::store::keys::due_shards_pin_key(&base.key_prefix);
     let gone: i64 = fred::prelude::KeysInterface::del(&client, &pin)
         .await
         .unwrap();

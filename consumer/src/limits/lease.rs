@@ -114,9 +114,9 @@ impl Limits {
             pool.carry_milli.store(milli % 1000, Ordering::Relaxed);
             // The share for the time that really passed. The plan's `want` was reckoned
             // for one lease period at its start, while a failed lease cycle lasts its
-            // timeout: capping the share at it starved the fleet (18/s of 30/s with
-            // three members cut off from Redis). The pool holds at most this share
-            // plus that want, so an instance never hoards more than a cycle's worth.
+            // timeout: capping the share at it would starve the fleet. The pool holds
+            // at most this share plus that want, so an instance never hoards more than
+            // a cycle's worth.
             let n = milli / 1000;
             if a.want > 0 || n > 0 {
                 pool.add(n, n + a.want.max(0));

@@ -70,7 +70,7 @@ pub(super) async fn sweeper_granted(
 /// credential when the stack runs one (the services are given it), else the grant
 /// credential.
 pub(super) fn credential(setup: &Setup) -> Option<String> {
-    if let Some(p) = super::discovery::StackPrometheus::find() {
+    if let Some(p) = super::prometheus_dir::StackPrometheus::find() {
         return p.token();
     }
     std::fs::read_to_string(setup.credential_file())
@@ -284,7 +284,7 @@ async fn start_services(
                 setup.wallet_credential_file().display().to_string(),
             ),
         ];
-        if let Some(p) = super::discovery::StackPrometheus::find() {
+        if let Some(p) = super::prometheus_dir::StackPrometheus::find() {
             // The stack's Prometheus scrapes /metrics with this credential.
             child_env.push((
                 "REWARD_METRICS_TOKEN_FILE".into(),

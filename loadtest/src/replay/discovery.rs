@@ -34,46 +34,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::children::{Services, http_addr};
+pub use super::prometheus_dir::StackPrometheus;
 
 /// The longest a run waits for Prometheus to scrape its processes before its traffic,
 /// once more after the drain, and again for it to drop them after their lists are
 /// gone (its discovery passes changes on every 5 s, and it scrapes every 2 s).
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(15);
-
-/// The stack's Prometheus directory, when `ops/stack up` made one.
-#[derive(Debug, Clone)]
-pub struct StackPrometheus {
-    dir: PathBuf,
-}
-
-impl StackPrometheus {
-    /// `$REWARD_STACK_DIR/prometheus` (default `/var/tmp/reward-stack`) when it holds
-    /// a metrics credential and a targets directory.
-    pub fn find() -> Option<Self> {
-        let stack = std::env::var_os("REWARD_STACK_DIR")
-            .map_or_else(|| PathBuf::from("/var/tmp/reward-stack"), PathBuf::from);
-        let dir = stack.join("prometheus");
-        (dir.join("metrics.token").is_file() && dir.join("targets").is_dir())
-            .then_some(Self { dir })
-    }
-
-    /// The metrics credential's file (mode 0600).
-    pub fn token_file(&self) -> PathBuf {
-        self.dir.join("metrics.token")
-    }
-
-    /// The metrics credential.
-    pub fn token(&self) -> Option<String> {
-        std::fs::read_to_string(self.token_file())
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-    }
-
-    fn targets(&self) -> PathBuf {
-        self.dir.join("targets")
-    }
-}
 
 /// A run's published target lists.
 #[derive(Debug)]

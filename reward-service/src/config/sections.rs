@@ -167,7 +167,8 @@ fn downstream_of(ty: &str, d: RawDownstream) -> Result<DownstreamConfig, ConfigE
                 honours_key: d.honours_idempotency_key,
                 status_url: d.status_url,
             };
-            crate::downstream::Http::with_options_of(&parsed)
+            parsed
+                .http()
                 .map_err(|e| ConfigError::Invalid(format!("downstreams.{ty}: {e}")))?;
             parsed
         }

@@ -77,28 +77,6 @@ impl Http {
         )
     }
 
-    /// The downstream a config entry describes (`Http` entries only).
-    pub fn with_options_of(d: &crate::config::DownstreamConfig) -> Result<Self, String> {
-        match d {
-            crate::config::DownstreamConfig::Http {
-                url,
-                timeout_ms,
-                honours_key,
-                status_url,
-            } => Self::with_options(
-                url,
-                &HttpOptions {
-                    timeout: Duration::from_millis(*timeout_ms),
-                    honours_key: *honours_key,
-                    status_url: status_url.clone(),
-                },
-            ),
-            crate::config::DownstreamConfig::Ledger { .. } => {
-                Err("a ledger is not an HTTP downstream".into())
-            }
-        }
-    }
-
     /// A downstream at `url` with the given contract.
     pub fn with_options(url: &str, o: &HttpOptions) -> Result<Self, String> {
         let url = parse_url("downstream url", url)?;

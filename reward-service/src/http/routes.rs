@@ -43,7 +43,7 @@ pub fn router(
             let refresh: reward_runtime::admin::Refresh = Arc::new(move || {
                 let st = gauges.clone();
                 Box::pin(async move {
-                    crate::server::refresh_gauges(&st.service, &st.budget_scenes).await;
+                    crate::gauges::refresh_gauges(&st.service, &st.budget_scenes).await;
                 })
             });
             reward_runtime::admin::metrics_router_refreshing(

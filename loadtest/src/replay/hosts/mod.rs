@@ -35,13 +35,12 @@
 //! itself, the JSON lines between the two and what a send came to are the stand-in's
 //! (`reward_standins::sdk_host`).
 
-mod marks;
 mod pool;
 mod side;
 #[cfg(test)]
 mod tests;
 
-pub use self::marks::{Marks, STORE_IN_DOUBT, read_marks};
 pub(crate) use self::pool::HostPool;
 pub(crate) use self::side::Side;
+pub use crate::marks::{Marks, STORE_IN_DOUBT, read_marks};
 pub(crate) use reward_standins::sdk_host::Sent;

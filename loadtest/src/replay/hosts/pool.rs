@@ -12,7 +12,7 @@ use sdk::request::RewardRequest;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
 
-use super::marks::{BOUND, MARKS};
+use crate::marks::{BOUND, MARKS};
 use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 
 /// What a host's reader saw.

@@ -1,7 +1,7 @@
 //! The marks file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::marks::{MARKS, Marks, read_marks};
+use crate::marks::{MARKS, Marks, read_marks};
 use reward_tools::books::Marked;
 
 #[test]
