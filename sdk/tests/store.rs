@@ -354,16 +354,29 @@ async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_write_answers_only_once_stored_or_refuses() {
     let redis = PrivateRedis::start();
-    let st = Arc::new(
-        TokenStore::connect(StoreConfig {
-            timeout_ms: 200,
-            write_wait_ms: 3_000,
-            max_pending: 100,
-            ..cfg(redis.url.clone(), WriteMode::Direct, 500)
-        })
-        .await
-        .unwrap(),
-    );
+    // A store with a 200 ms call timeout: its start-up calls can time out on a busy
+    // machine, which is not what this test is about, so it is started until it starts.
+    let connect = |write_wait_ms: u64| {
+        let url = redis.url.clone();
+        reward_testkit::eventually(
+            Duration::from_secs(60),
+            "a store with a 200 ms call timeout started",
+            move || {
+                let url = url.clone();
+                async move {
+                    TokenStore::connect(StoreConfig {
+                        timeout_ms: 200,
+                        write_wait_ms,
+                        max_pending: 100,
+                        ..cfg(url, WriteMode::Direct, 500)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                }
+            },
+        )
+    };
+    let st = Arc::new(connect(3_000).await);
     // Hung for 0.8 s: within the wait.
     let resume = redis.hang_for(Duration::from_millis(800));
     let mut calls = Vec::new();
@@ -386,14 +399,7 @@ async fn a_direct_write_answers_only_once_stored_or_refuses() {
     assert!(n(&st.stats().retried) > 0, "the calls tried again");
 
     // Hung for longer than the wait: refused, never answered as stored.
-    let st = TokenStore::connect(StoreConfig {
-        timeout_ms: 200,
-        write_wait_ms: 600,
-        max_pending: 100,
-        ..cfg(redis.url.clone(), WriteMode::Direct, 500)
-    })
-    .await
-    .unwrap();
+    let st = connect(600).await;
     redis.signal("-STOP");
     let started = std::time::Instant::now();
     let r = submit(&st, "u9", "late", "s").await;
