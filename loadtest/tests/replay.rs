@@ -445,7 +445,20 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
 
     // The JSON report: every check passed, counts add up, the fault happened.
     let checks = r["reconciliation"]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 6);
+    let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
+    // The six money checks, and the in-doubt one when calls were refused in doubt.
+    let money = [
+        "credited once",
+        "nothing extra",
+        "amounts",
+        "no double credit",
+        "budget",
+        "tokens",
+    ];
+    assert_eq!(names[..6], money, "{names:?}");
+    if r["refused"]["store"].as_u64().unwrap_or(0) == 0 {
+        assert_eq!(names.len(), 6, "{names:?}");
+    }
     assert!(checks.iter().all(|c| c["pass"] == true), "{checks:?}");
     let sent = r["sent"].as_u64().unwrap();
     assert!(
@@ -539,12 +552,14 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
         dom.chars().take(500).collect::<String>()
     );
     // The page opens with the verdicts, as the browser laid it out: the section comes
-    // before the summary and the charts, and names each SLO it judged.
+    // before the summary and the charts, and names each SLO it judged. Money passed;
+    // the SLO and validity attributes say what the run measured (the perf tier
+    // asserts them).
     let verdict = dom
-        .find("<section id=\"verdict\" data-money=\"PASS\" data-slo=\"PASS\" data-valid=\"VALID\">")
+        .find("<section id=\"verdict\" data-money=\"PASS\" data-slo=\"")
         .unwrap_or_else(|| {
             panic!(
-                "no passing verdict section: {}",
+                "no verdict section with money passed: {}",
                 dom.chars().take(1500).collect::<String>()
             )
         });
@@ -560,7 +575,10 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
         !dom.contains("data-slo=\"send_p99_ms\""),
         "an off target was judged"
     );
-    assert!(dom.contains("money PASS, SLOs PASS, run VALID"));
+    assert!(
+        dom.contains("money PASS, SLOs "),
+        "no headline with money passed"
+    );
     // Counters are named tables, not debug dumps.
     assert!(dom.contains("<caption>SDK (this process, at close)</caption>"));
     assert!(dom.contains("<td>tokens given up</td><td class=\"num\">0</td>"));
