@@ -364,9 +364,15 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
     let late = || timeline.iter().filter(|t| at(t) > failover_at + 10.0);
     let accepted_after: u64 = late().map(|t| count(t, "sent")).sum();
     let refused_after: u64 = late().map(|t| count(t, "refused")).sum();
+    // On a busy machine the failover itself comes late and the schedule can end within
+    // 10 s of it: the clients must then be serving again by the schedule's last
+    // seconds after the failover (wedged clients accept nothing to the end).
+    let after_failover = || timeline.iter().filter(|t| at(t) > failover_at);
+    let scheduled_after: u64 = after_failover().map(|t| count(t, "scheduled")).sum();
+    let accepted_since: u64 = after_failover().map(|t| count(t, "sent")).sum();
     assert!(
-        accepted_after > 0,
-        "nothing accepted from 10 s after the failover: the clients stayed wedged: {}",
+        scheduled_after == 0 || accepted_since > 0,
+        "nothing accepted after the failover (at {failover_at} s): the clients stayed wedged: {}",
         r["timeline"]
     );
     let before: u64 = timeline
@@ -376,9 +382,13 @@ async fn a_replay_on_a_cluster_survives_a_reshard_and_a_primary_failover() {
         .sum();
     let calls: u64 = sent + timeline.iter().map(|t| count(t, "refused")).sum::<u64>();
     eprintln!(
-        "cluster: {before} of {calls} calls refused before the failover, {refused_after} refused and {accepted_after} accepted from 10 s after it"
+        "cluster: failover at {failover_at} s; {before} of {calls} calls refused before it, {accepted_since} accepted after it, {refused_after} refused and {accepted_after} accepted from 10 s after it"
     );
     if perf_tier() {
+        assert!(
+            accepted_after > 0,
+            "nothing accepted from 10 s after the failover"
+        );
         assert_eq!(refused_after, 0, "calls refused after the failover");
         assert!(
             before * 10 <= calls,
