@@ -1,8 +1,8 @@
-//! Why a baseline run failed.
+//! Why a measured run failed: the baseline's, or a bench's run that it is set against.
 
-/// Why a baseline run failed.
+/// Why a measured run failed (its set-up, or it lost or refused events).
 #[derive(Debug, thiserror::Error)]
-pub enum CeilingError {
+pub enum RunError {
     /// Setting up (topics, producer) failed.
     #[error("set-up: {0}")]
     Setup(String),

@@ -24,7 +24,7 @@ pub mod parts;
 pub mod producer;
 
 pub use self::claim_script::{ScriptLoad, ScriptRate, redis_benchmark, script_ceiling};
-pub use self::error::CeilingError;
+pub use self::error::RunError;
 pub use self::figures::{Percentiles, Throughput};
 pub use self::names::unique_name;
 pub use self::producer::{raw_ceiling, raw_run};

@@ -13,7 +13,7 @@ use reward_stack::env::StackEnv;
 use reward_stack::topics::create_kafka_topics;
 use sdk::request::{RedEnvelopeRain, RewardRequest, User};
 
-use crate::error::CeilingError;
+use crate::error::RunError;
 use crate::figures::{Percentiles, Throughput, micros};
 use crate::names::unique_name;
 
@@ -39,12 +39,12 @@ pub async fn raw_run(
     kafka: &BTreeMap<String, String>,
     topic: &str,
     reqs: &[RewardRequest],
-) -> Result<Throughput, CeilingError> {
+) -> Result<Throughput, RunError> {
     let timeout = Duration::from_secs(30);
     let producer: FutureProducer =
         sdk::queue::producer::kafka_client_config(&env.kafka_brokers, kafka, timeout)
             .create()
-            .map_err(|e| CeilingError::Setup(format!("raw producer: {e}")))?;
+            .map_err(|e| RunError::Setup(format!("raw producer: {e}")))?;
     // The same bytes the SDK puts on the wire.
     let now = 1_790_000_000_000;
     let payloads: Vec<(String, Vec<u8>)> = reqs
@@ -72,7 +72,7 @@ pub async fn raw_run(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 Err((e, _)) => {
-                    return Err(CeilingError::Incomplete {
+                    return Err(RunError::Incomplete {
                         run: "raw",
                         what: format!("enqueue: {e}"),
                     });
@@ -96,7 +96,7 @@ pub async fn raw_run(
     }
     let elapsed = start.elapsed();
     if acked != payloads.len() as u64 {
-        return Err(CeilingError::Incomplete {
+        return Err(RunError::Incomplete {
             run: "raw",
             what: format!(
                 "{acked} of {} acknowledged; first error: {}",
@@ -116,12 +116,12 @@ pub async fn raw_run(
 /// bytes) through a raw rdkafka producer with the SDK's settings, on a fresh topic of
 /// `partitions` partitions, events/s. The replay's `--ceilings` puts it beside the
 /// end-to-end rate.
-pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64, CeilingError> {
+pub async fn raw_ceiling(env: &StackEnv, n: u64, partitions: i32) -> Result<f64, RunError> {
     let tag = unique_name("ceiling");
     let topic = format!("{tag}-raw");
     create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], partitions)
         .await
-        .map_err(CeilingError::Setup)?;
+        .map_err(RunError::Setup)?;
     Ok(raw_run(env, &BTreeMap::new(), &topic, &rewards(&tag, n))
         .await?
         .rate())

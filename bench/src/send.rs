@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reward_baseline::producer::{raw_run, rewards};
-use reward_baseline::{Percentiles, Throughput, unique_name};
+use reward_baseline::{Percentiles, RunError, Throughput, unique_name};
 use reward_stack::env::{Server, StackEnv, check_reachable};
 use reward_stack::topics::create_kafka_topics;
 
@@ -81,20 +81,10 @@ pub enum BenchError {
     /// A server does not answer.
     #[error(transparent)]
     Stack(#[from] reward_stack::env::StackError),
-    /// The raw baseline failed (set-up, or it lost events).
+    /// A run (the raw baseline's or the SDK's) failed: its set-up, or it lost or
+    /// refused events, so its rate would be meaningless.
     #[error(transparent)]
-    Baseline(#[from] reward_baseline::CeilingError),
-    /// Setting up (topics, producer, SDK) failed.
-    #[error("set-up: {0}")]
-    Setup(String),
-    /// A run lost or refused events: its rate would be meaningless.
-    #[error("{run}: {what}")]
-    Incomplete {
-        /// Which run.
-        run: &'static str,
-        /// What went wrong.
-        what: String,
-    },
+    Run(#[from] RunError),
 }
 
 /// The paced run.
@@ -169,7 +159,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             opts.partitions,
         )
         .await
-        .map_err(BenchError::Setup)?;
+        .map_err(RunError::Setup)?;
         let reqs = rewards(&tag, opts.rewards);
         eprintln!(
             "[bench] round {round}: raw rdkafka, {} events",
@@ -189,7 +179,7 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
         let topic = format!("{tag}-sdk");
         create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], opts.partitions)
             .await
-            .map_err(BenchError::Setup)?;
+            .map_err(RunError::Setup)?;
         let target = (last_sdk_rate / 2.0).max(1.0);
         eprintln!(
             "[bench] paced send_reward at {target:.0}/s for {} s",

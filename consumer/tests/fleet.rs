@@ -11,11 +11,7 @@ use std::time::Duration;
 use common::*;
 use fred::prelude::*;
 use reward_testkit::perf_tier;
-
-/// Seconds of the rate the ledger may stamp late into a window: it stamps each credit
-/// after the gRPC hop, so a stall of the service bunches credits the limiter admitted
-/// just before the window into it.
-const STAMP_SLACK_SECS: f64 = 2.0;
+use reward_testkit::rates::ceiling;
 
 /// A consumer as its own process (so it can be killed with SIGKILL), with its output
 /// in the test's directory.
@@ -196,14 +192,14 @@ async fn three_members_share_one_rate_through_a_kill_and_a_live_change() {
 /// in the window are at most the fleet rate over the window, plus the fleet bucket
 /// (two 100 ms lease periods of the rate, above these tests' bursts), plus what each
 /// member can hold leased (two lease periods of the fleet rate each), plus
-/// [`STAMP_SLACK_SECS`] of the rate (the ledger stamps each credit after the gRPC hop,
+/// [`reward_testkit::rates::STAMP_SLACK_SECS`] of the rate (the ledger stamps each credit after the gRPC hop,
 /// so a stall bunches credits admitted just before the window into it). Per-process
 /// limiters would credit `members` times the rate. How close the fleet came to its
 /// rate is printed here and asserted (±`tolerance`) only in the perf tier.
 fn assert_fleet(what: &str, got: &Rate, rate: f64, members: f64, tolerance: f64) {
     let secs = got.seconds.len() as f64;
     let credits = got.per_sec * secs;
-    let ceiling = rate * (secs + STAMP_SLACK_SECS) + (1.0 + members) * rate * 0.2;
+    let ceiling = ceiling(rate, secs, (1.0 + members) * rate * 0.2);
     eprintln!(
         "{what}: {credits:.0} credits in {secs} s ({:.2}/s, {:+.1} % of {rate}/s; ceiling {ceiling:.0}); per second {:?}",
         got.per_sec,

@@ -12,11 +12,7 @@ use std::time::Duration;
 use common::*;
 use fred::prelude::*;
 use reward_testkit::perf_tier;
-
-/// Seconds of the rate the ledger may stamp late into a window: it stamps each credit
-/// after the gRPC hop, so a stall of the service bunches credits the limiter admitted
-/// just before the window into it.
-const STAMP_SLACK_SECS: f64 = 2.0;
+use reward_testkit::rates::{STAMP_SLACK_SECS, ceiling};
 
 /// The limiter's promise is a ceiling, and it holds on any machine: the credits
 /// stamped in the window are at most the rate over the window, plus what the bucket
@@ -31,7 +27,7 @@ fn within(what: &str, got: &Rate, rate: f64, burst: f64) {
     let secs = got.seconds.len() as f64;
     let credits = got.per_sec * secs;
     let held = burst.max(rate * 0.2);
-    let ceiling = rate * (secs + STAMP_SLACK_SECS) + 2.0 * held;
+    let ceiling = ceiling(rate, secs, 2.0 * held);
     eprintln!(
         "{what}: {credits:.0} credits in {secs} s ({:.1}/s, {:+.1} % of {rate}/s; ceiling {ceiling:.0}); peak 1 s {}; per second {:?}",
         got.per_sec,

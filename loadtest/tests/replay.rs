@@ -5,12 +5,17 @@
 //!
 //! Needs the local stack (`ops/stack up`) and Debian's `chromium` (installed by
 //! `ops/test`); fails, never skips, without them.
+//!
+//! A test named `chaos_…` stops or pauses a server of the shared stack: it holds the
+//! stack alone (`reward_testkit::stack_lock`), and `ops/test-pool` runs those tests
+//! first, before any other test that uses the stack starts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use reward_testkit::stack_lock::{Server, Use, hold};
 use reward_testkit::{perf_tier, repo};
 
 /// The stack's env lines (`ops/stack env`: the topology `REWARD_REDIS_TOPOLOGY`
@@ -25,9 +30,10 @@ fn stack_env() -> Vec<(String, String)> {
 fn cluster_env() -> Vec<(String, String)> {
     // `up` starts whatever is down: never while a chaos test has stopped a server on
     // purpose (nor may its guards judge a stopped broker's data then).
-    let _shared = STACK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _shared = hold(Server::Stack, Use::Shared);
+    // Nor while a test of another binary has moved a slot by hand, which `up` would
+    // take for an interrupted reshard.
+    let _cluster = hold(Server::Cluster, Use::Alone);
     env_lines(&["up"], &[("REWARD_REDIS_TOPOLOGY", "cluster")])
 }
 
@@ -99,38 +105,21 @@ fn replay(env: &[(String, String)], args: &[&str]) -> (Option<i32>, String, Path
     replay_as(env, args, false)
 }
 
-/// The replays share the stack, and the chaos tests stop its servers: a chaos test
-/// (`alone`) holds this lock to write, every other replay to read.
-static STACK: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// As [`replay`]; `alone`: no other replay of this binary runs meanwhile.
+/// As [`replay`]; `alone`: nothing else uses the stack meanwhile, in this binary or any
+/// other (`reward_testkit::stack_lock`): a chaos test stops or pauses a server they all
+/// share. Replays on the Redis Cluster hold the cluster alone: the drill kills a
+/// primary and moves slots, which anything beside it would see as an outage of its own
+/// (with `REWARD_REDIS_TOPOLOGY=cluster ops/test` every replay is on the cluster).
 fn replay_as(
     env: &[(String, String)],
     args: &[&str],
     alone: bool,
 ) -> (Option<i32>, String, PathBuf) {
-    let _alone = alone.then(|| {
-        STACK
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    });
-    let _shared = (!alone).then(|| {
-        STACK
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    });
-    // Replays on the Redis Cluster run one at a time: the drill kills a primary and
-    // moves slots, which a replay beside it would see as an outage of its own (with
-    // `REWARD_REDIS_TOPOLOGY=cluster ops/test` every replay is on the cluster).
-    static ON_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _stack = hold(Server::Stack, if alone { Use::Alone } else { Use::Shared });
     let clustered = env
         .iter()
         .any(|(k, v)| k == "REDIS_URL" && v.starts_with("redis-cluster://"));
-    let _one_at_a_time = clustered.then(|| {
-        ON_CLUSTER
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    });
+    let _cluster = clustered.then(|| hold(Server::Cluster, Use::Alone));
     let mut all = vec!["replay", "--rocketmq-consumers", "1", "--quiet"];
     all.extend_from_slice(args);
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
@@ -225,8 +214,9 @@ fn small_replay_with(
     small_replay_as(env, what, secs, faults, extra, false)
 }
 
-/// As [`small_replay_with`]; `alone`: no other replay of this binary runs meanwhile.
-/// A fault that stops or pauses a server of the shared stack always runs alone; a
+/// As [`small_replay_with`]; `alone`: nothing else uses the stack meanwhile.
+/// A fault that stops or pauses a server of the shared stack always runs alone (and
+/// its test is named `chaos_…`); a
 /// fault that only makes this run's own calls wait runs alone in the perf tier
 /// (`alone: perf_tier()`), where its accepted share is judged: beside another replay
 /// on two cores its token writes miss their wait, which the correctness tiers allow
@@ -601,9 +591,7 @@ async fn a_rain_replay_survives_a_killed_consumer_reconciles_and_reports() {
 
     // Plant a double credit of one sent reward: reconcile must now fail, naming it.
     // (No chaos test may stop Redis meanwhile.)
-    let _stack = STACK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _stack = hold(Server::Stack, Use::Shared);
     let first = std::fs::read_to_string(dir.join("sent.tsv")).unwrap();
     let f: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
     let ledger = reward_service::downstream::Ledger::connect(
@@ -942,7 +930,7 @@ fn a_bad_profile_or_limit_is_refused_with_a_clear_message() {
 }
 
 #[test]
-fn a_paused_redis_delays_tokens_but_every_accepted_one_is_stored() {
+fn chaos_a_paused_redis_delays_tokens_but_every_accepted_one_is_stored() {
     // Redis holds every client's commands for 3 s, longer than the SDK's 1 s write
     // wait: a token write waits, then its reward is refused (`store`, in doubt: the
     // write runs when the pause ends, and its reward is then credited), never
@@ -1219,7 +1207,7 @@ fn a_killed_sdk_host_loses_no_reward_whose_call_answered() {
 /// accepted reward ends stored and credited once. On the single Redis, whatever
 /// topology the suite runs on (a cluster's primaries are killed by the cluster drill).
 #[test]
-fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
+fn chaos_redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
     let env = env_lines(&["env"], &[("REWARD_REDIS_TOPOLOGY", "single")]);
     let (_dir, r, _text) = small_replay_as(
         &env,
@@ -1248,7 +1236,7 @@ fn redis_stopped_during_sends_comes_back_from_its_aof_and_loses_nothing() {
 /// The RocketMQ broker stopped for 6 s: coupons (RocketMQ first) fail over to Kafka,
 /// the RocketMQ consumer waits; nothing lost, nothing twice.
 #[test]
-fn a_stopped_rocketmq_broker_fails_over_and_loses_nothing() {
+fn chaos_a_stopped_rocketmq_broker_fails_over_and_loses_nothing() {
     let env = stack_env();
     let start = unix_now() - 5.0;
     let (dir, r, _text) = small_replay_as(
@@ -1276,7 +1264,7 @@ fn a_stopped_rocketmq_broker_fails_over_and_loses_nothing() {
 /// Both brokers stopped for 8 s: the SDK has nowhere to send and spools to disk, then
 /// replays the spool when they are back; every reward credited once.
 #[test]
-fn both_brokers_stopped_spool_and_lose_nothing() {
+fn chaos_both_brokers_stopped_spool_and_lose_nothing() {
     let env = stack_env();
     let (_dir, r, _text) = small_replay_as(
         &env,

@@ -21,15 +21,20 @@ use reward_runtime::script::Script;
 use reward_service::claim::{Claim, ClaimConfig, ClaimError, Claims, Grant};
 use reward_service::downstream::{Downstream, Ledger};
 use reward_service::grant::{Granter, Outcome};
+use reward_testkit::stack_lock::{Held, Server, Use, hold};
 
 /// `INCRBY KEYS[1] ARGV[1]`, answering the new value.
 const INCRBY: &str = include_str!("lua/incrby.lua");
 /// Counts a call on `KEYS[1]` (field `n`) and answers `ARGV[1]`: each call's own reply.
 const ECHO: &str = include_str!("lua/echo.lua");
 
-/// One test of this file at a time: one moves a slot by hand, and the others'
-/// `ops/stack up` would take that half-moved slot for an interrupted reshard and fix it.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Each test holds the stack's cluster alone (`reward_testkit::stack_lock`), against
+/// the other tests of this file and of every other binary (the replay drill): one moves
+/// a slot by hand, and anyone's `ops/stack up` would take that half-moved slot for an
+/// interrupted reshard and fix it; the drill kills a primary.
+fn alone_on_the_cluster() -> Held {
+    hold(Server::Cluster, Use::Alone)
+}
 
 async fn client(url: &str) -> Client {
     let c = reward_runtime::redis::builder(url, std::time::Duration::from_secs(5))
@@ -58,7 +63,7 @@ async fn moved(c: &Client) -> u64 {
 /// Script calls sent as one pipeline each reach the primary of their first key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_script_calls_go_to_their_own_primary() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = alone_on_the_cluster();
     let url = reward_testkit::cluster_url();
     let c = client(&url).await;
     let script = Script::load(&c, INCRBY).await.unwrap();
@@ -89,7 +94,7 @@ async fn pipelined_script_calls_go_to_their_own_primary() {
 /// every grant credited once, and no call sent to the wrong primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_grants_sends_nothing_to_the_wrong_primary() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = alone_on_the_cluster();
     let url = reward_testkit::cluster_url();
     let c = client(&url).await;
     let tag = reward_testkit::unique("");
@@ -146,7 +151,7 @@ async fn a_batch_of_grants_sends_nothing_to_the_wrong_primary() {
 /// up`) every claim waits for its replica and is used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_wait_for_a_replica_only_where_one_exists() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = alone_on_the_cluster();
     let cfg = |acks| ClaimConfig {
         key_prefix: format!("replica-{:08x}", rand::random::<u32>()),
         shards: 4,
@@ -282,7 +287,7 @@ fn move_slot(slot: u16, from: &Primary, to: &Primary, every: &[Primary]) -> usiz
 /// and depends on timing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moving_slot_never_hands_a_script_call_another_calls_reply() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = alone_on_the_cluster();
     use fred::prelude::HashesInterface;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -33,6 +33,21 @@ async fn store(mode: WriteMode, cap: u32) -> TokenStore {
         .unwrap()
 }
 
+/// A store with a short call timeout, started until it starts: its start-up calls can
+/// time out on a busy machine (a private `redis-server` just spawned, other tests
+/// beside it), which is not what the tests using it are about.
+async fn start_store(config: StoreConfig) -> TokenStore {
+    let what = format!(
+        "a store with a {} ms call timeout started",
+        config.timeout_ms
+    );
+    reward_testkit::eventually(Duration::from_secs(60), &what, move || {
+        let config = config.clone();
+        async move { TokenStore::connect(config).await.map_err(|e| e.to_string()) }
+    })
+    .await
+}
+
 fn n(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
@@ -291,13 +306,12 @@ async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
     for mode in [WriteMode::Deferred, WriteMode::Batched] {
         let redis = PrivateRedis::start();
         let st = Arc::new(
-            TokenStore::connect(StoreConfig {
+            start_store(StoreConfig {
                 timeout_ms: 300,
                 max_pending: 100,
                 ..cfg(redis.url.clone(), mode, 500)
             })
-            .await
-            .unwrap(),
+            .await,
         );
         // Redis hangs: every attempt times out and is retried in the background.
         redis.signal("-STOP");
@@ -354,27 +368,13 @@ async fn a_hung_redis_delays_tokens_and_pushes_back_but_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_write_answers_only_once_stored_or_refuses() {
     let redis = PrivateRedis::start();
-    // A store with a 200 ms call timeout: its start-up calls can time out on a busy
-    // machine, which is not what this test is about, so it is started until it starts.
     let connect = |write_wait_ms: u64| {
-        let url = redis.url.clone();
-        reward_testkit::eventually(
-            Duration::from_secs(60),
-            "a store with a 200 ms call timeout started",
-            move || {
-                let url = url.clone();
-                async move {
-                    TokenStore::connect(StoreConfig {
-                        timeout_ms: 200,
-                        write_wait_ms,
-                        max_pending: 100,
-                        ..cfg(url, WriteMode::Direct, 500)
-                    })
-                    .await
-                    .map_err(|e| e.to_string())
-                }
-            },
-        )
+        start_store(StoreConfig {
+            timeout_ms: 200,
+            write_wait_ms,
+            max_pending: 100,
+            ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+        })
     };
     let st = Arc::new(connect(3_000).await);
     // Hung for 0.8 s: within the wait.
@@ -661,13 +661,12 @@ async fn a_direct_write_stores_its_due_entry_with_its_token_or_neither() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_are_given_up_after_retry_for_and_counted() {
     let redis = PrivateRedis::start();
-    let st = TokenStore::connect(StoreConfig {
+    let st = start_store(StoreConfig {
         timeout_ms: 200,
         retry_for_ms: 1_000,
         ..cfg(redis.url.clone(), WriteMode::Deferred, 500)
     })
-    .await
-    .unwrap();
+    .await;
     redis.signal("-STOP");
     for i in 0..20u32 {
         submit(&st, "u1", &format!("t{i}"), "s").await.unwrap();

@@ -11,6 +11,9 @@
 //!   blocking twin [`eventually_blocking`]): returns the moment a probe succeeds, fails
 //!   with what was awaited and the probe's last answer.
 //! - [`browser`]: a headless Chromium driven over WebDriver.
+//! - [`rates`]: the ceiling a rate limit promises on any machine.
+//! - [`stack_lock`]: who may use a shared server while a test disrupts it, across
+//!   threads and test binaries (`ops/test` runs several binaries at once).
 //!
 //! Topic creation and the stack's Kafka client settings are in `reward_stack`
 //! (the load tester needs them too); starting services in-process is in each crate's
@@ -19,7 +22,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure is a panic
 
 pub mod browser;
+pub mod rates;
 pub mod readback;
+pub mod stack_lock;
 pub mod wait;
 
 use std::path::{Path, PathBuf};

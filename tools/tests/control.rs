@@ -1,6 +1,9 @@
 //! `reward-ctl` against a consumer crediting while traffic flows: a rate change is
-//! followed within about a second; an invalid change is refused and nothing changes;
-//! the audit trail says who changed what. Needs the local stack (`ops/stack up`).
+//! followed within about a second (from a second after it, the credits keep under the
+//! new rate's ceiling); an invalid change is refused and nothing changes; the audit
+//! trail says who changed what. How close the credits came to each rate depends on
+//! the machine: printed here, asserted in the perf tier (`ops/test perf`). Needs the
+//! local stack (`ops/stack up`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -151,16 +154,30 @@ async fn a_rate_change_is_followed_within_a_second_and_a_bad_one_changes_nothing
     };
     let before = rate(changed_at - 2_000, changed_at);
     let after = rate(changed_at + 1_000, changed_at + 5_000);
-    assert!(
-        before > 120.0,
-        "before the change: {before:.0}/s (limit 200); {} credits in all, change at {changed_at}, first {:?} last {:?}; {:?}",
+    // The new limit from a second after the change: 50/s over the 4 s, its bucket
+    // (burst 10, or two 100 ms lease periods) and the consumer's leased pool, and what
+    // the old rate's 200/s above it may bunch in, admitted before the change and
+    // stamped late (`STAMP_SLACK_SECS`).
+    let credits_after = after * 4.0;
+    let most = reward_testkit::rates::ceiling(50.0, 4.0, 2.0 * 10.0)
+        + (200.0 - 50.0) * reward_testkit::rates::STAMP_SLACK_SECS;
+    eprintln!(
+        "before the change: {before:.0}/s (limit 200); from 1 s after it: {after:.0}/s (limit 50; {credits_after:.0} credits, ceiling {most:.0}); {} credits in all; {:?}",
         times.len(),
-        times.iter().min(),
-        times.iter().max(),
         report.stats
     );
     assert!(
-        after < 75.0 && after > 25.0,
-        "from 1 s after the change: {after:.0}/s (limit 50); before {before:.0}/s"
+        credits_after <= most,
+        "from 1 s after the change: {credits_after:.0} credits in 4 s, over the ceiling {most:.0} of 50/s; before {before:.0}/s"
     );
+    if reward_testkit::perf_tier() {
+        assert!(
+            before > 120.0,
+            "before the change: {before:.0}/s (limit 200)"
+        );
+        assert!(
+            after < 75.0 && after > 25.0,
+            "from 1 s after the change: {after:.0}/s (limit 50); before {before:.0}/s"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use reward_baseline::figures::micros;
 use reward_baseline::producer::rewards;
-use reward_baseline::{Percentiles, Throughput};
+use reward_baseline::{Percentiles, RunError, Throughput};
 use reward_stack::env::StackEnv;
 use sdk::config::SdkConfig;
 use sdk::request::RewardRequest;
@@ -50,13 +50,13 @@ async fn start_sdk(
         spool = spool.display(),
         write_mode = side.write_mode,
     );
-    let config = SdkConfig::from_toml_str(&text).map_err(|e| BenchError::Setup(e.to_string()))?;
+    let config = SdkConfig::from_toml_str(&text).map_err(|e| RunError::Setup(e.to_string()))?;
     Sdk::builder(config)
         .key_ring(KeyRing::random(1))
         .watch(false)
         .start()
         .await
-        .map_err(|e| BenchError::Setup(format!("sdk: {e}")))
+        .map_err(|e| RunError::Setup(format!("sdk: {e}")).into())
 }
 
 /// Waits until the SDK has every accepted event delivered by the broker and every
@@ -76,31 +76,34 @@ async fn wait_delivered(
         let stored = sdk.store().stats().written.load(Ordering::Acquire);
         let unstored = sdk.token_write_failures();
         if unstored > 0 {
-            return Err(BenchError::Incomplete {
+            return Err(RunError::Incomplete {
                 run,
                 what: format!("{unstored} token writes failed"),
-            });
+            }
+            .into());
         }
         if s.spooled > 0 || s.logged > 0 {
-            return Err(BenchError::Incomplete {
+            return Err(RunError::Incomplete {
                 run,
                 what: format!(
                     "{} spooled, {} logged: the broker refused events",
                     s.spooled, s.logged
                 ),
-            });
+            }
+            .into());
         }
         if s.delivered >= want && stored >= want {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Incomplete {
+            return Err(RunError::Incomplete {
                 run,
                 what: format!(
                     "{} of {want} delivered and {stored} stored within {limit:?}",
                     s.delivered
                 ),
-            });
+            }
+            .into());
         }
         // Coarse enough not to take CPU from the run being timed (2 cores), fine
         // enough to be noise on runs of seconds.
@@ -113,19 +116,21 @@ async fn finish(sdk: &Sdk, run: &'static str) -> Result<(), BenchError> {
     // Read after close: deferred writes are answered by then.
     let failures = sdk.token_write_failures();
     if report.left > 0 || report.tokens_left > 0 {
-        return Err(BenchError::Incomplete {
+        return Err(RunError::Incomplete {
             run,
             what: format!(
                 "{} events and {} token writes unsettled at close",
                 report.left, report.tokens_left
             ),
-        });
+        }
+        .into());
     }
     if failures > 0 {
-        return Err(BenchError::Incomplete {
+        return Err(RunError::Incomplete {
             run,
             what: format!("{failures} token writes failed"),
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -173,16 +178,18 @@ pub(super) async fn sdk_run(
         match t.await {
             Ok(Ok(l)) => calls.extend(l),
             Ok(Err(e)) => {
-                return Err(BenchError::Incomplete {
+                return Err(RunError::Incomplete {
                     run: "sdk",
                     what: format!("send_reward refused {e}"),
-                });
+                }
+                .into());
             }
             Err(e) => {
-                return Err(BenchError::Incomplete {
+                return Err(RunError::Incomplete {
                     run: "sdk",
                     what: format!("caller task: {e}"),
-                });
+                }
+                .into());
             }
         }
     }
@@ -252,7 +259,7 @@ pub(super) async fn paced_run(
     }
     pacer
         .await
-        .map_err(|e| BenchError::Setup(format!("pacer thread: {e}")))?;
+        .map_err(|e| RunError::Setup(format!("pacer thread: {e}")))?;
     let sent_for = start.elapsed();
     let accepted = lat.len() as u64;
     wait_delivered(&sdk, accepted, "paced", Duration::from_secs(120)).await?;
