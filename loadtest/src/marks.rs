@@ -68,6 +68,7 @@ fn read_host_marks(dir: &Path) -> anyhow::Result<Marks> {
         }
         let answered = match kind {
             "stored" => Marked::Stored,
+            "queued" => Marked::Queued,
             "accepted" => Marked::Answered,
             "in_doubt" => Marked::InDoubt,
             _ => return Err(bad(&format!("unknown kind {kind:?}"))),

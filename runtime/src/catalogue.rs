@@ -162,6 +162,10 @@ pub const CALL_OUTCOMES: &[&str] = &[
     "cancelled",
 ];
 
+/// Which store held an accepted reward when `send_reward` answered
+/// (`reward_sdk_answers_total{path}`; `sdk::HeldBy::label`).
+pub const ANSWER_PATHS: &[&str] = &["stored", "queued", "spooled", "none"];
+
 /// The reward service's APIs (`api` label).
 pub const SERVICE_APIS: &[&str] = &["grant", "grant_async", "grant_batch", "withdraw", "sweeper"];
 
@@ -185,6 +189,11 @@ pub const SDK: &[Metric] = &[
         "reward_sdk_calls_total",
         "send_reward calls by outcome: accepted (token stored per write mode, event queued) or why refused",
         &[("outcome", CALL_OUTCOMES)],
+    ),
+    counter(
+        "reward_sdk_answers_total",
+        "accepted send_reward calls by the store that held the reward when the call answered: stored (Redis acknowledged the token), queued (a broker acknowledged the event first; the token write goes on), spooled (in the host's synced spool), none (opt-in modes that answer before a write lands)",
+        &[("path", ANSWER_PATHS)],
     ),
     histogram(
         "reward_sdk_send_reward_seconds",

@@ -1,6 +1,7 @@
 //! What `send_reward` answered, counted and timed for the SLOs an activity service
 //! answers for: the share of calls accepted (`reward_sdk_calls_total{outcome}`), the
-//! call's latency from call to answer (`reward_sdk_send_reward_seconds`); the token
+//! call's latency from call to answer (`reward_sdk_send_reward_seconds`); accepted
+//! calls by the store that held the reward (`reward_sdk_answers_total{path}`); the token
 //! store counts the tokens Redis acknowledged (`reward_sdk_tokens_stored_total`,
 //! beside the accepted calls: the tokens-stored share).
 //!
@@ -16,7 +17,7 @@
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use reward_runtime::catalogue::CALL_OUTCOMES;
+use reward_runtime::catalogue::{ANSWER_PATHS, CALL_OUTCOMES};
 use reward_runtime::counters::{Counted, Timing};
 
 use crate::error::SendError;
@@ -27,6 +28,14 @@ static CALLS: LazyLock<Vec<Counted>> = LazyLock::new(|| {
     CALL_OUTCOMES
         .iter()
         .map(|o| Counted::new("reward_sdk_calls_total", &[("outcome", o)]))
+        .collect()
+});
+
+/// Accepted calls by the store that held the reward, in [`ANSWER_PATHS`] order.
+static PATHS: LazyLock<Vec<Counted>> = LazyLock::new(|| {
+    ANSWER_PATHS
+        .iter()
+        .map(|p| Counted::new("reward_sdk_answers_total", &[("path", p)]))
         .collect()
 });
 
@@ -51,6 +60,14 @@ impl Call {
     pub(crate) fn answered(mut self, answer: &Result<IssuedToken, SendError>) {
         self.answered = true;
         record(self.started, outcome_of(answer));
+        if let Ok(t) = answer
+            && let Some(c) = ANSWER_PATHS
+                .iter()
+                .position(|p| *p == t.held_by.label())
+                .and_then(|i| PATHS.get(i))
+        {
+            c.inc();
+        }
     }
 }
 

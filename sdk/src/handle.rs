@@ -10,10 +10,11 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use crate::calls;
+use crate::config::WriteMode;
 use crate::config::{ConfigError, Routing, SdkConfig};
 use crate::dynamic::routing_of;
 use crate::error::{Pushback, SendError};
-use crate::issued::{IssuedToken, Stored};
+use crate::issued::{HeldBy, IssuedToken, Stored};
 use crate::queue::{self, CloseReport, Engine, EnqueueError, Envelope, StatsSnapshot};
 use crate::request::{RequestError, RewardRequest};
 use crate::store::{StoreError, Submitted, TokenStore};
@@ -72,8 +73,82 @@ impl Drop for SendOnDrop<'_> {
     }
 }
 
+/// Direct mode: the token write gets `after` to decide the call alone (stored, or
+/// refused by the cap or by Redis refusing the command); then the event goes, and the first
+/// store to hold the reward answers. By `deadline` (the call's `write_wait_ms`), a
+/// reward neither holds is refused in doubt: its write or its event may still land.
+/// A write still in flight when the queue answers goes on in the background.
+async fn either_store(
+    store: &TokenStore,
+    write: impl std::future::Future<Output = Result<Submitted, StoreError>>,
+    mut pending: SendOnDrop<'_>,
+    mut settled: tokio::sync::oneshot::Receiver<queue::Settled>,
+    after: Duration,
+    deadline: tokio::time::Instant,
+) -> Result<(Stored, HeldBy), SendError> {
+    tokio::pin!(write);
+    let first = tokio::time::timeout(after, &mut write).await;
+    match first {
+        Ok(Ok(s)) => {
+            pending.send();
+            return Ok((Stored::from(s), HeldBy::Store));
+        }
+        Ok(Err(StoreError::CapReached { cap })) => {
+            pending.cancel();
+            return Err(SendError::TooManyTokens { cap });
+        }
+        // Redis refused the command itself (a failure it retries would still be
+        // retried): refused as alone, nothing sent.
+        Ok(Err(e)) => {
+            pending.cancel();
+            return Err(SendError::Store(e));
+        }
+        Err(_) => pending.send(),
+    }
+    let mut write_err = None;
+    let mut event_open = true;
+    loop {
+        tokio::select! {
+            w = &mut write, if write_err.is_none() => match w {
+                Ok(s) => return Ok((Stored::from(s), HeldBy::Store)),
+                // The event has gone: the reward is credited from it without its
+                // token (the cap, or Redis refusing the command): counted unstored.
+                Err(e) => {
+                    store.went_on_unstored(&e);
+                    write_err = Some(e);
+                }
+            },
+            s = &mut settled, if event_open => match s.ok().and_then(held_by_queue) {
+                Some(held) => return Ok(held),
+                // Only logged (or the SDK dropped): not durable; the write may be.
+                None => event_open = false,
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(SendError::Store(write_err.unwrap_or_else(|| {
+                    StoreError::Redis("token write: no answer within the call's wait".into())
+                })));
+            }
+        }
+        if !event_open && let Some(e) = write_err.take() {
+            return Err(SendError::Store(e));
+        }
+    }
+}
+
+/// What an event's settlement says about the call's answer: held by the queue or the
+/// spool, or by neither (only logged).
+fn held_by_queue(s: queue::Settled) -> Option<(Stored, HeldBy)> {
+    match s {
+        queue::Settled::Delivered => Some((Stored::Retrying, HeldBy::Queue)),
+        queue::Settled::Spooled => Some((Stored::Retrying, HeldBy::Spool)),
+        queue::Settled::Logged => None,
+    }
+}
+
 impl Sdk {
-    /// Validates, mints and stores the token, queues the event, returns the token.
+    /// Validates, mints the token, answers once the token store or the queue holds the
+    /// reward (the crate's doc, "What `send_reward` does"), returns the token and which
+    /// store held it ([`IssuedToken::held_by`]).
     ///
     /// Each call is counted by outcome (`reward_sdk_calls_total`) and timed from call
     /// to answer (`reward_sdk_send_reward_seconds`): the two SLOs an activity service
@@ -131,41 +206,69 @@ impl Sdk {
             queue::bucket(&req.user.user_id),
             payload,
         );
+        // Direct mode, not strict: the reward may be answered from the queue when
+        // Redis does not answer in time, so the event tells when a broker took it.
+        let race = inner.config.store.write_mode == WriteMode::Direct && !inner.config.store.strict;
+        let (env, settled) = if race {
+            let (env, rx) = env.with_notice();
+            (env, Some(rx))
+        } else {
+            (env, None)
+        };
         let mut pending = SendOnDrop {
             engine: &inner.engine,
             parts: Some((slot, env)),
         };
-        let write = inner
-            .store
-            .submit(
-                held,
-                &req.user.user_id,
-                &req.activity_id,
-                &req.trade_no,
-                sealed.clone(),
-            )
-            .await;
-        let stored = match write {
-            Ok(Submitted::Stored) => Stored::Yes,
-            Ok(Submitted::Deferred) => Stored::Deferred,
-            Ok(Submitted::Retrying) => Stored::Retrying,
-            Err(StoreError::CapReached { cap }) => {
-                pending.cancel();
-                return Err(SendError::TooManyTokens { cap });
+        let write = inner.store.submit(
+            held,
+            &req.user.user_id,
+            &req.activity_id,
+            &req.trade_no,
+            sealed.clone(),
+        );
+        let (stored, held_by) = match settled {
+            None => {
+                let stored = match write.await {
+                    Ok(s) => Stored::from(s),
+                    Err(StoreError::CapReached { cap }) => {
+                        pending.cancel();
+                        return Err(SendError::TooManyTokens { cap });
+                    }
+                    // A failure the caller hears: strict mode, or Redis refusing the
+                    // command itself (else a failed write is retried in the background).
+                    Err(e) => {
+                        pending.cancel();
+                        return Err(SendError::Store(e));
+                    }
+                };
+                pending.send();
+                let held_by = if stored == Stored::Yes {
+                    HeldBy::Store
+                } else {
+                    HeldBy::Nothing
+                };
+                (stored, held_by)
             }
-            // A failure the caller hears: strict mode, or Redis refusing the command
-            // itself (else a failed write is retried in the background).
-            Err(e) => {
-                pending.cancel();
-                return Err(SendError::Store(e));
+            Some(settled) => {
+                let after = Duration::from_millis(inner.config.store.queue_after_ms);
+                let budget = Duration::from_millis(inner.config.store.write_wait_ms);
+                either_store(
+                    &inner.store,
+                    write,
+                    pending,
+                    settled,
+                    after,
+                    started + budget,
+                )
+                .await?
             }
         };
-        pending.send();
         Ok(IssuedToken {
             token: sealed,
             trade_no: req.trade_no,
             queue,
             stored,
+            held_by,
         })
     }
 

@@ -16,24 +16,32 @@
 //!    token write (both within `batch.enqueue_wait_ms`, then
 //!    [`SendError::Backpressure`]: the queue or the token writer is behind);
 //! 3. seals the token and writes it to the store. In the default
-//!    (`store.write_mode = "direct"`) the call waits until Redis holds the token and
-//!    its due-index entry ([`Stored::Yes`]), so a process that dies after answering
-//!    loses nothing it showed; a user over the per-activity cap gets
-//!    [`SendError::TooManyTokens`]. A write Redis fails or times out is tried again
-//!    within the call until `store.write_wait_ms` passes, then the reward is refused
-//!    ([`SendError::Store`]). In `batched` mode the call waits for its first attempt,
-//!    and a failed one is retried in the background. In `deferred` mode (an opt-in
-//!    that loses rewards when the process dies) the call does not wait for Redis at
-//!    all ([`Stored::Deferred`]). With `store.strict` (direct and batched modes) a
-//!    failed first attempt refuses the reward;
+//!    (`store.write_mode = "direct"`) the call answers once the reward is durable in
+//!    one of two stores, and says which ([`HeldBy`], counted by path): Redis holds the
+//!    token and its due-index entry ([`HeldBy::Store`]), or, when Redis has not
+//!    answered within `store.queue_after_ms` (20 ms), the event goes at once and the
+//!    first to hold the reward answers: the token store, a broker acknowledging the
+//!    event ([`HeldBy::Queue`]), or the host's synced spool when both brokers fail
+//!    ([`HeldBy::Spool`]); the token write then goes on in the background
+//!    ([`Stored::Retrying`]). A process that dies after answering loses nothing it
+//!    showed (a spooled reward is sent when the host restarts; lost only with its
+//!    disk). A user over the per-activity cap gets [`SendError::TooManyTokens`] when
+//!    Redis answers within that head start. A reward no store holds within
+//!    `store.write_wait_ms` of the call is refused in doubt ([`SendError::Store`]: its
+//!    write or its event may still land). In `batched` mode the call waits for its
+//!    first attempt, and a failed one is retried in the background. In `deferred`
+//!    mode (an opt-in that loses rewards when the process dies) the call does not wait
+//!    for Redis at all ([`Stored::Deferred`]). With `store.strict` (direct and batched
+//!    modes) a failed first attempt refuses the reward and no event goes;
 //! 4. hands the event, signed under the token keys ([`token::proof`]) and carrying the
-//!    token's expiry, to the queue and returns the token. It never waits for a broker.
+//!    token's expiry, to the queue (if step 3 has not) and returns the token.
 //!
-//! A refusal in steps 1-3 leaves nothing behind: the place and the reserved slot are
-//! released, no event is sent, and a refused write stores no token. Once the slot is
-//! reserved, step 4 cannot fail, so a stored token always has its event. What each
-//! write mode costs and gives up is in [`store::TokenStore`]; tokens that were never
-//! stored are counted ([`Sdk::token_write_failures`]) and reported by [`Sdk::close`].
+//! A refusal in steps 1-2, by the cap or in strict mode leaves nothing behind: the
+//! place and the reserved slot are released, no event is sent, and a refused write
+//! stores no token. Once the slot is reserved, handing the event over cannot fail, so a
+//! stored token always has its event. What each write mode costs and gives up is in
+//! [`store::TokenStore`]; tokens that were never stored are counted
+//! ([`Sdk::token_write_failures`]) and reported by [`Sdk::close`].
 //!
 //! Metrics go through the `metrics` facade (names in `docs/metrics.md`): install the
 //! process's recorder before the first reward is sent, or the SDK's counts reach
@@ -70,5 +78,5 @@ pub mod token;
 pub use crate::dynamic::check_dynamic;
 pub use crate::error::{Pushback, SendError, StartError};
 pub use crate::handle::Sdk;
-pub use crate::issued::{IssuedToken, Stored};
+pub use crate::issued::{HeldBy, IssuedToken, Stored};
 pub use crate::start::SdkBuilder;

@@ -11,6 +11,7 @@
 //!   blocking twin [`eventually_blocking`]): returns the moment a probe succeeds, fails
 //!   with what was awaited and the probe's last answer.
 //! - [`browser`]: a headless Chromium driven over WebDriver.
+//! - [`private_redis`]: a `redis-server` of a test's own, to hang or stop.
 //! - [`rates`]: the ceiling a rate limit promises on any machine.
 //! - [`stack_lock`]: who may use a shared server while a test disrupts it, across
 //!   threads and test binaries (`ops/test` runs several binaries at once).
@@ -22,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failure is a panic
 
 pub mod browser;
+pub mod private_redis;
 pub mod rates;
 pub mod readback;
 pub mod stack_lock;

@@ -125,10 +125,11 @@ async fn the_books_pass_only_when_what_was_sent_is_what_was_credited() {
 }
 
 /// Rewards of a dead sender, none stored nor credited: one answered after its token
-/// was stored is missing (never excused), one answered before its write landed and one
-/// unanswered are lost with the sender, told apart, within the bound.
+/// was stored, or after a broker held its event, is missing (never excused), one
+/// answered before anything held it and one unanswered are lost with the sender, told
+/// apart, within the bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_rewards_never_said_stored_are_excused_with_a_dead_sender() {
+async fn only_rewards_never_said_held_are_excused_with_a_dead_sender() {
     use reward_tools::books::{Excused, Expected, Marked, Stores, check};
     let env = StackEnv::from_env();
     assert!(
@@ -191,4 +192,11 @@ async fn only_rewards_never_said_stored_are_excused_with_a_dead_sender() {
     }
     let r = check(&at, &tight).await.unwrap();
     assert!(!row(&r, "lost with a killed host").pass, "{}", r.table());
+
+    // One answered once a broker held its event (Redis did not answer): never
+    // excused either; missing is missing.
+    let queued = [("q1", Marked::Queued), ("a1", Marked::Answered)];
+    let r = check(&at, &expected(&queued)).await.unwrap();
+    assert!(!row(&r, "credited once").pass, "{}", r.table());
+    assert_eq!((r.lost_with_host, r.lost_answered), (1, 1), "{}", r.table());
 }

@@ -52,9 +52,12 @@ fn caller_pause(attempt: u32) -> Duration {
 ///   script call's own cost is most of a write's). The cap refuses the reward
 ///   (`TooManyTokens`), and so does a refusal of the command itself. A Redis failure is
 ///   tried again by the caller (20 ms doubling to 200 ms apart) until `write_wait_ms`
-///   has passed, then the reward is refused: a call that answers has its token stored,
-///   so a process that dies loses no reward it showed. With `strict`, the first failure
-///   refuses. Its cost is the round trips in the call (BENCHMARKS.md, `reward-bench
+///   has passed, then the reward is refused. `send_reward` races this write against
+///   the reward's event once the write has had `queue_after_ms` (`crate::HeldBy`): a
+///   caller that stops waiting because a broker took the event drops its write, which
+///   goes on in the background (below) until it lands. A call that answers has its
+///   token stored or its event held, so a process that dies loses no reward it
+///   showed. With `strict`, the first failure refuses. Its cost is the round trips in the call (BENCHMARKS.md, `reward-bench
 ///   send`);
 /// - **batched**: as direct, but the call goes through the writer task's explicit
 ///   pipelines (two more task hops per write), and a failed first attempt is retried in
@@ -185,6 +188,12 @@ impl TokenStore {
     /// Counts since start.
     pub fn stats(&self) -> &StoreStats {
         &self.shared.stats
+    }
+
+    /// Counts one reward that went on without its token (its caller's write was
+    /// refused after its event had gone): as unstored, like a write given up.
+    pub(crate) fn went_on_unstored(&self, e: &StoreError) {
+        super::retry::give_up(&self.shared, 1, e);
     }
 
     /// Takes a place for one write, waiting at most `wait` for one to free up;

@@ -50,14 +50,19 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
         let (id, req) = wire.into_request();
         let (sdk, out) = (sdk.clone(), out.clone());
         calls.spawn(async move {
-            let (refusal, stored) = match sdk.send_reward(req).await {
-                Ok(t) => (None, t.stored == sdk::Stored::Yes),
-                Err(e) => (Some(refusal(&e).to_string()), false),
+            let (refusal, stored, held_by) = match sdk.send_reward(req).await {
+                Ok(t) => (
+                    None,
+                    t.stored == sdk::Stored::Yes,
+                    t.held_by.label().to_string(),
+                ),
+                Err(e) => (Some(refusal(&e).to_string()), false, String::new()),
             };
             let _ = out.send(FromHost::Answer {
                 id,
                 refusal,
                 stored,
+                held_by,
             });
         });
         while calls.try_join_next().is_some() {}

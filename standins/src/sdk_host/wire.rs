@@ -63,12 +63,17 @@ impl WireRequest {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromHost {
     /// A call's answer: no refusal means accepted; `stored` says whether the answer
-    /// came after Redis held the token ([`sdk::Stored::Yes`]): such a reward must
-    /// survive the host's death, one answered before its write landed may not.
+    /// came after Redis held the token ([`sdk::Stored::Yes`]); `held_by` which store
+    /// held the reward then ([`sdk::HeldBy::label`]: `stored`, `queued`, `spooled`,
+    /// `none`). A reward held by any store must survive the host's death (its token
+    /// may not, when only the queue or the spool held it); one answered before
+    /// anything held it may not.
     Answer {
         id: u64,
         refusal: Option<String>,
         stored: bool,
+        #[serde(default)]
+        held_by: String,
     },
     /// The counters, every second.
     Stats(HostStats),

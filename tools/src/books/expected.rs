@@ -10,6 +10,10 @@ use super::SentReward;
 pub enum Marked {
     /// Answered once its token was stored: it must survive the sender; never excused.
     Stored,
+    /// Answered once a broker acknowledged its event, or the sender's spool held it
+    /// (synced), before its token write landed: it must be credited, never excused; its
+    /// token may have died with the sender (counted with the tokens lost with a host).
+    Queued,
     /// Answered before its token write landed (deferred writes): may have died with
     /// the sender; excused within the bound.
     Answered,
@@ -21,10 +25,11 @@ pub enum Marked {
 impl Marked {
     /// The mark that says more of two marks of one trade number (a repeat left in
     /// doubt never weakens a send answered as stored): Stored, then Answered, then
-    /// InDoubt.
+    /// InDoubt. Stored says more than Queued: the token is kept too.
     pub fn stronger(self, other: Marked) -> Marked {
         let rank = |m: Marked| match m {
-            Marked::Stored => 2,
+            Marked::Stored => 3,
+            Marked::Queued => 2,
             Marked::Answered => 1,
             Marked::InDoubt => 0,
         };

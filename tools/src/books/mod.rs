@@ -25,11 +25,14 @@
 //! unanswered) when it died, each with how ([`Marked`]). One whose token is in the
 //! store is held to every check above. One with no token and no credit is excused,
 //! counted as **lost with the host** and left out of the expected balances, only if
-//! the sender never said its token was stored: a call in doubt (unanswered when the
+//! the sender never said the reward was held: a call in doubt (unanswered when the
 //! sender died: the user saw an error) or, with deferred token writes, a call answered
 //! before its write landed. A reward whose answer came after its token was stored
-//! ([`Marked::Stored`], the SDK's default direct writes) is never excused: missing is
-//! missing. The row fails when more were lost than the bound.
+//! ([`Marked::Stored`], the SDK's default direct writes), or after a broker or the
+//! sender's spool held its event while Redis did not answer ([`Marked::Queued`]), is
+//! never excused: missing is missing (a queued one's token may have died with the
+//! sender, and counts with the tokens lost with the host). The row fails when more
+//! were lost than the bound.
 //!
 //! # Where each part lives
 //! `sent` (the sent list), `stores` (where the books live), `expected` (what they

@@ -137,8 +137,10 @@ impl Tally {
             let pending = held.iter().any(|h| h.pending.contains_key(&r.trade_no));
             let moved = held.iter().any(|h| h.credited.contains_key(&r.trade_no));
             let credited = account.credited.contains_key(&r.trade_no);
-            // Excusable: the sender died without saying the token was stored.
-            let excusable = marks.get(&r.trade_no).filter(|m| **m != Marked::Stored);
+            // Excusable: the sender died without saying the reward was held (its token
+            // stored, or its event acknowledged or spooled).
+            let mark = marks.get(&r.trade_no);
+            let excusable = mark.filter(|m| !matches!(**m, Marked::Stored | Marked::Queued));
             if !credited
                 && !pending
                 && !moved
@@ -167,7 +169,9 @@ impl Tally {
                     }
                 }
             }
-            if !pending && !moved && r.stored && excusable.is_some() {
+            // A sender that died before its token write landed took the token with it
+            // (the reward itself is credited if it was held).
+            if !pending && !moved && r.stored && mark.is_some_and(|m| *m != Marked::Stored) {
                 self.token_lost_with_host += 1;
             } else if !pending && !moved && r.stored {
                 self.token_missing += 1;

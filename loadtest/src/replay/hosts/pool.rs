@@ -20,9 +20,10 @@ use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 pub(super) struct HostState {
     /// Calls sent, not answered: id -> (trade number, the caller).
     pub(super) pending: HashMap<u64, (String, oneshot::Sender<Sent>)>,
-    /// Trade numbers this incarnation accepted, and whether each answer came after
-    /// its token was stored.
-    pub(super) accepted: Vec<(String, bool)>,
+    /// Trade numbers this incarnation accepted, and what held each when it was
+    /// answered: its mark in the hosts' marks file (`stored`, `queued`: its event
+    /// acknowledged or spooled first, `accepted`: nothing yet).
+    pub(super) accepted: Vec<(String, &'static str)>,
     /// Accepted since the last counters line.
     pub(super) accepted_since_stats: u64,
     /// The pipe ended: calls pending then are in doubt (trade numbers); no new call
@@ -305,8 +306,7 @@ impl HostPool {
             .marks
             .lock()
             .map_err(|_| anyhow::anyhow!("marks poisoned"))?;
-        for (t, stored) in &accepted {
-            let kind = if *stored { "stored" } else { "accepted" };
+        for (t, kind) in &accepted {
             writeln!(marks, "{t}\t{kind}")?;
         }
         for t in &in_doubt {
@@ -378,11 +378,17 @@ pub(super) async fn read_host(
                 id,
                 refusal,
                 stored,
+                held_by,
             } => {
                 if let Some((trade, tx)) = s.pending.remove(&id) {
                     let sent = match refusal {
                         None => {
-                            s.accepted.push((trade, stored));
+                            let mark = match (stored, held_by.as_str()) {
+                                (true, _) => "stored",
+                                (false, "queued" | "spooled") => "queued",
+                                _ => "accepted",
+                            };
+                            s.accepted.push((trade, mark));
                             s.accepted_since_stats += 1;
                             Sent::Accepted
                         }

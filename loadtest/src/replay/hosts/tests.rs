@@ -11,7 +11,7 @@ fn marks_parse_and_bad_lines_are_refused() {
     assert_eq!(read_marks(&dir).unwrap(), Marks::default());
     std::fs::write(
         dir.join(MARKS),
-        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\tstored\nc\tin_doubt\nb\tin_doubt\n#bound\t4\n",
+        "a\taccepted\nb\tin_doubt\n#bound\t3\nc\tstored\nc\tin_doubt\nb\tin_doubt\n#bound\t4\nq\tin_doubt\nq\tqueued\nq\taccepted\n",
     )
     .unwrap();
     let m = read_marks(&dir).unwrap();
@@ -19,7 +19,9 @@ fn marks_parse_and_bad_lines_are_refused() {
     assert_eq!(m.rewards.get("b"), Some(&Marked::InDoubt));
     // A repeat left in doubt never weakens a send answered as stored.
     assert_eq!(m.rewards.get("c"), Some(&Marked::Stored));
-    assert_eq!((m.rewards.len(), m.bound), (3, 7));
+    // Held by the queue says more than answered or in doubt.
+    assert_eq!(m.rewards.get("q"), Some(&Marked::Queued));
+    assert_eq!((m.rewards.len(), m.bound), (4, 7));
     std::fs::write(dir.join(MARKS), "a\tmaybe\n").unwrap();
     assert!(read_marks(&dir).is_err());
     std::fs::write(dir.join(MARKS), "#bound\tmany\n").unwrap();
