@@ -307,32 +307,13 @@ const HOST_REWARDS: u64 = 300;
 /// while its tokens are stored. It says how many are stored, then waits to be killed.
 async fn sdk_host(prefix: &str, keys: &str, activity: &str) {
     let s = reward_testkit::stack();
-    let text = format!(
-        r#"
-        default_queue = "massive"
-        [store]
-        redis_url = "{redis}"
-        key_prefix = "{prefix}"
-        [producers.k]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [producers.r]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [queues.massive]
-        topic = "unused"
-        primary = "k"
-        backup = "r"
-        ratio = 100
-        [types.cash]
-        [spool]
-        dir = "{spool}"
-        after_ms = 600000
-        "#,
-        redis = s.redis_url,
-        spool = std::env::temp_dir()
-            .join(reward_testkit::unique("host-spool-"))
-            .display(),
+    let spool = std::env::temp_dir().join(reward_testkit::unique("host-spool-"));
+    let text = reward_testkit::sdk_configs::brokers_down(
+        &s.redis_url,
+        prefix,
+        "",
+        &spool,
+        "after_ms = 600000",
     );
     let cfg = sdk::config::SdkConfig::from_toml_str(&text).unwrap();
     let ring = sdk::token::KeyRing::from_file(std::path::Path::new(keys), None).unwrap();

@@ -151,37 +151,12 @@ fn sdk_store_config(s: &common::Stack, tag: &str) -> sdk::config::StoreConfig {
 async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
     let redis = PrivateRedis::start();
     let spool = temp_dir("spool-either-down");
-    let text = format!(
-        r#"
-        default_queue = "massive"
-        [store]
-        redis_url = "{redis}"
-        key_prefix = "{prefix}"
-        write_wait_ms = 30000
-        [producers.k]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [producers.r]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [queues.massive]
-        topic = "unused"
-        primary = "k"
-        backup = "r"
-        ratio = 50
-        [types.cash]
-        [spool]
-        dir = "{dir}"
-        after_ms = 300
-        [batch]
-        send_timeout_ms = 500
-        [retry]
-        backoff_initial_ms = 20
-        backoff_max_ms = 100
-        "#,
-        redis = redis.url,
-        prefix = unique("rt-down-"),
-        dir = spool.display(),
+    let text = reward_testkit::sdk_configs::brokers_down(
+        &redis.url,
+        &unique("rt-down-"),
+        "write_wait_ms = 30000",
+        &spool,
+        "after_ms = 300\n[batch]\nsend_timeout_ms = 500\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
     );
     let cfg = SdkConfig::from_toml_str(&text).unwrap();
     let store_cfg = cfg.store.clone();

@@ -26,33 +26,12 @@ const N: u64 = 5_000;
 /// The child: both producers point at a closed port, so every event ends in the spool.
 async fn child(dir: &str, activity: &str) {
     let s = stack();
-    let text = format!(
-        r#"
-        default_queue = "massive"
-        [store]
-        redis_url = "{redis}"
-        [producers.k]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [producers.r]
-        kind = "kafka"
-        brokers = "127.0.0.1:1"
-        [queues.massive]
-        topic = "unused"
-        primary = "k"
-        backup = "r"
-        ratio = 50
-        [types.cash]
-        [spool]
-        dir = "{dir}"
-        after_ms = 300
-        [batch]
-        send_timeout_ms = 500
-        [retry]
-        backoff_initial_ms = 20
-        backoff_max_ms = 100
-        "#,
-        redis = s.redis_url
+    let text = reward_testkit::sdk_configs::brokers_down(
+        &s.redis_url,
+        "rt",
+        "",
+        std::path::Path::new(dir),
+        "after_ms = 300\n[batch]\nsend_timeout_ms = 500\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
     );
     let cfg = SdkConfig::from_toml_str(&text).unwrap();
     let sdk = Sdk::builder(cfg)

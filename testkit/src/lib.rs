@@ -13,6 +13,7 @@
 //! - [`browser`]: a headless Chromium driven over WebDriver.
 //! - [`private_redis`]: a `redis-server` of a test's own, to hang or stop.
 //! - [`rates`]: the ceiling a rate limit promises on any machine.
+//! - [`sdk_configs`]: SDK configurations several crates' tests start from.
 //! - [`stack_lock`]: who may use a shared server while a test disrupts it, across
 //!   threads and test binaries (`ops/test` runs several binaries at once).
 //!
@@ -26,6 +27,7 @@ pub mod browser;
 pub mod private_redis;
 pub mod rates;
 pub mod readback;
+pub mod sdk_configs;
 pub mod stack_lock;
 pub mod wait;
 
