@@ -87,11 +87,12 @@ async fn either_store(
     deadline: tokio::time::Instant,
 ) -> Result<(Stored, HeldBy), SendError> {
     tokio::pin!(write);
-    let first = tokio::time::timeout(after, &mut write).await;
-    match first {
-        Ok(Ok(s)) => {
+    let mut write_open = true;
+    let mut write_err = None;
+    match tokio::time::timeout(after, &mut write).await {
+        Ok(Ok(Submitted::Stored)) => {
             pending.send();
-            return Ok((Stored::from(s), HeldBy::Store));
+            return Ok((Stored::Yes, HeldBy::Store));
         }
         Ok(Err(StoreError::CapReached { cap })) => {
             pending.cancel();
@@ -103,19 +104,32 @@ async fn either_store(
             pending.cancel();
             return Err(SendError::Store(e));
         }
+        // Handed to the background already: only the event can hold it in time.
+        Ok(Ok(_)) => {
+            write_open = false;
+            pending.send();
+        }
         Err(_) => pending.send(),
     }
-    let mut write_err = None;
     let mut event_open = true;
+    let no_answer = || StoreError::Redis("token write: no answer within the call's wait".into());
     loop {
+        if !write_open && !event_open {
+            return Err(SendError::Store(write_err.unwrap_or_else(no_answer)));
+        }
         tokio::select! {
-            w = &mut write, if write_err.is_none() => match w {
-                Ok(s) => return Ok((Stored::from(s), HeldBy::Store)),
-                // The event has gone: the reward is credited from it without its
-                // token (the cap, or Redis refusing the command): counted unstored.
-                Err(e) => {
-                    store.went_on_unstored(&e);
-                    write_err = Some(e);
+            w = &mut write, if write_open => {
+                write_open = false;
+                match w {
+                    Ok(Submitted::Stored) => return Ok((Stored::Yes, HeldBy::Store)),
+                    // Its wait passed: it goes on in the background until it lands.
+                    Ok(_) => {}
+                    // The event has gone: the reward is credited from it without its
+                    // token (the cap, or Redis refusing the command): counted unstored.
+                    Err(e) => {
+                        store.went_on_unstored(&e);
+                        write_err = Some(e);
+                    }
                 }
             },
             s = &mut settled, if event_open => match s.ok().and_then(held_by_queue) {
@@ -123,14 +137,11 @@ async fn either_store(
                 // Only logged (or the SDK dropped): not durable; the write may be.
                 None => event_open = false,
             },
+            // In doubt: a write still in flight goes on in the background (its guard),
+            // and the event may still be delivered.
             () = tokio::time::sleep_until(deadline) => {
-                return Err(SendError::Store(write_err.unwrap_or_else(|| {
-                    StoreError::Redis("token write: no answer within the call's wait".into())
-                })));
+                return Err(SendError::Store(write_err.unwrap_or_else(no_answer)));
             }
-        }
-        if !event_open && let Some(e) = write_err.take() {
-            return Err(SendError::Store(e));
         }
     }
 }
@@ -219,7 +230,7 @@ impl Sdk {
             engine: &inner.engine,
             parts: Some((slot, env)),
         };
-        let write = inner.store.submit(
+        let write = inner.store.submit_racing(
             held,
             &req.user.user_id,
             &req.activity_id,

@@ -848,3 +848,43 @@ async fn a_mark_gives_a_new_hash_a_ttl_and_never_shortens_one() {
         vec!["pending"]
     );
 }
+
+/// A direct write that races its reward's event (what `send_reward` does once Redis
+/// has not answered within `queue_after_ms`) is never given up when its wait passes:
+/// it answers `Retrying` and goes on in the background until Redis answers, while a
+/// plain direct write is refused. Without it, a reward answered from the queue could
+/// keep no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_racing_write_outlasting_its_wait_goes_on_until_it_lands() {
+    let redis = PrivateRedis::start();
+    let st = start_store(StoreConfig {
+        timeout_ms: 200,
+        write_wait_ms: 300,
+        max_pending: 100,
+        ..cfg(redis.url.clone(), WriteMode::Direct, 500)
+    })
+    .await;
+    redis.signal("-STOP");
+    let held = st.hold(Duration::from_secs(10)).await.unwrap();
+    let r = st
+        .submit_racing(held, "u1", "act", "t-race", "sealed".into())
+        .await;
+    assert!(matches!(r, Ok(Submitted::Retrying)), "{r:?}");
+    let plain = submit(&st, "u1", "t-plain", "s").await;
+    assert!(matches!(plain, Err(StoreError::Redis(_))), "{plain:?}");
+    redis.signal("-CONT");
+    reward_testkit::eventually(
+        Duration::from_secs(60),
+        "the racing write stored once Redis answers",
+        async || {
+            let held = st.list("u1", "act").await.map_err(|e| e.to_string())?;
+            if held.iter().any(|(t, _)| t == "t-race") {
+                Ok(())
+            } else {
+                Err(format!("{held:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(n(&st.stats().unstored), 0, "nothing given up");
+}

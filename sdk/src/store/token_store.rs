@@ -217,6 +217,35 @@ impl TokenStore {
         trade_no: &str,
         sealed: String,
     ) -> Result<Submitted, StoreError> {
+        self.submit_with(held, user_id, activity_id, trade_no, sealed, false)
+            .await
+    }
+
+    /// As [`TokenStore::submit`], for a direct write that races its reward's event
+    /// (`send_reward`, `crate::HeldBy`): when its wait passes it is not given up but
+    /// handed to the background, and answers [`Submitted::Retrying`]; the event may
+    /// hold the reward meanwhile, and the token must land whenever Redis answers.
+    pub async fn submit_racing(
+        &self,
+        held: Held,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+        sealed: String,
+    ) -> Result<Submitted, StoreError> {
+        self.submit_with(held, user_id, activity_id, trade_no, sealed, true)
+            .await
+    }
+
+    async fn submit_with(
+        &self,
+        held: Held,
+        user_id: &str,
+        activity_id: &str,
+        trade_no: &str,
+        sealed: String,
+        hand_over: bool,
+    ) -> Result<Submitted, StoreError> {
         let mode = self.cfg.write_mode;
         let (done, answer) = match mode {
             WriteMode::Batched => {
@@ -285,6 +314,10 @@ impl TokenStore {
                         // sweeper then credits it like any stored reward.
                         Err(e) if !self.cfg.strict && transient(&e) => {
                             self.shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            if hand_over {
+                                // The guard hands the write to the background.
+                                return Ok(Submitted::Retrying);
+                            }
                             metrics::counter!("reward_sdk_token_writes_refused_total").increment(1);
                             guard.write.take();
                             return Err(StoreError::from(e));
