@@ -217,9 +217,12 @@ impl Sdk {
             queue::bucket(&req.user.user_id),
             payload,
         );
-        // Direct mode, not strict: the reward may be answered from the queue when
-        // Redis does not answer in time, so the event tells when a broker took it.
-        let race = inner.config.store.write_mode == WriteMode::Direct && !inner.config.store.strict;
+        // Direct mode, not strict, opted in: the reward may be answered from the queue
+        // when Redis does not answer in time, so the event tells when a broker took it.
+        let store_cfg = &inner.config.store;
+        let race = store_cfg.answer_from_queue
+            && store_cfg.write_mode == WriteMode::Direct
+            && !store_cfg.strict;
         let (env, settled) = if race {
             let (env, rx) = env.with_notice();
             (env, Some(rx))

@@ -27,8 +27,9 @@ impl From<crate::store::Submitted> for Stored {
 
 /// Which store held a reward durably when `send_reward` answered (counted by path,
 /// `reward_sdk_answers_total{path}`). In direct mode (the default) a call answers only
-/// once one of them does: the token store, or (when Redis has not answered within
-/// `store.queue_after_ms`) whichever of the token store and the queue holds it first.
+/// once the token store holds it, or, with `store.answer_from_queue` and Redis silent
+/// for `store.queue_after_ms`, whichever of the token store and the queue holds it
+/// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldBy {
     /// Redis acknowledged the token write (and the event is on its way).

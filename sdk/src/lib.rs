@@ -16,12 +16,12 @@
 //!    token write (both within `batch.enqueue_wait_ms`, then
 //!    [`SendError::Backpressure`]: the queue or the token writer is behind);
 //! 3. seals the token and writes it to the store. In the default
-//!    (`store.write_mode = "direct"`) the call answers once the reward is durable in
-//!    one of two stores, and says which ([`HeldBy`], counted by path): Redis holds the
-//!    token and its due-index entry ([`HeldBy::Store`]), or, when Redis has not
-//!    answered within `store.queue_after_ms` (20 ms), the event goes at once and the
-//!    first to hold the reward answers: the token store, a broker acknowledging the
-//!    event ([`HeldBy::Queue`]), or the host's synced spool when both brokers fail
+//!    (`store.write_mode = "direct"`) the call answers once Redis holds the token and
+//!    its due-index entry ([`HeldBy::Store`]; where the reward was held is counted by
+//!    path). With `store.answer_from_queue` (opt-in), when Redis has not answered
+//!    within `store.queue_after_ms` (20 ms), the event goes at once and the first to
+//!    hold the reward answers: the token store, a broker acknowledging the event
+//!    ([`HeldBy::Queue`]), or the host's synced spool when both brokers fail
 //!    ([`HeldBy::Spool`]); the token write then goes on in the background
 //!    ([`Stored::Retrying`]). A process that dies after answering loses nothing it
 //!    showed (a spooled reward is sent when the host restarts; lost only with its

@@ -1,4 +1,5 @@
-//! `send_reward` answers once either store holds the reward: a Redis that hangs
+//! With `store.answer_from_queue`, `send_reward` answers once either store holds the
+//! reward: a Redis that hangs
 //! (SIGSTOP, a private `redis-server`) does not refuse users while a broker
 //! acknowledges their events, and their tokens land when Redis returns; with the
 //! brokers down too, the host's spool holds them. While Redis answers, the per-user
@@ -82,7 +83,7 @@ async fn a_hung_redis_answers_from_the_queue_and_the_tokens_land_when_it_returns
         &s,
         &tag,
         &spool,
-        "write_wait_ms = 30000\nmax_tokens_per_user = 2",
+        "write_wait_ms = 30000\nmax_tokens_per_user = 2\nanswer_from_queue = true",
         "",
     )
     .await;
@@ -154,7 +155,7 @@ async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
     let text = reward_testkit::sdk_configs::brokers_down(
         &redis.url,
         &unique("rt-down-"),
-        "write_wait_ms = 30000",
+        "write_wait_ms = 30000\nanswer_from_queue = true",
         &spool,
         "after_ms = 300\n[batch]\nsend_timeout_ms = 500\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
     );

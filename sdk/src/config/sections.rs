@@ -30,12 +30,19 @@ pub struct StoreConfig {
     /// attempt and retries 20 ms doubling to 200 ms apart) while Redis fails, before
     /// the reward is refused, ms. Each attempt may take up to `timeout_ms`.
     pub write_wait_ms: u64,
-    /// Direct mode, not strict: how long a `send_reward`'s token write has before the
-    /// reward's event goes too, ms. A write that answers within it decides the call as
-    /// it would alone (stored, or refused by the cap); one that fails or has not
-    /// answered by then sends the event, and the call answers as soon as either store
-    /// holds the reward ([`crate::HeldBy`]), within `write_wait_ms` from its start.
-    /// The per-user cap refuses only rewards whose write answers in this time.
+    /// Direct mode, not strict, opt-in (default off): a reward may be answered from
+    /// the queue when Redis is slow or down ([`crate::HeldBy::Queue`]). A token write
+    /// Redis has not answered within `queue_after_ms` sends the reward's event at
+    /// once, and the call answers as soon as either store holds the reward, within
+    /// `write_wait_ms` from its start. Off by default because a call refused in doubt
+    /// can then have sent its event (it may be credited, as a refused call whose write
+    /// landed may), and the load tester's counts and the event-per-accepted-call
+    /// checks do not yet tell those apart.
+    pub answer_from_queue: bool,
+    /// With `answer_from_queue`: how long a token write has to decide the call alone
+    /// (stored, or refused by the cap or by Redis refusing the command) before the
+    /// reward's event goes too, ms. The per-user cap refuses only rewards whose write
+    /// answers in this time.
     pub queue_after_ms: u64,
     /// How token writes reach Redis (see [`WriteMode`]).
     pub write_mode: WriteMode,
@@ -67,8 +74,9 @@ pub enum WriteMode {
     /// The default. Each `send_reward` sends its script call itself, on a pooled
     /// connection, and waits for it; fred already pipelines concurrent commands on one
     /// connection. The per-user cap can refuse the reward (`TooManyTokens`); a call
-    /// answers only once its token and its due-index entry are stored or, when Redis
-    /// has not answered within `queue_after_ms`, a broker or the spool holds its event
+    /// answers only once its token and its due-index entry are stored or (with
+    /// `answer_from_queue`, when Redis has not answered within `queue_after_ms`) a
+    /// broker or the spool holds its event
     /// ([`crate::HeldBy`]), so a process that dies loses no reward it showed; a reward
     /// neither holds within `write_wait_ms` (with `strict`: a failed first write) is
     /// refused. Lower latency
@@ -97,6 +105,7 @@ impl Default for StoreConfig {
             max_tokens_per_user: 500,
             strict: false,
             write_wait_ms: 1_000,
+            answer_from_queue: false,
             queue_after_ms: 20,
             write_mode: WriteMode::Direct,
             pipeline_max: 512,

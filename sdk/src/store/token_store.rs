@@ -52,7 +52,8 @@ fn caller_pause(attempt: u32) -> Duration {
 ///   script call's own cost is most of a write's). The cap refuses the reward
 ///   (`TooManyTokens`), and so does a refusal of the command itself. A Redis failure is
 ///   tried again by the caller (20 ms doubling to 200 ms apart) until `write_wait_ms`
-///   has passed, then the reward is refused. `send_reward` races this write against
+///   has passed, then the reward is refused. With `store.answer_from_queue`,
+///   `send_reward` races this write against
 ///   the reward's event once the write has had `queue_after_ms` (`crate::HeldBy`): a
 ///   caller that stops waiting because a broker took the event drops its write, which
 ///   goes on in the background (below) until it lands. A call that answers has its
