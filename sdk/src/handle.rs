@@ -233,15 +233,12 @@ impl Sdk {
             engine: &inner.engine,
             parts: Some((slot, env)),
         };
-        let write = inner.store.submit_racing(
-            held,
-            &req.user.user_id,
-            &req.activity_id,
-            &req.trade_no,
-            sealed.clone(),
-        );
+        let (user, activity, trade) = (&req.user.user_id, &req.activity_id, &req.trade_no);
         let (stored, held_by) = match settled {
             None => {
+                let write = inner
+                    .store
+                    .submit(held, user, activity, trade, sealed.clone());
                 let stored = match write.await {
                     Ok(s) => Stored::from(s),
                     Err(StoreError::CapReached { cap }) => {
@@ -264,6 +261,11 @@ impl Sdk {
                 (stored, held_by)
             }
             Some(settled) => {
+                // Racing the event: a write whose wait passes goes on in the
+                // background rather than being given up.
+                let write = inner
+                    .store
+                    .submit_racing(held, user, activity, trade, sealed.clone());
                 let after = Duration::from_millis(inner.config.store.queue_after_ms);
                 let budget = Duration::from_millis(inner.config.store.write_wait_ms);
                 either_store(
