@@ -1860,6 +1860,7 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
         found["findings"]["spent_below_claims"]["count"], 0,
         "{found}"
     );
+    assert_eq!(found["stale_due_settled"], 1, "{found}");
     let examples = found["findings"].to_string();
     for planted in ["planted|by|audit-test", "planted-doubt"] {
         assert!(examples.contains(planted), "{planted}: {found}");
@@ -1972,8 +1973,9 @@ fn audit_run(env: &[(String, String)], dir: &Path) -> (Option<i32>, String) {
 
 /// Plants one inconsistency of each kind the audit knows in a run's stores: a
 /// GRANTED claim loses its receipt; a scene shard's `spent` gains 1 (spent above its
-/// claims); a credited reward's token is listed pending again; a due entry ten
-/// minutes old; a grant in doubt for twelve.
+/// claims); a credited reward's token is listed pending again; a stored reward's due
+/// entry ten minutes old; a grant in doubt for twelve. And one that is not a finding:
+/// a credited reward's due entry ten minutes old.
 async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
     use fred::prelude::*;
     let m: serde_json::Value =
@@ -1994,7 +1996,7 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
     );
     // Two granted records of different users.
     let mut granted: Vec<(String, reward_service::claim::Record)> = Vec::new();
-    let pattern = format!("{claims}:{{{claims}.*}}:t:*");
+    let pattern = reward_service::claim::keys::record_pattern(claims);
     let mut keys = Vec::new();
     reward_runtime::keyspace::walk(
         &client,
@@ -2022,11 +2024,11 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
         {
             granted.push((k, rec));
         }
-        if granted.len() == 2 {
+        if granted.len() == 3 {
             break;
         }
     }
-    assert_eq!(granted.len(), 2, "no two granted records under {pattern}");
+    assert_eq!(granted.len(), 3, "no three granted records under {pattern}");
     let (receipt_key, rec) = &granted[0];
     let no_receipt = reward_service::claim::Record {
         result: String::new(),
@@ -2046,7 +2048,7 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
     let (key, rec) = &granted[1];
     let trade = key.rsplit_once(":t:").unwrap().1;
     let (user, activity) = (rec.user_id.clone(), rec.activity_id.clone());
-    let pending = format!("{tokens}:{{{user}}}:{activity}");
+    let pending = sdk::store::keys::token_key(tokens, &user, &activity);
     let held: Option<String> = client.hget(pending.as_str(), trade).await.unwrap();
     let token = match held.as_deref().map(sdk::store::life::Field::of) {
         Some(sdk::store::life::Field::Credited(t)) => t.to_string(),
@@ -2062,7 +2064,15 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
         )
         .await
         .unwrap();
-    // A due entry ten minutes old; a grant in doubt for twelve (the hold is ten).
+    // A stored reward nobody credited: its token pending and its due entry ten minutes
+    // old; a grant in doubt for twelve (the hold is ten).
+    let _: i64 = client
+        .hset(
+            sdk::store::keys::token_key(tokens, "planted", "by"),
+            ("audit-test", "planted-token"),
+        )
+        .await
+        .unwrap();
     for (key, member, age_ms) in [
         (
             sdk::store::keys::due_key(tokens, 0),
@@ -2070,7 +2080,7 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
             600_000,
         ),
         (
-            format!("{claims}:{{{claims}.1}}:doubt"),
+            reward_service::claim::keys::doubt_key(claims, 1),
             "planted-doubt",
             720_000,
         ),
@@ -2081,4 +2091,23 @@ async fn plant_inconsistencies(env: &[(String, String)], dir: &Path) {
             .await
             .unwrap();
     }
+    // A credited reward's due entry back in the index, ten minutes old (a credit whose
+    // index removal was lost): owed nothing, the sweeper ends it; not a finding.
+    let (key, rec) = &granted[2];
+    let trade = key.rsplit_once(":t:").unwrap().1;
+    let since = (reward_runtime::clock::now_ms() - 600_000) as f64;
+    let _: i64 = client
+        .zadd(
+            sdk::store::keys::due_key(tokens, 0),
+            None,
+            None,
+            false,
+            false,
+            (
+                since,
+                sdk::store::keys::due_member(&rec.user_id, &rec.activity_id, trade),
+            ),
+        )
+        .await
+        .unwrap();
 }

@@ -9,7 +9,7 @@
 //! | `spent_below_claims` | a scene shard's `spent` is less than the sum of the amounts of its live (`IN_PROGRESS`, `IN_DOUBT`) and `GRANTED` claims: the shard can spend past its cap (a hand edit, a lost budget key) | the budget hash of every scene in every shard, before and after the walk |
 //! | `spent_above_claims` | `spent` is more than that sum: records are gone while their money stays counted. Expected once records outlive `[claims] retention_secs` and expire (a ticket, not a page) | same |
 //! | `credited_token_pending` | a `GRANTED` reward's token is still pending in its user's hash and no due entry will make the sweeper move it: the wallet shows as waiting what was paid (looked at twice, `recheck` apart) | `HGET` per granted claim, page by page; `ZSCORE` of a suspect's due entry |
-//! | `stale_due_entry` | a due index entry older than `stale_after` (the sweeper's grace, plus its retry wait and two passes): a stored reward nobody credited | `ZCOUNT` / `ZRANGEBYSCORE` of every due shard |
+//! | `stale_due_entry` | a due index entry older than `stale_after` (the sweeper's grace, plus its retry wait and two passes) whose token is still pending (or whose member does not parse): a stored reward nobody credited. An old entry whose token says credited (a credit whose index removal was lost) or is not in the user's hash (a write that never landed: a refused call's, or one the SDK is still retrying) is owed nothing; the sweeper ends it (`reward-service` `sweeper`), and it is counted in `stale_due_settled`, not as a finding | `ZRANGEBYSCORE` of every due shard, page by page; `HGET` of each old entry's token |
 //! | `in_doubt_past_hold` | a grant held `IN_DOUBT` longer than `doubt_hold`: money that may have moved, waiting on an operator | `ZRANGEBYSCORE` of every shard's doubt index |
 //!
 //! **Bounded cost.** The walk reads claim records `page` keys at a time and never
@@ -167,6 +167,10 @@ pub struct AuditReport {
     /// Granted rewards pending at the first look past `max_suspects`: not looked at
     /// again, not counted as findings.
     pub suspects_unchecked: u64,
+    /// Due entries older than `stale_after` whose token says credited (a credit whose
+    /// index removal was lost) or is not stored (a write that never landed): nothing is
+    /// owed, the sweeper ends them; not findings.
+    pub stale_due_settled: u64,
     /// Wall time of the audit, ms.
     pub took_ms: u64,
 }
@@ -208,6 +212,12 @@ impl AuditReport {
             out.push_str(&format!(
                 "{} more granted rewards had a pending token at the first look and were not looked at again\n",
                 self.suspects_unchecked
+            ));
+        }
+        if self.stale_due_settled > 0 {
+            out.push_str(&format!(
+                "{} old due entries of rewards credited or never stored wait for the sweeper to end them (nothing owed)\n",
+                self.stale_due_settled
             ));
         }
         out
@@ -633,26 +643,118 @@ fn cutoff(age: Duration) -> f64 {
     (now_ms() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX)) as f64
 }
 
-/// Due index entries older than the sweeper's grace.
+/// Due index entries older than the sweeper's grace, each judged by its token: one
+/// still pending is a stored reward nobody credited (a finding); one whose token says
+/// credited, or was never stored, is owed nothing and waits for the sweeper to end it
+/// (`stale_due_settled`).
+/// Read page by page in score order, resuming at the last score seen, so entries the
+/// sweeper ends meanwhile shift nothing.
 async fn stale_due(
     client: &Client,
     cfg: &AuditConfig,
     report: &mut AuditReport,
 ) -> Result<(), AuditError> {
     let before = cutoff(cfg.stale_after);
+    let page = i64::from(cfg.page);
+    let started = Instant::now();
+    let mut reads = 0u64;
     for shard in 0..cfg.due_shards {
         let key = token_keys::due_key(&cfg.token_prefix, shard);
-        old_members(
-            client,
-            &key,
-            before,
-            Kind::StaleDueEntry,
-            cfg.examples,
-            report,
-        )
-        .await?;
+        let mut from = f64::NEG_INFINITY;
+        // Members already judged at the score `from` (a page may end inside a run of
+        // equal scores).
+        let mut at_from: std::collections::HashSet<String> = std::collections::HashSet::new();
+        loop {
+            let entries: Vec<(String, f64)> = client
+                .zrangebyscore(&key, from, before, true, Some((0, page)))
+                .await?;
+            let full = entries.len() as i64 == page;
+            let fresh: Vec<(String, f64)> = entries
+                .into_iter()
+                .filter(|(m, score)| *score != from || !at_from.contains(m))
+                .collect();
+            if fresh.is_empty() {
+                if full {
+                    // A whole page of one score, all judged: a bigger page is needed.
+                    return Err(AuditError::Config(format!(
+                        "more than {page} due entries of {key} share one score; raise the page size"
+                    )));
+                }
+                break;
+            }
+            let owed = still_owed(client, cfg, &fresh).await?;
+            reads += 2 * fresh.len() as u64;
+            let now = now_ms() as f64;
+            for ((member, since), owed) in fresh.iter().zip(owed) {
+                if !owed {
+                    report.stale_due_settled += 1;
+                } else {
+                    report.add(
+                        Kind::StaleDueEntry,
+                        format!("{member} in {key}, {:.0} s old", (now - since) / 1000.0),
+                        cfg.examples,
+                    );
+                }
+            }
+            if let Some((_, last)) = fresh.last() {
+                if *last != from {
+                    at_from.clear();
+                    from = *last;
+                }
+                at_from.extend(
+                    fresh
+                        .iter()
+                        .filter(|(_, s)| *s == from)
+                        .map(|(m, _)| m.clone()),
+                );
+            }
+            pace(cfg.keys_per_sec, reads, started).await;
+            if !full {
+                break;
+            }
+        }
     }
     Ok(())
+}
+
+/// Whether each due entry is still owed: its token is stored and not credited, or the
+/// member does not parse (the index holds something no writer wrote).
+async fn still_owed(
+    client: &Client,
+    cfg: &AuditConfig,
+    entries: &[(String, f64)],
+) -> Result<Vec<bool>, AuditError> {
+    let pipe = client.pipeline();
+    let mut asked = Vec::with_capacity(entries.len());
+    for (member, _) in entries {
+        match token_keys::parse_due_member(member) {
+            Some((user, activity, trade)) => {
+                let _: () = pipe
+                    .hget(
+                        token_keys::token_key(&cfg.token_prefix, user, activity),
+                        trade,
+                    )
+                    .await?;
+                asked.push(true);
+            }
+            None => asked.push(false),
+        }
+    }
+    let held: Vec<Option<String>> = if asked.iter().any(|a| *a) {
+        pipe.all().await?
+    } else {
+        Vec::new()
+    };
+    let mut held = held.into_iter();
+    Ok(asked
+        .into_iter()
+        .map(|a| {
+            !a || held
+                .next()
+                .flatten()
+                .is_some_and(|v| !sdk::store::life::Field::of(&v).credited())
+        })
+        .collect())
 }
 
 /// In-doubt grants older than their hold.

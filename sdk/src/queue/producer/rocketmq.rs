@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rocketmq_client_rust::{ClientRuntime, DefaultMQProducer};
 use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::result::SendStatus;
 use tokio::sync::RwLock;
 
 use super::error::ProduceError;
@@ -92,7 +93,10 @@ impl Producer for RocketMqProducer {
                 .send_batch_with_timeout(batch, self.timeout_ms)
                 .await
             {
-                Ok(_) => msgs.iter().map(|_| Ok(())).collect(),
+                Ok(result) => match acknowledged(result.send_status) {
+                    Ok(()) => msgs.iter().map(|_| Ok(())).collect(),
+                    Err(reason) => fail(reason),
+                },
                 Err(e) => fail(format!("send_batch: {e}")),
             }
         })
@@ -102,6 +106,21 @@ impl Producer for RocketMqProducer {
         Box::pin(async move {
             self.inner.write().await.shutdown().await;
         })
+    }
+}
+
+/// Whether a broker's answer acknowledges a batch as stored: only `SEND_OK` does. The
+/// others (the disk flush or the replica did not finish in time, no replica available)
+/// mean the broker holds the batch in memory at best, which a crash can lose; the
+/// batch is then treated as not sent and goes to the next producer or the spool. A
+/// batch the broker did keep is then delivered twice, which the consumers' claims
+/// (one credit per trade number) make harmless.
+fn acknowledged(status: SendStatus) -> Result<(), String> {
+    match status {
+        SendStatus::SendOk => Ok(()),
+        other => Err(format!(
+            "send_batch: the broker answered {other:?}, not stored to its strongest acknowledgement"
+        )),
     }
 }
 
@@ -137,4 +156,22 @@ pub fn rocketmq_runtime(
         rocketmq_client_rust::TelemetryHandle::noop(),
     )
     .map_err(|e| format!("create client runtime: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_send_ok_acknowledges_a_batch() {
+        assert_eq!(acknowledged(SendStatus::SendOk), Ok(()));
+        for status in [
+            SendStatus::FlushDiskTimeout,
+            SendStatus::FlushSlaveTimeout,
+            SendStatus::SlaveNotAvailable,
+        ] {
+            let reason = acknowledged(status).unwrap_err();
+            assert!(reason.contains(&format!("{status:?}")), "{reason}");
+        }
+    }
 }
