@@ -34,7 +34,10 @@ pub struct StoreConfig {
     /// the queue when Redis is slow or down ([`crate::HeldBy::Queue`]). A token write
     /// Redis has not answered within `queue_after_ms` sends the reward's event at
     /// once, and the call answers as soon as either store holds the reward, within
-    /// `write_wait_ms` from its start. Off by default because a call refused in doubt
+    /// `write_wait_ms` from its start: a broker's acknowledgement within
+    /// `batch.send_timeout_ms` per producer tried, or, once both of the queue's
+    /// producers are known down (`spool.after_ms`), the spool's sync within
+    /// `spool.sync_ms`. Off by default because a call refused in doubt
     /// can then have sent its event (it may be credited, as a refused call whose write
     /// landed may), and the load tester's counts and the event-per-accepted-call
     /// checks do not yet tell those apart.
@@ -280,7 +283,10 @@ impl Default for RetryConfig {
 pub struct SpoolConfig {
     /// Directory (one SDK instance per directory).
     pub dir: PathBuf,
-    /// Both producers of a queue failing for this long sends its events to the spool.
+    /// Both producers of a queue failing for this long sends its events to the spool:
+    /// those that failed on both, and from then on new events at once, without a send,
+    /// while each producer has failed again within `replay_every_ms` (the spool's
+    /// replays and a batch sent when that is older find a producer answering again).
     pub after_ms: u64,
     /// Bound on the spool's size.
     pub max_bytes: u64,

@@ -36,6 +36,8 @@ pub(super) struct Health {
     /// Milliseconds since the SDK started at which the current run of failures
     /// began; -1 while the producer is healthy.
     pub(super) failing_since: AtomicI64,
+    /// Milliseconds since the SDK started of its latest failed answer; -1 before any.
+    pub(super) last_failed: AtomicI64,
     /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
     pub(super) sent: Counted,
     /// Events that failed over from it to their second producer.
@@ -48,6 +50,7 @@ impl Health {
     pub(super) fn new(producer: &str) -> Self {
         Self {
             failing_since: AtomicI64::new(-1),
+            last_failed: AtomicI64::new(-1),
             sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
             failovers_from: Counted::with_label("reward_sdk_failovers_total", "from", producer),
             send_seconds: Timing::with_label("reward_sdk_send_seconds", "producer", producer),
@@ -149,13 +152,25 @@ impl Shared {
         if ok {
             h.failing_since.store(-1, Ordering::Relaxed);
         } else {
-            let _ = h.failing_since.compare_exchange(
-                -1,
-                self.elapsed_ms(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            let now = self.elapsed_ms();
+            h.last_failed.store(now, Ordering::Relaxed);
+            let _ = h
+                .failing_since
+                .compare_exchange(-1, now, Ordering::Relaxed, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a producer is known down: failing for at least `window`, and its latest
+    /// failed answer younger than `recheck` (older, it is worth trying again).
+    pub(super) fn known_down(&self, producer: &str, window: Duration, recheck: Duration) -> bool {
+        let Some(h) = self.health.get(producer) else {
+            return false;
+        };
+        let last = h.last_failed.load(Ordering::Relaxed);
+        let recent = last >= 0
+            && u64::try_from(self.elapsed_ms() - last).unwrap_or(u64::MAX)
+                < u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX);
+        recent && self.failing_for(producer) >= window
     }
 
     /// How long a producer has been failing (zero when healthy).
