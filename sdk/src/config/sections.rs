@@ -36,8 +36,8 @@ pub struct StoreConfig {
     /// once, and the call answers as soon as either store holds the reward, within
     /// `write_wait_ms` from its start: a broker's acknowledgement within
     /// `batch.send_timeout_ms` per producer tried, or, once both of the queue's
-    /// producers are known down (`spool.after_ms`), the spool's sync within
-    /// `spool.sync_ms`. Off by default because a call refused in doubt
+    /// producers are known down (`spool.after_ms`), the spool's next sync (every
+    /// `spool.sync_ms`, plus the batch's linger and the fsync). Off by default because a call refused in doubt
     /// can then have sent its event (it may be credited, as a refused call whose write
     /// landed may), and the load tester's counts and the event-per-accepted-call
     /// checks do not yet tell those apart.
@@ -284,9 +284,9 @@ pub struct SpoolConfig {
     /// Directory (one SDK instance per directory).
     pub dir: PathBuf,
     /// Both producers of a queue failing for this long sends its events to the spool:
-    /// those that failed on both, and from then on new events at once, without a send,
-    /// while each producer has failed again within `replay_every_ms` (the spool's
-    /// replays and a batch sent when that is older find a producer answering again).
+    /// those that failed on both, and then its new events at once, without a send,
+    /// within `replay_every_ms` of a batch finding both down (past it, one batch per
+    /// period tries them again, as the spool's replays do).
     pub after_ms: u64,
     /// Bound on the spool's size.
     pub max_bytes: u64,

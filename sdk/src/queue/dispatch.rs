@@ -57,13 +57,10 @@ async fn send_routed(engine: &Arc<Shared>, queue: &str, batch: Vec<Envelope>) {
         engine.spool(batch);
         return;
     };
-    // Both producers known down (each failing for the spool window and failed again
-    // within the last replay period): the batch goes straight to the spool rather
-    // than waiting out two failed sends, so a call answered from the spool answers
-    // within a sync period. The spool's replay loop keeps trying the producers, and
-    // once a producer's latest failure is a replay period old, the next batch tries
-    // it itself: a broker's return is noticed either way.
-    if engine.known_down_both(&q) {
+    // Both producers known down for this topic: the batch goes straight to the
+    // spool rather than waiting out two failed sends, so a call answered from the
+    // spool answers once the spool syncs (`Shared::spool_at_once`).
+    if engine.spool_at_once(&q) {
         engine.spool(batch);
         return;
     }
@@ -156,29 +153,18 @@ impl Shared {
         failed
     }
 
-    /// Whether both of a queue's producers have been failing for the spool window
-    /// (`spool.after_ms`).
-    fn both_down(&self, q: &QueueConfig) -> bool {
-        let window = Duration::from_millis(self.spool_cfg.after_ms);
-        self.failing_for(&q.primary) >= window && self.failing_for(&q.backup) >= window
-    }
-
-    /// As [`Self::both_down`], and each failed again within the last replay period
-    /// (`spool.replay_every_ms`): not worth a send.
-    fn known_down_both(&self, q: &QueueConfig) -> bool {
-        let window = Duration::from_millis(self.spool_cfg.after_ms);
-        let recheck = Duration::from_millis(self.spool_cfg.replay_every_ms.max(10));
-        self.known_down(&q.primary, window, recheck) && self.known_down(&q.backup, window, recheck)
-    }
-
     /// Failed twice (or more): retry later, or spool.
     fn to_retry(self: &Arc<Self>, envs: Vec<Envelope>, q: &QueueConfig) {
         if envs.is_empty() {
             return;
         }
         let backlog = self.retry_backlog.load(Ordering::Relaxed);
+        let both_down = self.both_down(q);
+        if both_down {
+            self.found_down(q);
+        }
         if self.closing.load(Ordering::Acquire)
-            || self.both_down(q)
+            || both_down
             || backlog + envs.len() as u64 > self.batch.buffer as u64
         {
             self.spool(envs);

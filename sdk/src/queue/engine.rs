@@ -72,6 +72,7 @@ impl Engine {
             unsettled: AtomicU64::new(0),
             settled: Notify::new(),
             retry_backlog: AtomicU64::new(0),
+            found_down: Mutex::new(BTreeMap::new()),
             closing: AtomicBool::new(false),
             stats: QueueStats::new(),
             spool_tx,

@@ -7,6 +7,8 @@
 //!     ─▶ first producer (uid bucket < ratio ? primary : backup) ─ failed ─▶ the other
 //!     ─ failed ─▶ failure channel ─▶ retry loop (backoff, alternating producers)
 //!     ─ both producers failing longer than spool.after_ms, or closing ─▶ spool
+//! dispatcher ─ both known down (a batch of the topic found them so within
+//!     spool.replay_every_ms) ─▶ spool, one batch a period trying them again
 //! spool ─ a producer answers again ─▶ replay ─▶ broker ─▶ segment deleted
 //! ```
 //! Each send packs the batch's events into compound broker records of up to the

@@ -36,8 +36,6 @@ pub(super) struct Health {
     /// Milliseconds since the SDK started at which the current run of failures
     /// began; -1 while the producer is healthy.
     pub(super) failing_since: AtomicI64,
-    /// Milliseconds since the SDK started of its latest failed answer; -1 before any.
-    pub(super) last_failed: AtomicI64,
     /// Events it delivered (`reward_sdk_sent_total{producer}`; the stats read it).
     pub(super) sent: Counted,
     /// Events that failed over from it to their second producer.
@@ -50,7 +48,6 @@ impl Health {
     pub(super) fn new(producer: &str) -> Self {
         Self {
             failing_since: AtomicI64::new(-1),
-            last_failed: AtomicI64::new(-1),
             sent: Counted::with_label("reward_sdk_sent_total", "producer", producer),
             failovers_from: Counted::with_label("reward_sdk_failovers_total", "from", producer),
             send_seconds: Timing::with_label("reward_sdk_send_seconds", "producer", producer),
@@ -73,6 +70,10 @@ pub(super) struct Shared {
     pub(super) unsettled: AtomicU64,
     pub(super) settled: Notify,
     pub(super) retry_backlog: AtomicU64,
+    /// Per topic: when a batch last found both of its producers down (its events
+    /// failed on both and went to the spool) or last went to try them while they
+    /// were, in milliseconds since the SDK started ([`Shared::elapsed_ms`]).
+    pub(super) found_down: std::sync::Mutex<BTreeMap<String, i64>>,
     pub(super) closing: AtomicBool,
     pub(super) stats: QueueStats,
     pub(super) spool_tx: mpsc::UnboundedSender<SpoolCmd>,
@@ -152,25 +153,51 @@ impl Shared {
         if ok {
             h.failing_since.store(-1, Ordering::Relaxed);
         } else {
-            let now = self.elapsed_ms();
-            h.last_failed.store(now, Ordering::Relaxed);
-            let _ = h
-                .failing_since
-                .compare_exchange(-1, now, Ordering::Relaxed, Ordering::Relaxed);
+            let _ = h.failing_since.compare_exchange(
+                -1,
+                self.elapsed_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
 
-    /// Whether a producer is known down: failing for at least `window`, and its latest
-    /// failed answer younger than `recheck` (older, it is worth trying again).
-    pub(super) fn known_down(&self, producer: &str, window: Duration, recheck: Duration) -> bool {
-        let Some(h) = self.health.get(producer) else {
+    /// Notes that a batch of `q`'s topic found both of its producers down.
+    pub(super) fn found_down(&self, q: &QueueConfig) {
+        let now = self.elapsed_ms();
+        let mut seen = self.found_down.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(q.topic.clone(), now);
+    }
+
+    /// Whether a batch of `q`'s topic goes straight to the spool: both producers have
+    /// been failing for `spool.after_ms` and a batch of this topic found them down
+    /// within the last replay period (`spool.replay_every_ms`). Past that period one
+    /// batch tries them again (the probe; the others keep to the spool for another
+    /// period), so a broker's return is noticed by the spool's replay or by a probe.
+    /// Kept per topic: a topic whose records fail on both (deleted, refused) does
+    /// not send another topic on the same brokers to the spool.
+    pub(super) fn spool_at_once(&self, q: &QueueConfig) -> bool {
+        if !self.both_down(q) {
             return false;
-        };
-        let last = h.last_failed.load(Ordering::Relaxed);
-        let recent = last >= 0
-            && u64::try_from(self.elapsed_ms() - last).unwrap_or(u64::MAX)
-                < u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX);
-        recent && self.failing_for(producer) >= window
+        }
+        let now = self.elapsed_ms();
+        let period = i64::try_from(self.spool_cfg.replay_every_ms.max(10)).unwrap_or(i64::MAX);
+        let mut seen = self.found_down.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(&q.topic) {
+            Some(at) if now.saturating_sub(*at) < period => true,
+            Some(at) => {
+                *at = now;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Whether both of a queue's producers have been failing for the spool window
+    /// (`spool.after_ms`).
+    pub(super) fn both_down(&self, q: &QueueConfig) -> bool {
+        let window = Duration::from_millis(self.spool_cfg.after_ms);
+        self.failing_for(&q.primary) >= window && self.failing_for(&q.backup) >= window
     }
 
     /// How long a producer has been failing (zero when healthy).

@@ -301,13 +301,14 @@ async fn both_failing_retry_with_doubling_backoff_alternating_producers() {
 
 #[tokio::test(start_paused = true)]
 async fn both_down_past_the_window_spool_then_replay_each_event_once() {
+    const PERIOD_MS: u64 = 30_000;
     let r = rig(
         "spool",
         Knobs {
             spool_after_ms: 100,
             // Long against the spool thread's real time, which a paused clock races
-            // past: within it a producer that failed stays known down.
-            replay_every_ms: 5_000,
+            // past: within a period of a batch finding them down, both stay known down.
+            replay_every_ms: PERIOD_MS,
             ..Knobs::default()
         },
     );
@@ -344,24 +345,47 @@ async fn both_down_past_the_window_spool_then_replay_each_event_once() {
     let s = r.engine.stats();
     assert_eq!((s.retries, s.failovers), (4 * 40, failovers));
 
+    // A replay period later one batch tries the producers again (the probe: it
+    // fails over, then goes to the spool); the next keeps to the spool.
+    tokio::time::sleep(Duration::from_millis(PERIOD_MS)).await;
+    let probe = send_range(&r.engine, 50..60).await;
+    let e = r.engine.clone();
+    run_until("the probe spooled", Duration::from_secs(10), || {
+        let s = e.stats();
+        s.spooled == 60 && s.unsettled == 0
+    })
+    .await;
+    assert!(settled(probe).await.iter().all(|s| *s == Settled::Spooled));
+    assert_eq!(r.engine.stats().failovers, failovers + 10, "the probe");
+    let next = send_range(&r.engine, 60..70).await;
+    let e = r.engine.clone();
+    run_until("spooled at once again", Duration::from_secs(10), || {
+        let s = e.stats();
+        s.spooled == 70 && s.unsettled == 0
+    })
+    .await;
+    assert!(settled(next).await.iter().all(|s| *s == Settled::Spooled));
+    let s = r.engine.stats();
+    assert_eq!((s.retries, s.failovers), (4 * 40, failovers + 10));
+
     r.a.recover();
     r.b.recover();
     let e = r.engine.clone();
-    run_until("replay", Duration::from_secs(30), || {
-        e.stats().replayed == 50 && e.spool_bytes() == 0
+    run_until("replay", Duration::from_secs(90), || {
+        e.stats().replayed == 70 && e.spool_bytes() == 0
     })
     .await;
     // A producer answering again takes new events at once.
-    let last = send_range(&r.engine, 50..60).await;
+    let last = send_range(&r.engine, 70..80).await;
     assert!(settled(last).await.iter().all(|s| *s == Settled::Delivered));
     let report = r.engine.close(CLOSE).await;
     // The replay goes to the queue's primary first; the backup got nothing.
-    exactly(&r.a.events(TOPIC), 0..60);
+    exactly(&r.a.events(TOPIC), 0..80);
     assert_eq!(r.b.event_count(), 0);
     let s = &report.stats;
     assert_eq!(
         (s.delivered, s.replayed, s.spooled, s.logged),
-        (60, 50, 50, 0)
+        (80, 70, 70, 0)
     );
     assert_eq!((report.left, report.spool_bytes), (0, 0));
 }
