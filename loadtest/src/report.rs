@@ -134,6 +134,12 @@ fn summary_section(r: &ReplayReport) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let answered = r
+        .answered
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let lat = |l: &crate::replay::Latency, unit: &str| {
         format!(
             "p50 {} · p99 {} · p99.9 {} · max {} {unit}",
@@ -144,7 +150,7 @@ fn summary_section(r: &ReplayReport) -> String {
         r#"<h2>Summary</h2>
 <table>
 <tr><th>scheduled</th><td>{scheduled} over {duration:.0} s, {users} users</td></tr>
-<tr><th>sent</th><td>{sent} ({sent_rate:.0}/s; {repeats} deliberate repeats), refused: {refused}, shed {shed}</td></tr>
+<tr><th>sent</th><td>{sent} ({sent_rate:.0}/s; {repeats} deliberate repeats), answered from: {answered}; refused: {refused}, shed {shed}</td></tr>
 <tr><th>credited</th><td>{credited} distinct rewards in {span:.1} s: {credited_rate:.0}/s, peak {peak}/s</td></tr>
 <tr><th>send latency</th><td>{send_lat}</td></tr>
 <tr><th>start lag</th><td>{lag}</td></tr>
@@ -158,6 +164,7 @@ fn summary_section(r: &ReplayReport) -> String {
         sent = r.sent,
         sent_rate = r.sent_per_sec,
         repeats = r.repeats,
+        answered = esc(&answered),
         refused = esc(&refused),
         shed = r.shed,
         credited = r.credited,

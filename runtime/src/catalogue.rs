@@ -157,6 +157,7 @@ pub const CALL_OUTCOMES: &[&str] = &[
     "backpressure",
     "too_many_tokens",
     "store_refused",
+    "in_doubt",
     "seal_failed",
     "closed",
     "cancelled",
@@ -187,7 +188,7 @@ pub const GRANT_OUTCOMES: &[&str] = &[
 pub const SDK: &[Metric] = &[
     counter(
         "reward_sdk_calls_total",
-        "send_reward calls by outcome: accepted (token stored per write mode, event queued) or why refused",
+        "send_reward calls by outcome: accepted (token stored per write mode, event queued) or why refused; in_doubt: refused with its event already on its way (most likely credited)",
         &[("outcome", CALL_OUTCOMES)],
     ),
     counter(

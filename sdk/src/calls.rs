@@ -87,6 +87,7 @@ pub(crate) fn outcome_of(answer: &Result<IssuedToken, SendError>) -> &'static st
         Err(SendError::Backpressure(_)) => "backpressure",
         Err(SendError::TooManyTokens { .. }) => "too_many_tokens",
         Err(SendError::Store(_)) => "store_refused",
+        Err(SendError::InDoubt(_)) => "in_doubt",
         Err(SendError::Seal(_)) => "seal_failed",
         Err(SendError::Closed) => "closed",
     }
@@ -132,6 +133,7 @@ mod tests {
             Err(SendError::Closed),
             Err(SendError::TooManyTokens { cap: 1 }),
             Err(SendError::Store(crate::store::StoreError::Closed)),
+            Err(SendError::InDoubt(crate::store::StoreError::Closed)),
         ];
         for a in &answers {
             assert!(CALL_OUTCOMES.contains(&outcome_of(a)));

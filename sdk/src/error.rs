@@ -18,7 +18,9 @@ pub enum Pushback {
     TokenWrites(StoreError),
 }
 
-/// Why `send_reward` refused a reward. Nothing was sent for it.
+/// Why `send_reward` refused a reward. Nothing was sent for it, except after
+/// [`SendError::InDoubt`] (its event is on its way) and, in doubt, after
+/// [`SendError::Store`] (a token write whose answer was lost may have landed).
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The request is malformed.
@@ -47,6 +49,17 @@ pub enum SendError {
     /// in doubt.
     #[error(transparent)]
     Store(StoreError),
+    /// In doubt, with its event sent (`store.answer_from_queue` only): Redis did not
+    /// store the token within `store.write_wait_ms`, so the reward's event was handed
+    /// to the queue, and neither a broker nor the spool confirmed it in that time
+    /// either. The event is still on its way (to a broker, else the spool) and the
+    /// token write goes on in the background, so the reward will most likely be
+    /// credited and listed in the user's wallet. Send it again with the same trade
+    /// number for a definite answer: the resend is answered as any call (`stored`
+    /// once Redis holds the token, `queued`/`spooled` from its own event), and the
+    /// reward is still credited once, whichever of its events arrives first.
+    #[error("in doubt: the event is on its way but no store confirmed the reward in time ({0})")]
+    InDoubt(StoreError),
     /// The clock is before 1970 or past 2106: no token can be sealed.
     #[error(transparent)]
     Seal(#[from] SealError),

@@ -76,7 +76,9 @@ impl Drop for SendOnDrop<'_> {
 /// Direct mode: the token write gets `after` to decide the call alone (stored, or
 /// refused by the cap or by Redis refusing the command); then the event goes, and the first
 /// store to hold the reward answers. By `deadline` (the call's `write_wait_ms`), a
-/// reward neither holds is refused in doubt: its write or its event may still land.
+/// reward neither holds is refused in doubt: [`SendError::InDoubt`] while its event is
+/// still on its way (it will most likely be credited), [`SendError::Store`] once the
+/// event came to nothing (only logged) and only the write may still land.
 /// A write still in flight when the queue answers goes on in the background.
 async fn either_store(
     store: &TokenStore,
@@ -138,9 +140,14 @@ async fn either_store(
                 None => event_open = false,
             },
             // In doubt: a write still in flight goes on in the background (its guard),
-            // and the event may still be delivered.
+            // and an event not yet settled may still be delivered or spooled.
             () = tokio::time::sleep_until(deadline) => {
-                return Err(SendError::Store(write_err.unwrap_or_else(no_answer)));
+                let e = write_err.unwrap_or_else(no_answer);
+                return Err(if event_open {
+                    SendError::InDoubt(e)
+                } else {
+                    SendError::Store(e)
+                });
             }
         }
     }

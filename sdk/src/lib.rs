@@ -18,8 +18,8 @@
 //! 3. seals the token and writes it to the store. In the default
 //!    (`store.write_mode = "direct"`) the call answers once Redis holds the token and
 //!    its due-index entry ([`HeldBy::Store`]; where the reward was held is counted by
-//!    path). With `store.answer_from_queue` (opt-in), when Redis has not answered
-//!    within `store.queue_after_ms` (20 ms), the event goes at once and the first to
+//!    path), or, with `store.answer_from_queue` (on by default) when Redis has not
+//!    answered within `store.queue_after_ms` (20 ms), the event goes at once and the first to
 //!    hold the reward answers: the token store, a broker acknowledging the event
 //!    ([`HeldBy::Queue`]), or the host's synced spool when both brokers fail
 //!    ([`HeldBy::Spool`]); the token write then goes on in the background
@@ -27,8 +27,9 @@
 //!    showed (a spooled reward is sent when the host restarts; lost only with its
 //!    disk). A user over the per-activity cap gets [`SendError::TooManyTokens`] when
 //!    Redis answers within that head start. A reward no store holds within
-//!    `store.write_wait_ms` of the call is refused in doubt ([`SendError::Store`]: its
-//!    write or its event may still land). In `batched` mode the call waits for its
+//!    `store.write_wait_ms` of the call is refused in doubt: [`SendError::InDoubt`]
+//!    when its event is on its way (most likely credited), [`SendError::Store`] when
+//!    only its write may still land. In `batched` mode the call waits for its
 //!    first attempt, and a failed one is retried in the background. In `deferred`
 //!    mode (an opt-in that loses rewards when the process dies) the call does not wait
 //!    for Redis at all ([`Stored::Deferred`]). With `store.strict` (direct and batched

@@ -78,12 +78,14 @@ async fn a_hung_redis_answers_from_the_queue_and_the_tokens_land_when_it_returns
         .unwrap();
     let spool = temp_dir("spool-either");
     // A generous call budget: the brokers share 2 cores with other tests; what is
-    // proven here is which store answers, not how fast.
+    // proven here is which store answers, not how fast. A token write has 5 s to
+    // answer alone (`queue_after_ms`), so while Redis answers it is the store that
+    // holds the reward and the cap that refuses, however busy the machine.
     let sdk = started(
         &s,
         &tag,
         &spool,
-        "write_wait_ms = 30000\nmax_tokens_per_user = 2\nanswer_from_queue = true",
+        "write_wait_ms = 30000\nqueue_after_ms = 5000\nmax_tokens_per_user = 2\nanswer_from_queue = true",
         "",
     )
     .await;
@@ -182,5 +184,53 @@ async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
     tokens_land(&store, "down", 20).await;
     let report = sdk.close(Duration::from_secs(5)).await;
     assert_eq!(report.stats.spooled, 20, "{report:?}");
+    std::fs::remove_dir_all(&spool).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_event_is_still_on_its_way_when_its_wait_passes_is_refused_in_doubt() {
+    // Redis hangs and both brokers refuse connections: a broker cannot acknowledge an
+    // event before its send times out (2 s), and the spool takes one only once both
+    // producers have failed for a second, so no store can hold a reward within the
+    // call's 300 ms. The event has gone by then: the call says so.
+    let redis = PrivateRedis::start();
+    let spool = temp_dir("spool-in-doubt");
+    let text = reward_testkit::sdk_configs::brokers_down(
+        &redis.url,
+        &unique("rt-doubt-"),
+        "write_wait_ms = 300\nanswer_from_queue = true",
+        &spool,
+        "after_ms = 1000\n[batch]\nsend_timeout_ms = 2000\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
+    );
+    let cfg = SdkConfig::from_toml_str(&text).unwrap();
+    let store_cfg = cfg.store.clone();
+    let sdk = Sdk::builder(cfg)
+        .key_ring(KeyRing::random(1))
+        .start()
+        .await
+        .unwrap();
+
+    redis.signal("-STOP");
+    let answers = send_each(&sdk, "doubt", 20).await;
+    for a in &answers {
+        assert!(
+            matches!(a, Err(SendError::InDoubt(_))),
+            "answered while no store could hold it in time: {a:?}"
+        );
+    }
+    // Each refused call's event is on its way: the queue took all 20.
+    assert_eq!(sdk.stats().accepted, 20);
+
+    // Redis returns: the writes land; the events end in the spool, each once.
+    redis.signal("-CONT");
+    let store = TokenStore::connect(store_cfg).await.unwrap();
+    tokens_land(&store, "doubt", 20).await;
+    let report = sdk.close(Duration::from_secs(30)).await;
+    assert_eq!(report.left, 0, "{report:?}");
+    assert_eq!(
+        (report.stats.spooled, report.stats.logged),
+        (20, 0),
+        "{report:?}"
+    );
     std::fs::remove_dir_all(&spool).ok();
 }

@@ -398,11 +398,13 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
     create_topics(&s, &tag).await;
     let spool = temp_dir("spool-bad");
     // Direct mode: the call waits for its write, so the cap can refuse the reward.
+    // The cap refuses only a write that answers before the event goes
+    // (`queue_after_ms`): a head start no busy machine's Redis outlasts.
     let sdk = started(
         &s,
         &tag,
         &spool,
-        "max_tokens_per_user = 2\nwrite_mode = \"direct\"",
+        "max_tokens_per_user = 2\nwrite_mode = \"direct\"\nqueue_after_ms = 5000",
         "",
     )
     .await;

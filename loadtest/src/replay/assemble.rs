@@ -230,6 +230,7 @@ pub(super) fn build_report(
         sent: c.sent,
         repeats: c.repeats,
         refused: c.refused.clone(),
+        answered: c.answered.clone(),
         shed,
         send_latency_us,
         call_latency_us: c.call.as_ref().map(Latency::of).unwrap_or_default(),

@@ -28,6 +28,8 @@ pub(super) struct Collected {
     /// Per second: accepted, refused, send latency, start lag.
     pub(super) per_second: Vec<(u64, u64, Histogram<u64>, Histogram<u64>)>,
     pub(super) refused: BTreeMap<String, u64>,
+    /// Accepted calls by the store that held the reward when the call answered.
+    pub(super) answered: BTreeMap<String, u64>,
     pub(super) sent: u64,
     pub(super) repeats: u64,
     pub(super) sent_amount_by_scope: BTreeMap<String, i64>,
@@ -57,7 +59,9 @@ pub(super) async fn collect(
     };
     while let Some(s) = rx.recv().await {
         match (&s.outcome, &s.in_doubt) {
-            (Err(super::schedule::STORE_REFUSAL), Some((r, _))) => doubts.push(r.trade_no.clone()),
+            (Err(kind), Some((r, _))) if super::schedule::refused_in_doubt(kind) => {
+                doubts.push(r.trade_no.clone())
+            }
             (Ok((r, _)), _) => {
                 accepted.insert(r.trade_no.clone());
             }
@@ -95,6 +99,9 @@ impl Collected {
             Ok((r, repeat)) => {
                 writeln!(out, "{}", r.line(repeat))?;
                 c.sent += 1;
+                *c.answered
+                    .entry(s.held_by.unwrap_or("none").to_string())
+                    .or_default() += 1;
                 if repeat {
                     c.repeats += 1;
                 } else {

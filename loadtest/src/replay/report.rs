@@ -56,8 +56,12 @@ pub struct ReplayReport {
     pub sent: u64,
     /// Of them, deliberate repeats.
     pub repeats: u64,
-    /// Refused by the SDK, by reason.
+    /// Refused by the SDK, by reason (`in_doubt` and `store` may still be credited).
     pub refused: BTreeMap<String, u64>,
+    /// Accepted calls by the store that held the reward when the call answered:
+    /// `stored` (Redis), `queued` (a broker, Redis slow or away), `spooled` (the
+    /// host's disk, both brokers away too), `none` (modes that answer before a write).
+    pub answered: BTreeMap<String, u64>,
     /// Shed by the load tester.
     pub shed: u64,
     /// Send latency from intended start, µs.

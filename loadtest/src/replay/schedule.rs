@@ -18,16 +18,29 @@ use reward_runtime::clock::now_ms as unix_ms;
 /// [`Sample::in_doubt`]).
 pub(super) const STORE_REFUSAL: &str = "store";
 
+/// The refusal of a call whose event was on its way when its wait passed
+/// (`sdk::SendError::InDoubt`): in doubt, and most likely credited.
+pub(super) const EVENT_IN_DOUBT: &str = "in_doubt";
+
+/// Whether a refusal leaves its reward in doubt (it may be credited).
+pub(super) fn refused_in_doubt(kind: &str) -> bool {
+    kind == STORE_REFUSAL || kind == EVENT_IN_DOUBT
+}
+
 pub(super) struct Sample {
     pub(super) second: u64,
     pub(super) intended_us: u64,
     pub(super) start_us: u64,
     pub(super) end_us: u64,
     pub(super) outcome: Result<(SentReward, bool), &'static str>,
+    /// An accepted call: which store held the reward when it answered
+    /// (`sdk::HeldBy::label`).
+    pub(super) held_by: Option<&'static str>,
     /// A send whose outcome is unknown: its SDK host died before answering (the
     /// refusal `sdk_host_died`), or the SDK refused it because its token write failed
     /// for the whole wait (`store`: an attempt that timed out may still have landed,
-    /// and its reward is then credited). Kept for reconciliation either way.
+    /// and its reward is then credited), or its event was on its way when the wait
+    /// passed (`in_doubt`). Kept for reconciliation either way.
     pub(super) in_doubt: Option<(SentReward, bool)>,
 }
 
@@ -225,9 +238,13 @@ async fn send_one(
         // ones, the SLO judges their share.
         stored: true,
     };
+    let held_by = match r {
+        Sent::Accepted(path) => Some(path),
+        _ => None,
+    };
     let (outcome, in_doubt) = match r {
-        Sent::Accepted => (Ok((reward, repeat)), None),
-        Sent::Refused(kind) if kind == STORE_REFUSAL => {
+        Sent::Accepted(_) => (Ok((reward, repeat)), None),
+        Sent::Refused(kind) if refused_in_doubt(kind) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             (Err(kind), Some((reward, repeat)))
         }
@@ -246,6 +263,7 @@ async fn send_one(
         start_us: (started - start).as_micros() as u64,
         end_us: (end - start).as_micros() as u64,
         outcome,
+        held_by,
         in_doubt,
     });
 }

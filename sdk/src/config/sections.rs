@@ -30,17 +30,17 @@ pub struct StoreConfig {
     /// attempt and retries 20 ms doubling to 200 ms apart) while Redis fails, before
     /// the reward is refused, ms. Each attempt may take up to `timeout_ms`.
     pub write_wait_ms: u64,
-    /// Direct mode, not strict, opt-in (default off): a reward may be answered from
-    /// the queue when Redis is slow or down ([`crate::HeldBy::Queue`]). A token write
+    /// Direct mode, not strict (default on): a reward may be answered from the queue
+    /// when Redis is slow or down ([`crate::HeldBy::Queue`]). A token write
     /// Redis has not answered within `queue_after_ms` sends the reward's event at
     /// once, and the call answers as soon as either store holds the reward, within
     /// `write_wait_ms` from its start: a broker's acknowledgement within
     /// `batch.send_timeout_ms` per producer tried, or, once both of the queue's
     /// producers are known down (`spool.after_ms`), the spool's next sync (every
-    /// `spool.sync_ms`, plus the batch's linger and the fsync). Off by default because a call refused in doubt
-    /// can then have sent its event (it may be credited, as a refused call whose write
-    /// landed may), and the load tester's counts and the event-per-accepted-call
-    /// checks do not yet tell those apart.
+    /// `spool.sync_ms`, plus the batch's linger and the fsync). A call neither store
+    /// holds by then is refused in doubt with its event on its way
+    /// ([`crate::SendError::InDoubt`]): it will most likely be credited. Off, a call
+    /// answers only once Redis holds its token, and Redis down refuses every call.
     pub answer_from_queue: bool,
     /// With `answer_from_queue`: how long a token write has to decide the call alone
     /// (stored, or refused by the cap or by Redis refusing the command) before the
@@ -108,7 +108,7 @@ impl Default for StoreConfig {
             max_tokens_per_user: 500,
             strict: false,
             write_wait_ms: 1_000,
-            answer_from_queue: false,
+            answer_from_queue: true,
             queue_after_ms: 20,
             write_mode: WriteMode::Direct,
             pipeline_max: 512,

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 /// What a send came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sent {
-    /// The SDK accepted the reward (a token was returned).
-    Accepted,
+    /// The SDK accepted the reward (a token was returned); which store held it when
+    /// the call answered (`sdk::HeldBy::label`: `stored`, `queued`, `spooled`, `none`).
+    Accepted(&'static str),
     /// The SDK refused it (the kind of refusal).
     Refused(&'static str),
     /// The host died with the call unanswered.
@@ -17,13 +18,14 @@ pub enum Sent {
 }
 
 /// The refusal kinds a host can answer, as the report names them.
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     "invalid",
     "backpressure",
     "closed",
     "too_many_tokens",
     "store",
     "seal",
+    "in_doubt",
 ];
 
 /// A refusal's kind as the report names it.
@@ -35,6 +37,7 @@ pub fn refusal(e: &sdk::SendError) -> &'static str {
         sdk::SendError::TooManyTokens { .. } => KINDS[3],
         sdk::SendError::Store(_) => KINDS[4],
         sdk::SendError::Seal(_) => KINDS[5],
+        sdk::SendError::InDoubt(_) => KINDS[6],
     }
 }
 

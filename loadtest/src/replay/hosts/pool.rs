@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::marks::{BOUND, MARKS};
+use reward_runtime::catalogue::ANSWER_PATHS;
 use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 
 /// What a host's reader saw.
@@ -390,7 +391,13 @@ pub(super) async fn read_host(
                             };
                             s.accepted.push((trade, mark));
                             s.accepted_since_stats += 1;
-                            Sent::Accepted
+                            Sent::Accepted(
+                                ANSWER_PATHS
+                                    .iter()
+                                    .find(|p| **p == held_by)
+                                    .copied()
+                                    .unwrap_or("sdk_host_other"),
+                            )
                         }
                         Some(k) => Sent::Refused(
                             KINDS

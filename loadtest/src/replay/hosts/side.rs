@@ -22,7 +22,7 @@ impl Side {
     pub(crate) async fn send(&self, req: RewardRequest) -> Sent {
         match self {
             Self::Local(sdk) => match sdk.send_reward(req).await {
-                Ok(_) => Sent::Accepted,
+                Ok(t) => Sent::Accepted(t.held_by.label()),
                 Err(e) => Sent::Refused(refusal(&e)),
             },
             Self::Hosts(pool) => pool.send(req).await,
