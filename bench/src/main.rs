@@ -40,7 +40,9 @@ enum Command {
     /// with the same settings, in this process, back to back; then `send_reward`'s
     /// latency when paced at half the rate it reached. Needs Redis and the Kafka
     /// broker. Prints rates, the sdk/raw ratio and latency percentiles; exits non-zero
-    /// if any run lost, refused or failed to deliver an event.
+    /// if any run lost, refused or failed to deliver an event. The SDK takes the
+    /// `REWARD_SDK__SECTION__KEY` overrides of any SDK, e.g.
+    /// `REWARD_SDK__STORE__ANSWER_FROM_QUEUE=false`.
     Send(BenchArgs),
     /// Measure the reward service's `GrantBatch` (served in this process over gRPC on
     /// loopback, config ops/reward-service.toml with fresh keys) against

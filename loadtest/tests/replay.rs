@@ -1860,6 +1860,11 @@ fn a_replay_scraped_by_prometheus_fills_every_panel_agrees_with_its_report_and_a
         s if s > 0.005 => may.push("RewardCallsRefusedBudgetBurn"),
         _ => {}
     }
+    if r["answered"]["queued"].as_u64().unwrap_or(0) > 0 {
+        // Redis slower than the write's head start on a busy machine: calls answered
+        // from the queue, itself an alert past 1 % of them.
+        may.push("RewardAnswersFromQueue");
+    }
     if refused > 0.0 {
         // Refused for their token store: tokens refused, itself an alert.
         may.push("RewardTokenWritesRefused");

@@ -309,6 +309,16 @@ fn check_store(store: &StoreConfig, token: &TokenConfig) -> Result<(), ConfigErr
             "store: strict = true needs each write's answer, which write_mode = \"deferred\" does not wait for; set write_mode = \"direct\" (the default)",
         ));
     }
+    if store.answer_from_queue
+        && store.write_mode == WriteMode::Direct
+        && !store.strict
+        && store.queue_after_ms >= store.write_wait_ms
+    {
+        return Err(invalid(format!(
+            "store.queue_after_ms ({}) must be below store.write_wait_ms ({}): the token write's head start before the event goes is part of the call's wait (or set answer_from_queue = false)",
+            store.queue_after_ms, store.write_wait_ms
+        )));
+    }
     if store.ttl_secs == 0 || token.ttl_secs == 0 {
         return Err(invalid(
             "store.ttl_secs and token.ttl_secs must be positive",

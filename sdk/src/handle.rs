@@ -119,7 +119,9 @@ async fn either_store(
         if !write_open && !event_open {
             return Err(SendError::Store(write_err.unwrap_or_else(no_answer)));
         }
+        // Biased: a store that holds the reward as the deadline passes answers it.
         tokio::select! {
+            biased;
             w = &mut write, if write_open => {
                 write_open = false;
                 match w {

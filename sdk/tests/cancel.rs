@@ -18,8 +18,17 @@ async fn a_send_cancelled_mid_write_still_sends_its_event() {
     let s = stack();
     let tag = unique("cancel");
     let spool = temp_dir("spool-cancel");
-    // Direct mode: the call waits for its write (deferred calls do not wait at all).
-    let sdk = started(&s, &tag, &spool, "write_mode = \"direct\"", "").await;
+    // Direct mode: the call waits for its write (deferred calls do not wait at all),
+    // alone for 5 s before the event may answer it, so the call is still waiting
+    // for the paused write when its caller gives up, however busy the machine.
+    let sdk = started(
+        &s,
+        &tag,
+        &spool,
+        "write_mode = \"direct\"\nqueue_after_ms = 5000\nwrite_wait_ms = 30000",
+        "",
+    )
+    .await;
     let activity = unique("act");
     let redis = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
         .build()

@@ -404,7 +404,7 @@ async fn bad_requests_get_typed_errors_and_leave_nothing() {
         &s,
         &tag,
         &spool,
-        "max_tokens_per_user = 2\nwrite_mode = \"direct\"\nqueue_after_ms = 5000",
+        "max_tokens_per_user = 2\nwrite_mode = \"direct\"\nqueue_after_ms = 5000\nwrite_wait_ms = 30000",
         "",
     )
     .await;

@@ -50,7 +50,10 @@ async fn start_sdk(
         spool = spool.display(),
         write_mode = side.write_mode,
     );
-    let config = SdkConfig::from_toml_str(&text).map_err(|e| RunError::Setup(e.to_string()))?;
+    // The overrides an operator gives every SDK apply here too, e.g.
+    // `REWARD_SDK__STORE__ANSWER_FROM_QUEUE=false` to measure without the race.
+    let config =
+        SdkConfig::from_toml_str_with_env(&text).map_err(|e| RunError::Setup(e.to_string()))?;
     Sdk::builder(config)
         .key_ring(KeyRing::random(1))
         .watch(false)

@@ -372,6 +372,9 @@ impl<'a> Run<'a> {
             let end = Duration::from_secs_f64(crate::faults::last_end_secs(&self.opts.faults));
             self.start + end + grace + Duration::from_secs(10)
         });
+        // A host killed while Redis was away starts again only once Redis answers:
+        // its rewards are judged from its return.
+        self.sdk.hosts_back().await;
         let settle = match (self.sdk.lost_settle_at(grace), doubts_settle) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),

@@ -74,6 +74,10 @@ fn refuses_inconsistent_documents() {
             "strict = true needs",
         ),
         ("[types.coin]\nmax_amount = 0", "max_amount"),
+        (
+            "[store]\nqueue_after_ms = 1000\nwrite_wait_ms = 1000",
+            "queue_after_ms (1000) must be below store.write_wait_ms",
+        ),
     ];
     for (extra, want) in bad {
         let err = with(extra).expect_err(extra).to_string();

@@ -16,6 +16,10 @@ use crate::marks::{BOUND, MARKS};
 use reward_runtime::catalogue::ANSWER_PATHS;
 use reward_standins::sdk_host::{FromHost, HostStats, KINDS, Sent, WireRequest};
 
+/// How long a killed host is started again while its starts fail (a supervisor's
+/// patience): past a Redis outage and the reload of its append-only file.
+const RESTART_FOR: Duration = Duration::from_secs(120);
+
 /// What a host's reader saw.
 #[derive(Default)]
 pub(super) struct HostState {
@@ -61,6 +65,8 @@ pub(crate) struct HostPool {
     killed: AtomicU64,
     /// When the last killed host was running again.
     last_back: Mutex<Option<std::time::Instant>>,
+    /// Killed hosts not yet running again.
+    restarting: AtomicUsize,
 }
 
 impl HostPool {
@@ -85,6 +91,7 @@ impl HostPool {
             marks: Mutex::new(std::io::BufWriter::new(marks)),
             killed: AtomicU64::new(0),
             last_back: Mutex::new(None),
+            restarting: AtomicUsize::new(0),
         };
         for i in 0..pool.configs.len() {
             pool.launch(i).await?;
@@ -248,6 +255,33 @@ impl HostPool {
         let Some(host) = host else {
             anyhow::bail!("SDK host {i} is down already");
         };
+        // Counted until this ends, however it ends (a fault task dropped mid-way too).
+        struct Restarting<'a>(&'a AtomicUsize);
+        impl Drop for Restarting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.restarting.fetch_add(1, Ordering::Relaxed);
+        let _restarting = Restarting(&self.restarting);
+        self.kill_and_restart(i, host, down).await
+    }
+
+    /// Waits until every killed host is running again, or has failed to (its kill
+    /// fault's error says so): what a dead host held is judged only once its
+    /// successor could have replayed its spool.
+    pub(crate) async fn back(&self) {
+        while self.restarting.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn kill_and_restart(
+        &self,
+        i: usize,
+        host: Arc<Host>,
+        down: Duration,
+    ) -> anyhow::Result<()> {
         let killed = host.child.lock().await.kill().await;
         self.killed.fetch_add(1, Ordering::Relaxed);
         // Buried whatever the kill answered (it ended, or was already gone).
@@ -256,7 +290,25 @@ impl HostPool {
             anyhow::bail!("SDK host {i}: SIGKILL failed: {e}");
         }
         tokio::time::sleep(down).await;
-        self.launch(i).await?;
+        // As an activity service's supervisor does: a host whose start failed is
+        // started again. An SDK starts only once its token store answers, so a host
+        // killed while Redis is away (or loading its AOF) comes back with Redis.
+        let give_up = tokio::time::Instant::now() + RESTART_FOR;
+        loop {
+            match self.launch(i).await {
+                Ok(()) => break,
+                Err(e) if tokio::time::Instant::now() < give_up => {
+                    tracing::warn!(host = i, error = %e, "SDK host did not start again; starting it once more");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "SDK host {i} did not start again within {} s of its kill",
+                        RESTART_FOR.as_secs()
+                    )));
+                }
+            }
+        }
         if let Ok(mut t) = self.last_back.lock() {
             *t = Some(std::time::Instant::now());
         }

@@ -37,6 +37,13 @@ impl Side {
         }
     }
 
+    /// Waits until every killed SDK host is running again (or failed to start).
+    pub(crate) async fn hosts_back(&self) {
+        if let Self::Hosts(p) = self {
+            p.back().await;
+        }
+    }
+
     /// Whether a host died during the run (its rewards are marked in `hosts.tsv`).
     pub(crate) fn lost_a_host(&self) -> bool {
         matches!(self, Self::Hosts(p) if p.killed() > 0)
