@@ -79,16 +79,20 @@ impl Drop for SendOnDrop<'_> {
 /// reward neither holds is refused in doubt: [`SendError::InDoubt`] while its event is
 /// still on its way (it will most likely be credited), [`SendError::Store`] once the
 /// event came to nothing (only logged) and only the write may still land.
-/// A write still in flight when the queue answers goes on in the background.
-async fn either_store(
+/// A write still in flight when the call answers goes on in a task of its own
+/// ([`go_on`]).
+async fn either_store<W>(
     store: &TokenStore,
-    write: impl std::future::Future<Output = Result<Submitted, StoreError>>,
+    write: W,
     mut pending: SendOnDrop<'_>,
     mut settled: tokio::sync::oneshot::Receiver<queue::Settled>,
     after: Duration,
     deadline: tokio::time::Instant,
-) -> Result<(Stored, HeldBy), SendError> {
-    tokio::pin!(write);
+) -> Result<(Stored, HeldBy), SendError>
+where
+    W: std::future::Future<Output = Result<Submitted, StoreError>> + Send + 'static,
+{
+    let mut write = Box::pin(write);
     let mut write_open = true;
     let mut write_err = None;
     match tokio::time::timeout(after, &mut write).await {
@@ -137,13 +141,21 @@ async fn either_store(
                 }
             },
             s = &mut settled, if event_open => match s.ok().and_then(held_by_queue) {
-                Some(held) => return Ok(held),
+                Some(held) => {
+                    if write_open {
+                        go_on(store, write);
+                    }
+                    return Ok(held);
+                }
                 // Only logged (or the SDK dropped): not durable; the write may be.
                 None => event_open = false,
             },
             // In doubt: a write still in flight goes on in the background (its guard),
             // and an event not yet settled may still be delivered or spooled.
             () = tokio::time::sleep_until(deadline) => {
+                if write_open {
+                    go_on(store, write);
+                }
                 let e = write_err.unwrap_or_else(no_answer);
                 return Err(if event_open {
                     SendError::InDoubt(e)
@@ -153,6 +165,23 @@ async fn either_store(
             }
         }
     }
+}
+
+/// Lets a token write still in flight when its call answered finish in a task of its
+/// own. Dropped instead, its attempt's answer would be lost and the write sent again
+/// from the start: one more script call for every reward the queue answered, just
+/// when Redis is slow (the replays counted one retry per `queued` answer). A write
+/// refused after its event went (the cap) is counted unstored, as in the call.
+fn go_on<W>(store: &TokenStore, write: std::pin::Pin<Box<W>>)
+where
+    W: std::future::Future<Output = Result<Submitted, StoreError>> + Send + 'static,
+{
+    let store = store.clone();
+    tokio::spawn(async move {
+        if let Err(e) = write.await {
+            store.went_on_unstored(&e);
+        }
+    });
 }
 
 /// What an event's settlement says about the call's answer: held by the queue or the
@@ -271,10 +300,20 @@ impl Sdk {
             }
             Some(settled) => {
                 // Racing the event: a write whose wait passes goes on in the
-                // background rather than being given up.
-                let write = inner
-                    .store
-                    .submit_racing(held, user, activity, trade, sealed.clone());
+                // background rather than being given up. Owned, so that an attempt
+                // in flight when the call answers can finish on its own (`go_on`).
+                let store = inner.store.clone();
+                let (user, activity, trade, token) = (
+                    user.clone(),
+                    activity.clone(),
+                    trade.clone(),
+                    sealed.clone(),
+                );
+                let write = async move {
+                    store
+                        .submit_racing(held, &user, &activity, &trade, token)
+                        .await
+                };
                 let after = Duration::from_millis(inner.config.store.queue_after_ms);
                 let budget = Duration::from_millis(inner.config.store.write_wait_ms);
                 either_store(

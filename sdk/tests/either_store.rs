@@ -10,6 +10,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{stack, started, temp_dir, topics, unique};
@@ -81,11 +82,22 @@ async fn a_hung_redis_answers_from_the_queue_and_the_tokens_land_when_it_returns
     // proven here is which store answers, not how fast. A token write has 5 s to
     // answer alone (`queue_after_ms`), so while Redis answers it is the store that
     // holds the reward and the cap that refuses, however busy the machine.
-    let sdk = started(
+    let capped = started(
         &s,
         &tag,
         &spool,
         "write_wait_ms = 30000\nqueue_after_ms = 5000\nmax_tokens_per_user = 2\nanswer_from_queue = true",
+        "",
+    )
+    .await;
+    // The default head start (20 ms) for the hang, so it lasts about as long as a
+    // broker takes to answer, far below a round trip's 10 s timeout.
+    let spool_hung = temp_dir("spool-either-hung");
+    let sdk = started(
+        &s,
+        &tag,
+        &spool_hung,
+        "write_wait_ms = 30000\nanswer_from_queue = true",
         "",
     )
     .await;
@@ -94,14 +106,19 @@ async fn a_hung_redis_answers_from_the_queue_and_the_tokens_land_when_it_returns
     let rain = RedEnvelopeRain::new("capped", "cash");
     let user = User::new("capped-user");
     for round in 1..=2 {
-        let t = sdk.send_reward(rain.grab(&user, round, 1)).await.unwrap();
+        let t = capped
+            .send_reward(rain.grab(&user, round, 1))
+            .await
+            .unwrap();
         assert_eq!((t.held_by, t.stored), (HeldBy::Store, Stored::Yes));
     }
-    let over = sdk.send_reward(rain.grab(&user, 3, 1)).await;
+    let over = capped.send_reward(rain.grab(&user, 3, 1)).await;
     assert!(
         matches!(over, Err(SendError::TooManyTokens { cap: 2 })),
         "{over:?}"
     );
+    let report = capped.close(Duration::from_secs(30)).await;
+    assert_eq!((report.left, report.stats.delivered), (0, 2), "{report:?}");
 
     // Redis hangs: every call is answered from the queue, none refused.
     redis.signal("-STOP");
@@ -126,14 +143,18 @@ async fn a_hung_redis_answers_from_the_queue_and_the_tokens_land_when_it_returns
         .await
         .unwrap();
     tokens_land(&store, "hung", 40).await;
+    // Each write was in flight when the queue answered its call, and finished on its
+    // own once Redis answered: none was sent again.
+    assert_eq!(sdk.store().stats().retried.load(Ordering::Relaxed), 0);
     let report = sdk.close(Duration::from_secs(30)).await;
     assert_eq!(report.left, 0, "{report:?}");
     assert_eq!(
-        report.stats.delivered, 42,
+        report.stats.delivered, 40,
         "every accepted event delivered once: {report:?}"
     );
     assert_eq!(sdk.token_write_failures(), 0);
     std::fs::remove_dir_all(&spool).ok();
+    std::fs::remove_dir_all(&spool_hung).ok();
 }
 
 /// The store section `started` gave the SDK (its key prefix), to read tokens back.
