@@ -19,8 +19,9 @@
 //! whose absolute speed drifts.
 //!
 //! # Latency at half load
-//! A third run paces `send_reward` calls at half the rate the sdk run reached, for
-//! `latency_secs`, and reports two sets of percentiles:
+//! A third run paces `send_reward` calls at half the rate the sdk run reached (or at
+//! `paced_rate`, to compare two runs at the same load), for `latency_secs`, and
+//! reports two sets of percentiles:
 //! - **from schedule**: from the moment the schedule said the call should start, so a
 //!   stalled process shows up as latency instead of silently sending less
 //!   ("coordinated omission");
@@ -59,6 +60,8 @@ pub struct BenchOptions {
     pub partitions: i32,
     /// Length of the paced latency run; 0 skips it.
     pub latency_secs: u64,
+    /// The paced run's calls per second; `None`: half the last sdk run's rate.
+    pub paced_rate: Option<u64>,
     /// Rounds of (raw, sdk); the report keeps every round.
     pub rounds: u32,
     /// librdkafka settings laid over the stack's, for both sides alike (e.g.
@@ -180,7 +183,9 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
         create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], opts.partitions)
             .await
             .map_err(RunError::Setup)?;
-        let target = (last_sdk_rate / 2.0).max(1.0);
+        let target = opts
+            .paced_rate
+            .map_or((last_sdk_rate / 2.0).max(1.0), |r| r as f64);
         eprintln!(
             "[bench] paced send_reward at {target:.0}/s for {} s",
             opts.latency_secs

@@ -171,16 +171,27 @@ fn sdk_store_config(s: &common::Stack, tag: &str) -> sdk::config::StoreConfig {
     .store
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
-    let redis = PrivateRedis::start();
-    let spool = temp_dir("spool-either-down");
+/// An SDK answering from either store, its token store `redis` (waiting `write_wait_ms`
+/// for a write), both brokers refusing connections (each send timing out after
+/// `send_timeout_ms`), its spool at `spool` taking events once both have failed for
+/// `spool_after_ms`; and its store section, to read tokens back.
+async fn with_brokers_down(
+    redis: &PrivateRedis,
+    tag: &str,
+    write_wait_ms: u64,
+    spool: &std::path::Path,
+    spool_after_ms: u64,
+    send_timeout_ms: u64,
+) -> (Sdk, sdk::config::StoreConfig) {
     let text = reward_testkit::sdk_configs::brokers_down(
         &redis.url,
-        &unique("rt-down-"),
-        "write_wait_ms = 30000\nanswer_from_queue = true",
-        &spool,
-        "after_ms = 300\n[batch]\nsend_timeout_ms = 500\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
+        &unique(tag),
+        &format!("write_wait_ms = {write_wait_ms}\nanswer_from_queue = true"),
+        spool,
+        &format!(
+            "after_ms = {spool_after_ms}\n[batch]\nsend_timeout_ms = {send_timeout_ms}\n\
+             [retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100"
+        ),
     );
     let cfg = SdkConfig::from_toml_str(&text).unwrap();
     let store_cfg = cfg.store.clone();
@@ -189,6 +200,14 @@ async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
         .start()
         .await
         .unwrap();
+    (sdk, store_cfg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_and_both_brokers_down_the_spool_holds_the_reward() {
+    let redis = PrivateRedis::start();
+    let spool = temp_dir("spool-either-down");
+    let (sdk, store_cfg) = with_brokers_down(&redis, "rt-down-", 30000, &spool, 300, 500).await;
 
     redis.signal("-STOP");
     let answers = send_each(&sdk, "down", 20).await;
@@ -216,20 +235,7 @@ async fn a_call_whose_event_is_still_on_its_way_when_its_wait_passes_is_refused_
     // call's 300 ms. The event has gone by then: the call says so.
     let redis = PrivateRedis::start();
     let spool = temp_dir("spool-in-doubt");
-    let text = reward_testkit::sdk_configs::brokers_down(
-        &redis.url,
-        &unique("rt-doubt-"),
-        "write_wait_ms = 300\nanswer_from_queue = true",
-        &spool,
-        "after_ms = 1000\n[batch]\nsend_timeout_ms = 2000\n[retry]\nbackoff_initial_ms = 20\nbackoff_max_ms = 100",
-    );
-    let cfg = SdkConfig::from_toml_str(&text).unwrap();
-    let store_cfg = cfg.store.clone();
-    let sdk = Sdk::builder(cfg)
-        .key_ring(KeyRing::random(1))
-        .start()
-        .await
-        .unwrap();
+    let (sdk, store_cfg) = with_brokers_down(&redis, "rt-doubt-", 300, &spool, 1000, 2000).await;
 
     redis.signal("-STOP");
     let answers = send_each(&sdk, "doubt", 20).await;

@@ -26,6 +26,10 @@ pub struct BenchArgs {
     /// Seconds of paced `send_reward` calls at half the measured rate (0: skip).
     #[arg(long, default_value_t = 10)]
     latency_secs: u64,
+    /// The paced run's rate, calls per second, instead of half the measured rate: to
+    /// compare two runs (two settings, two binaries) at the same offered load.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    paced_rate: Option<u64>,
     /// Throughput rounds (raw then sdk, each on fresh topics).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
@@ -334,6 +338,7 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
         concurrency,
         partitions,
         latency_secs,
+        paced_rate,
         rounds,
         kafka_settings,
         write_mode,
@@ -343,6 +348,7 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
         concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
         partitions,
         latency_secs,
+        paced_rate,
         rounds,
         kafka_settings: kafka_settings.into_iter().collect(),
         write_mode,
