@@ -10,6 +10,7 @@ const FILES: &[&str] = &[
     "reward/v1/service.proto",
     "reward/v1/wallet.proto",
     "reward/v1/admin.proto",
+    "reward/v1/agent.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -36,6 +36,9 @@ decode_failure!(
     v1::GrantBatchRequest,
     v1::GetBudgetRequest,
     v1::SetBudgetRequest,
+    v1::SendRewardRequest,
+    v1::SendRewardsRequest,
+    v1::AgentHealthRequest,
 );
 decode_failure!(
     Internal: v1::GrantResponse,
@@ -43,6 +46,9 @@ decode_failure!(
     v1::GrantBatchResponse,
     v1::BudgetState,
     v1::SetBudgetResponse,
+    v1::SendRewardReply,
+    v1::SendRewardsReply,
+    v1::AgentHealthReply,
 );
 
 /// [`ProstCodec`] with the decode failures of [`DecodeFailure`].

@@ -7,6 +7,8 @@
 //! - [`v1::GrantRequest`] and friends: the reward service's API; with the `grpc`
 //!   feature also its tonic client and server (`v1::reward_service_client`, ...).
 //! - [`v1::ValidateTokenRequest`] and friends: what wallet frontends ask.
+//! - [`v1::SendRewardRequest`] and friends: the reward agent's API (`reward-agent`,
+//!   for activity services in any language); with `grpc` its client and server.
 //! - [`pack`]: compound broker records (many events in one record) and how a reader
 //!   tells them from single-event records.
 //! - [`ids`]: the one rule for user, activity, scene and trade ids; [`reasons`]: the

@@ -151,45 +151,7 @@ pub async fn detached<T: Send + 'static>(
 
 /// The interceptor that checks the bearer credential (`None`: refuses every call,
 /// for an API whose credential is not configured).
-#[derive(Debug, Clone)]
-pub struct Auth(Option<Credential>);
-
-impl Auth {
-    /// Checks against `credential`.
-    pub fn new(credential: Credential) -> Self {
-        Auth(Some(credential))
-    }
-
-    /// Checks against `credential` when there is one, else refuses everything.
-    pub fn optional(credential: Option<Credential>) -> Self {
-        Auth(credential)
-    }
-}
-
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(credential) = &self.0 else {
-            return Err(Status::unauthenticated(
-                "this API has no credential configured on the service",
-            ));
-        };
-        let ok = req
-            .metadata()
-            .get("authorization")
-            .map(|v| v.as_bytes())
-            .and_then(|v| v.split_at_checked(7))
-            .is_some_and(|(scheme, t)| {
-                scheme.eq_ignore_ascii_case(b"bearer ") && credential.matches(t)
-            });
-        if ok {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated(
-                "a valid `authorization: Bearer <credential>` is required",
-            ))
-        }
-    }
-}
+pub use reward_runtime::credential::BearerAuth as Auth;
 
 /// The gRPC server's service, behind the credential check; messages up to
 /// `max_message_bytes` decode.

@@ -84,17 +84,20 @@ pub enum Component {
     Redis,
     /// `reward_audit_`: `reward-ctl audit --every` (the live audit).
     Audit,
+    /// `reward_agent_`: the reward agent (`reward-agent`).
+    Agent,
 }
 
 impl Component {
     /// Every component.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Sdk,
         Self::Consumer,
         Self::Service,
         Self::Config,
         Self::Redis,
         Self::Audit,
+        Self::Agent,
     ];
 
     /// Its metrics.
@@ -106,6 +109,7 @@ impl Component {
             Self::Config => CONFIG,
             Self::Redis => REDIS,
             Self::Audit => AUDIT,
+            Self::Agent => AGENT,
         }
     }
 }
@@ -590,6 +594,27 @@ pub const REDIS: &[Metric] = &[counter(
     &[],
 )];
 
+/// Outcomes of `reward_agent_rewards_total`: `issued`, or the refusal's code
+/// (`reward.v1.AgentErrorCode`, lower case).
+pub const AGENT_OUTCOMES: &[&str] = &[
+    "issued",
+    "invalid_reward",
+    "unknown_reward_type",
+    "backpressure",
+    "too_many_tokens",
+    "closing",
+    "store_failed",
+    "sent_in_doubt",
+    "seal_failed",
+];
+
+/// The reward agent's own metrics (the SDK inside it exports `reward_sdk_*`).
+pub const AGENT: &[Metric] = &[counter(
+    "reward_agent_rewards_total",
+    "rewards the agent answered: issued, or the refusal's code",
+    &[("outcome", AGENT_OUTCOMES)],
+)];
+
 /// Kinds of `reward_audit_findings` (`reward_tools::audit::Kind`).
 pub const AUDIT_KINDS: &[&str] = &[
     "granted_without_receipt",
@@ -721,6 +746,7 @@ mod tests {
                 Component::Config => "reward_config_",
                 Component::Redis => "reward_redis_",
                 Component::Audit => "reward_audit_",
+                Component::Agent => "reward_agent_",
             };
             for m in c.metrics() {
                 assert!(seen.insert(m.name), "{} listed twice", m.name);

@@ -88,6 +88,66 @@ impl Credential {
     }
 }
 
+/// A gRPC interceptor that lets a call through only with `authorization: Bearer
+/// <credential>` (feature `grpc`). The scheme is matched without regard to case, then
+/// exactly one space, then the credential, compared in constant time. Built without a
+/// credential ([`BearerAuth::optional`] with `None`) it refuses every call: an API
+/// whose credential is not configured is closed, never open.
+///
+/// ```
+/// use reward_runtime::credential::{BearerAuth, Credential};
+/// use tonic::service::Interceptor as _;
+///
+/// let mut auth = BearerAuth::new(Credential::new("0123456789abcdef").unwrap());
+/// let mut call = tonic::Request::new(());
+/// call.metadata_mut().insert("authorization", "bearer 0123456789abcdef".parse().unwrap());
+/// assert!(auth.call(call).is_ok());
+/// let refused = auth.call(tonic::Request::new(())).unwrap_err();
+/// assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+/// ```
+#[cfg(feature = "grpc")]
+#[derive(Debug, Clone)]
+pub struct BearerAuth(Option<Credential>);
+
+#[cfg(feature = "grpc")]
+impl BearerAuth {
+    /// Checks against `credential`.
+    pub fn new(credential: Credential) -> Self {
+        BearerAuth(Some(credential))
+    }
+
+    /// Checks against `credential` when there is one, else refuses everything.
+    pub fn optional(credential: Option<Credential>) -> Self {
+        BearerAuth(credential)
+    }
+}
+
+#[cfg(feature = "grpc")]
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(credential) = &self.0 else {
+            return Err(tonic::Status::unauthenticated(
+                "this API has no credential configured on the server",
+            ));
+        };
+        let ok = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .and_then(|v| v.split_at_checked(7))
+            .is_some_and(|(scheme, t)| {
+                scheme.eq_ignore_ascii_case(b"bearer ") && credential.matches(t)
+            });
+        if ok {
+            Ok(req)
+        } else {
+            Err(tonic::Status::unauthenticated(
+                "a valid `authorization: Bearer <credential>` is required",
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
