@@ -184,9 +184,14 @@ impl AgentConfig {
     /// [sdk.producers.kafka]
     /// kind = "kafka"
     /// brokers = "127.0.0.1:19092"
+    /// [sdk.producers.rocketmq]
+    /// kind = "rocketmq"
+    /// namesrv = "127.0.0.1:9876"
+    /// group = "reward-agent"
     /// [sdk.queues.massive]
     /// topic = "reward-massive"
     /// primary = "kafka"
+    /// backup = "rocketmq"
     /// [sdk.types.cash]
     /// [sdk.spool]
     /// dir = "/tmp/agent-doc-spool"

@@ -42,13 +42,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The metric components (name prefixes).
-const COMPONENTS: [&str; 6] = [
+const COMPONENTS: [&str; 7] = [
     "reward_sdk_",
     "reward_consumer_",
     "reward_service_",
     "reward_config_",
     "reward_redis_",
     "reward_audit_",
+    "reward_agent_",
 ];
 
 /// Metric names in the code: string literals `"reward_<component>_…"` (the macros'
@@ -61,6 +62,7 @@ fn emitted() -> BTreeSet<String> {
         "consumer/src",
         "reward-service/src",
         "tools/src",
+        "agent/src",
     ] {
         rust_files(&repo().join(d), &mut files);
     }
