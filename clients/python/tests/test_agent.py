@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -187,17 +188,30 @@ def test_an_agent_killed_mid_batch_loses_no_answered_reward(scenarios, tag, sent
     # The batches before the kill, one after another, as a service would send them.
     for batch in batches[:cut_at]:
         settle(batch, client.send_batch(batch))
-    # The rest at once, and the agent killed while they are in flight: the kill cuts
-    # calls the agent had taken, not only calls that find it gone.
-    pending = [
-        (b, threading.Thread(target=lambda b=b: settle(b, client.send_batch(b)))) for b in batches[cut_at:]
-    ]
-    for _, t in pending:
+    # The rest from several senders at once; the agent is killed once one of them was
+    # answered, so the kill lands while the agent is taking batches, and the batches
+    # not sent by then find it gone.
+    todo = queue.SimpleQueue()
+    for b in batches[cut_at:]:
+        todo.put(b)
+    first_answer = threading.Event()
+
+    def sender() -> None:
+        while True:
+            try:
+                b = todo.get_nowait()
+            except queue.Empty:
+                return
+            settle(b, client.send_batch(b))
+            first_answer.set()
+
+    senders = [threading.Thread(target=sender) for _ in range(kill["senders"])]
+    for t in senders:
         t.start()
-    time.sleep(0.02)
+    assert first_answer.wait(timeout=120), "no batch answered within 120 s"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    for _, t in pending:
+    for t in senders:
         t.join(timeout=120)
         assert not t.is_alive(), "a batch call did not return within 120 s of the kill"
     client.close()
