@@ -45,8 +45,10 @@ use reward_baseline::{Percentiles, RunError, Throughput, unique_name};
 use reward_stack::env::{Server, StackEnv, check_reachable};
 use reward_stack::topics::create_kafka_topics;
 
+mod agent_runs;
 mod sdk_runs;
 
+use self::agent_runs::{agent_paced_run, agent_run};
 use self::sdk_runs::{paced_run, sdk_run};
 
 /// What to run.
@@ -69,6 +71,12 @@ pub struct BenchOptions {
     pub kafka_settings: BTreeMap<String, String>,
     /// The SDK's `store.write_mode` (`direct`, `batched` or `deferred`).
     pub write_mode: String,
+    /// Also the agent path: the same SDK in a `reward-agent` child called over its
+    /// socket, one reward a call and `agent_batch` a call, each round, and paced at the
+    /// in-process paced run's rate.
+    pub agent: bool,
+    /// Rewards per `SendRewards` call in the agent's batch run.
+    pub agent_batch: usize,
 }
 
 impl BenchOptions {
@@ -105,13 +113,17 @@ pub struct Paced {
     pub refused: u64,
 }
 
-/// One round: raw then sdk.
+/// One round: raw, sdk, and with `--agent` the agent's two runs.
 #[derive(Debug, Clone)]
 pub struct Round {
     /// The raw rdkafka baseline.
     pub raw: Throughput,
     /// `send_reward`.
     pub sdk: Throughput,
+    /// SendReward through the agent, one reward a call.
+    pub agent: Option<Throughput>,
+    /// SendRewards through the agent.
+    pub agent_batch: Option<Throughput>,
 }
 
 impl Round {
@@ -133,6 +145,8 @@ pub struct BenchReport {
     pub rounds: Vec<Round>,
     /// The paced latency run, if asked for.
     pub paced: Option<Paced>,
+    /// The paced run through the agent, at the same rate.
+    pub agent_paced: Option<Paced>,
     /// Times Redis forked (AOF rewrite, RDB save) during the timed runs; `None` when
     /// Redis could not tell ([`reward_stack::env::ForkWatch`]).
     pub redis_forks: Option<u64>,
@@ -173,11 +187,61 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] round {round}: send_reward, {} rewards, {} callers",
             opts.rewards, opts.concurrency
         );
+        let (agent, agent_batch) = if opts.agent {
+            let topics = [format!("{tag}-agent"), format!("{tag}-agent-batch")];
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            create_kafka_topics(&env.kafka_brokers, &names, opts.partitions)
+                .await
+                .map_err(RunError::Setup)?;
+            (Some(topics), Some(reqs.clone()))
+        } else {
+            (None, None)
+        };
         let sdk = sdk_run(env, &side, &tag, &sdk_topic, reqs, opts.concurrency).await?;
         last_sdk_rate = sdk.rate();
-        rounds.push(Round { raw, sdk });
+        let (agent, agent_batch) = match (agent, agent_batch) {
+            (Some(topics), Some(reqs)) => {
+                eprintln!(
+                    "[bench] round {round}: the agent, one reward a call, {} callers",
+                    opts.concurrency
+                );
+                let one = agent_run(
+                    env,
+                    &side,
+                    &format!("{tag}-a"),
+                    &topics[0],
+                    reqs.clone(),
+                    opts.concurrency,
+                    1,
+                )
+                .await?;
+                eprintln!(
+                    "[bench] round {round}: the agent, {} rewards a call",
+                    opts.agent_batch
+                );
+                let callers = opts.concurrency.div_ceil(opts.agent_batch.max(1)).max(2);
+                let batch = agent_run(
+                    env,
+                    &side,
+                    &format!("{tag}-b"),
+                    &topics[1],
+                    reqs,
+                    callers,
+                    opts.agent_batch,
+                )
+                .await?;
+                (Some(one), Some(batch))
+            }
+            _ => (None, None),
+        };
+        rounds.push(Round {
+            raw,
+            sdk,
+            agent,
+            agent_batch,
+        });
     }
-    let paced = if opts.latency_secs > 0 {
+    let (paced, agent_paced) = if opts.latency_secs > 0 {
         let tag = unique_name("bench-paced");
         let topic = format!("{tag}-sdk");
         create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], opts.partitions)
@@ -190,13 +254,38 @@ pub async fn run(env: &StackEnv, opts: &BenchOptions) -> Result<BenchReport, Ben
             "[bench] paced send_reward at {target:.0}/s for {} s",
             opts.latency_secs
         );
-        Some(paced_run(env, &side, &tag, &topic, target, opts.latency_secs).await?)
+        let paced = paced_run(env, &side, &tag, &topic, target, opts.latency_secs).await?;
+        let agent_paced = if opts.agent {
+            let topic = format!("{tag}-agent");
+            create_kafka_topics(&env.kafka_brokers, &[topic.as_str()], opts.partitions)
+                .await
+                .map_err(RunError::Setup)?;
+            eprintln!(
+                "[bench] paced SendReward through the agent at {target:.0}/s for {} s",
+                opts.latency_secs
+            );
+            Some(
+                agent_paced_run(
+                    env,
+                    &side,
+                    &format!("{tag}-a"),
+                    &topic,
+                    target,
+                    opts.latency_secs,
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        (Some(paced), agent_paced)
     } else {
-        None
+        (None, None)
     };
     Ok(BenchReport {
         rounds,
         paced,
+        agent_paced,
         redis_forks: forks.since_start().await,
     })
 }

@@ -159,6 +159,12 @@ pub fn local_sdk_toml(env: &StackEnv, setup: &Setup) -> String {
     standalone_sdk_toml(env, &setup.manifest, &setup.dir, "loadtest")
 }
 
+/// The `[sdk]` section of a process that embeds an SDK config (the reward agent's),
+/// for the process `who` (its spool directory and producer group are its own).
+pub fn embedded_sdk_toml(env: &StackEnv, setup: &Setup, who: &str) -> String {
+    sdk_section(env, &setup.manifest, &setup.dir, who)
+}
+
 /// The SDK config of SDK host `i`.
 pub fn host_sdk_toml(env: &StackEnv, setup: &Setup, i: u32) -> String {
     standalone_sdk_toml(env, &setup.manifest, &setup.dir, &format!("host{i}"))
@@ -343,11 +349,32 @@ pub async fn prepare(
     limits: &BTreeMap<String, f64>,
     partitions: i32,
 ) -> anyhow::Result<Setup> {
+    let mut budgets = BTreeMap::new();
+    for s in &plan.scenes {
+        let mix = crate::profile::Mix::new(&s.scene.types);
+        let planned = (s.curve.total() * 2.0).ceil() as i64 + 1000;
+        let scope = reward_service::service::scope(&s.scene.activity, s.scene.scene_id());
+        *budgets.entry(scope).or_insert(0) += planned.saturating_mul(mix.max_amount());
+    }
+    prepare_run(env, &plan.name, budgets, out, limits, partitions).await
+}
+
+/// [`prepare`] for rewards sent by something other than a profile's plan (the agent's
+/// clients): the run is named `name`, and `budgets` (`activity/scene` → budget) are
+/// given whole.
+pub async fn prepare_run(
+    env: &StackEnv,
+    name: &str,
+    budgets: BTreeMap<String, i64>,
+    out: &Path,
+    limits: &BTreeMap<String, f64>,
+    partitions: i32,
+) -> anyhow::Result<Setup> {
     // Marked live before the run writes anything of its own.
     let live =
         reward_tools::clean::LiveRun::start(&[&env.redis_url, &env.wallet_redis_url]).await?;
     let tag = live.tag().to_string();
-    let dir = out.join(format!("{}-{tag}", plan.name));
+    let dir = out.join(format!("{name}-{tag}"));
     std::fs::create_dir_all(&dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     write_secret(
@@ -362,13 +389,6 @@ pub async fn prepare(
     write_secret(&dir.join("credential"), secret().as_bytes())?;
     write_secret(&dir.join("wallet-credential"), secret().as_bytes())?;
 
-    let mut budgets = BTreeMap::new();
-    for s in &plan.scenes {
-        let mix = crate::profile::Mix::new(&s.scene.types);
-        let planned = (s.curve.total() * 2.0).ceil() as i64 + 1000;
-        let scope = reward_service::service::scope(&s.scene.activity, s.scene.scene_id());
-        *budgets.entry(scope).or_insert(0) += planned.saturating_mul(mix.max_amount());
-    }
     let mut all_limits: BTreeMap<String, f64> = TYPES
         .iter()
         .map(|(t, r, _, _)| (t.to_string(), *r))
@@ -395,7 +415,7 @@ pub async fn prepare(
         .map_err(anyhow::Error::msg)?;
     let manifest = Manifest {
         tag: tag.clone(),
-        profile: plan.name.clone(),
+        profile: name.to_string(),
         redis_url: env.redis_url.clone(),
         ledger_redis_url: Some(env.wallet_redis_url.clone()),
         token_prefix: format!("ltt-{tag}"),

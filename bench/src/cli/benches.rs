@@ -44,6 +44,14 @@ pub struct BenchArgs {
     /// stored and its event delivered.
     #[arg(long, default_value = "direct", value_parser = ["direct", "batched", "deferred"])]
     write_mode: String,
+    /// Also measure the reward agent: the same SDK in a `reward-agent` child (beside
+    /// this binary) called over its Unix socket, one reward a call and
+    /// `--agent-batch` a call each round, and paced at the in-process paced rate.
+    #[arg(long)]
+    agent: bool,
+    /// Rewards per SendRewards call in the agent's batch run.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(2..=1000))]
+    agent_batch: u64,
 }
 
 /// The arguments of `reward-bench grant`.
@@ -342,6 +350,8 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
         rounds,
         kafka_settings,
         write_mode,
+        agent,
+        agent_batch,
     } = args;
     let opts = BenchOptions {
         rewards,
@@ -352,6 +362,8 @@ pub async fn bench_cmd(args: BenchArgs) -> ExitCode {
         rounds,
         kafka_settings: kafka_settings.into_iter().collect(),
         write_mode,
+        agent,
+        agent_batch: usize::try_from(agent_batch).unwrap_or(1000),
     };
     match send::run(&StackEnv::from_env(), &opts).await {
         Ok(report) => {
@@ -374,7 +386,14 @@ fn print_bench(r: &BenchReport) {
         "round", "run", "events", "secs", "events/s"
     );
     for (i, round) in r.rounds.iter().enumerate() {
-        for (name, t) in [("raw rdkafka", &round.raw), ("send_reward", &round.sdk)] {
+        let mut runs = vec![("raw rdkafka", &round.raw), ("send_reward", &round.sdk)];
+        if let Some(a) = &round.agent {
+            runs.push(("agent call", a));
+        }
+        if let Some(b) = &round.agent_batch {
+            runs.push(("agent batch", b));
+        }
+        for (name, t) in runs {
             println!(
                 "{:<6} {:<12} {:>10} {:>10.3} {:>12.0}  {}",
                 i + 1,
@@ -390,6 +409,15 @@ fn print_bench(r: &BenchReport) {
             i + 1,
             round.ratio()
         );
+        let of_sdk = |t: &reward_baseline::Throughput| t.rate() / round.sdk.rate().max(1e-9);
+        if let (Some(a), Some(b)) = (&round.agent, &round.agent_batch) {
+            println!(
+                "{:<6} agent/in-process: calls {:.2}, batches {:.2} (target >= 0.8)",
+                i + 1,
+                of_sdk(a),
+                of_sdk(b)
+            );
+        }
     }
     if let Some(p) = &r.paced {
         println!(
@@ -402,6 +430,23 @@ fn print_bench(r: &BenchReport) {
                 l.p50, l.p99, l.p999, l.max
             );
         }
+    }
+    if let (Some(p), Some(a)) = (&r.paced, &r.agent_paced) {
+        println!(
+            "paced SendReward through the agent: asked {:.0}/s, got {:.0}/s, {} calls, {} refused",
+            a.target_rate, a.achieved_rate, a.latency.count, a.refused,
+        );
+        for (what, l) in [("from schedule", &a.latency), ("call", &a.call)] {
+            println!(
+                "  latency us {what:<13}: p50 {} p99 {} p99.9 {} max {}",
+                l.p50, l.p99, l.p999, l.max
+            );
+        }
+        println!(
+            "  agent vs in-process, from schedule: p50 {:+} us (target <= +500), p99 x{:.2} (target <= 1.5)",
+            a.latency.p50 as i64 - p.latency.p50 as i64,
+            a.latency.p99 as f64 / (p.latency.p99 as f64).max(1.0),
+        );
     }
     if let Some(w) = reward_stack::env::fork_warning(r.redis_forks) {
         println!("{w}");

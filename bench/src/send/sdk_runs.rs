@@ -16,15 +16,12 @@ use sdk::{Sdk, SendError};
 
 use super::{BenchError, Paced, SdkSide};
 
-async fn start_sdk(
-    env: &StackEnv,
-    side: &SdkSide<'_>,
-    tag: &str,
-    topic: &str,
-) -> Result<Sdk, BenchError> {
+/// The SDK's config (one Kafka producer, queue `bench` on `topic`, key prefix `tag`):
+/// the same for the in-process SDK and the agent's.
+pub(super) fn sdk_toml(env: &StackEnv, side: &SdkSide<'_>, tag: &str, topic: &str) -> String {
     let settings = reward_stack::env::kafka_settings_toml(side.kafka);
     let spool = std::env::temp_dir().join(format!("reward-{tag}-spool"));
-    let text = format!(
+    format!(
         r#"
         default_queue = "bench"
         [store]
@@ -49,7 +46,16 @@ async fn start_sdk(
         kafka = env.kafka_brokers,
         spool = spool.display(),
         write_mode = side.write_mode,
-    );
+    )
+}
+
+async fn start_sdk(
+    env: &StackEnv,
+    side: &SdkSide<'_>,
+    tag: &str,
+    topic: &str,
+) -> Result<Sdk, BenchError> {
+    let text = sdk_toml(env, side, tag, topic);
     // The overrides an operator gives every SDK apply here too, e.g.
     // `REWARD_SDK__STORE__ANSWER_FROM_QUEUE=false` to measure without the race.
     let config =

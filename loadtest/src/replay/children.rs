@@ -157,7 +157,7 @@ pub async fn scrape(url: &str, bearer: Option<&str>) -> anyhow::Result<String> {
 /// reports itself started before the group has assigned it anything (a group
 /// rebalance takes seconds), and rewards sent meanwhile would wait
 /// in the topic and show up as end-to-end latency that is only start-up.
-async fn wait_assigned(dir: &Path, members: u32) -> anyhow::Result<()> {
+pub(super) async fn wait_assigned(dir: &Path, members: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let mut ready = 0;
@@ -229,6 +229,47 @@ pub(super) fn consumer_spec(
     })
 }
 
+/// A reward service of the run, `name`, with its config file written.
+pub(super) fn service_spec(setup: &Setup, name: &str, config: &Path) -> Spec {
+    let mut child_env = vec![
+        (
+            "REWARD_SERVICE_TOKEN_FILE".into(),
+            setup.credential_file().display().to_string(),
+        ),
+        (
+            "REWARD_WALLET_TOKEN_FILE".into(),
+            setup.wallet_credential_file().display().to_string(),
+        ),
+    ];
+    if let Some(p) = super::prometheus_dir::StackPrometheus::find() {
+        // The stack's Prometheus scrapes /metrics with this credential.
+        child_env.push((
+            "REWARD_METRICS_TOKEN_FILE".into(),
+            p.token_file().display().to_string(),
+        ));
+    }
+    Spec {
+        name: name.to_string(),
+        program: crate::services::bin_dir().join("reward-service"),
+        args: vec!["--config".into(), config.display().to_string()],
+        env: child_env,
+        log: setup.dir.join(format!("{name}.log")),
+        ready_line: "reward-service: gRPC on ".into(),
+    }
+}
+
+/// A started service's gRPC address (host:port), from its ready line.
+pub(super) fn service_addr(service: &Child) -> String {
+    service
+        .ready
+        .trim_start_matches("reward-service: gRPC on ")
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// Starts the service and the consumers (every run has its own topics and key
 /// prefixes, which only services started for it know) and waits until every Kafka
 /// member holds partitions; returns them and the service's gRPC URL.
@@ -274,40 +315,9 @@ async fn start_services(
         } else {
             format!("service-{i}")
         };
-        let mut child_env = vec![
-            (
-                "REWARD_SERVICE_TOKEN_FILE".into(),
-                setup.credential_file().display().to_string(),
-            ),
-            (
-                "REWARD_WALLET_TOKEN_FILE".into(),
-                setup.wallet_credential_file().display().to_string(),
-            ),
-        ];
-        if let Some(p) = super::prometheus_dir::StackPrometheus::find() {
-            // The stack's Prometheus scrapes /metrics with this credential.
-            child_env.push((
-                "REWARD_METRICS_TOKEN_FILE".into(),
-                p.token_file().display().to_string(),
-            ));
-        }
-        let spec = Spec {
-            name: name.clone(),
-            program: crate::services::bin_dir().join("reward-service"),
-            args: vec!["--config".into(), config.display().to_string()],
-            env: child_env,
-            log: setup.dir.join(format!("{name}.log")),
-            ready_line: "reward-service: gRPC on ".into(),
-        };
-        let mut service = Child::start(spec, Duration::from_secs(60)).await?;
-        let addr = service
-            .ready
-            .trim_start_matches("reward-service: gRPC on ")
-            .split(',')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
+        let mut service =
+            Child::start(service_spec(setup, &name, &config), Duration::from_secs(60)).await?;
+        let addr = service_addr(&service);
         // A restart (kill-service) binds the same address, so the consumers' endpoint
         // list stays true.
         service

@@ -42,6 +42,7 @@ mod inject;
 mod latency;
 mod links;
 mod options;
+pub mod pipeline;
 mod prometheus_dir;
 pub mod recovery;
 mod report;
