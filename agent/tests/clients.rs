@@ -3,7 +3,8 @@
 //! four agents sending into one run's topics; a reward service and a consumer per
 //! broker (`loadtest::replay::pipeline`) credit what they send. Then this harness
 //! checks what only it can see: every token a client was answered opens for its user
-//! and activity with the run's key ring, and the run's books
+//! and activity with the run's key ring, one token of each language is legal and
+//! credited in the wallet API (`/v1/tokens/validate`), and the run's books
 //! (`loadtest::reconcile`, `reward_tools::books`) find every answered reward credited
 //! exactly once, none double, no budget overspent, every stored token accounted for.
 //!
@@ -12,6 +13,12 @@
 //! and sets `REWARD_CLIENTS_GO`, installs the TypeScript client's packages and sets
 //! `REWARD_CLIENTS_NPM`, checks the JDK and Maven and sets `REWARD_CLIENTS_MVN`); a
 //! missing one fails here, never skips.
+//!
+//! With `REWARD_CLIENTS_BENCH=N` each language also sends N rewards through its agent
+//! as fast as `BENCH_CONCURRENCY` (default 16) senders can, one reward a call, and the
+//! test prints each language's rate and call latencies (figures only: nothing about
+//! speed is asserted); those rewards are in the books too. For figures, run it with a
+//! release agent: `REWARD_CLIENTS_AGENT_BIN=target/release/reward-agent`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,6 +34,15 @@ use sdk::token::{KeyRing, TokenCodec};
 
 /// The clients, in the order they run.
 const LANGS: [&str; 4] = ["go", "java", "python", "typescript"];
+
+/// The agent binary: this build's, or `REWARD_CLIENTS_AGENT_BIN` (a release build, for
+/// the bench's figures).
+fn agent_bin() -> PathBuf {
+    std::env::var_os("REWARD_CLIENTS_AGENT_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_reward-agent")),
+        PathBuf::from,
+    )
+}
 
 /// A started agent binary with its config.
 struct Agent {
@@ -53,7 +69,7 @@ impl Agent {
         reward_agent::AgentConfig::from_toml_str(&text, &[]).expect("the agent's config");
         let log = dir.join("agent.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_reward-agent"))
+        let child = Command::new(agent_bin())
             .arg("--config")
             .arg(&config)
             .stdout(out.try_clone().unwrap())
@@ -61,22 +77,35 @@ impl Agent {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let agent = Agent {
+        let mut agent = Agent {
             child,
             socket,
             config,
             log,
         };
+        agent.wait_serving();
+        agent
+    }
+
+    /// Until the agent says it serves (its SDK started, after the socket was bound);
+    /// fails at once if it exited, and after 60 s.
+    fn wait_serving(&mut self) {
         let until = Instant::now() + Duration::from_secs(60);
-        while !agent.socket.exists() {
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!("the agent exited with {st}; log {}", self.log.display());
+            }
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains("reward-agent: serving on ") {
+                return;
+            }
             assert!(
                 Instant::now() < until,
                 "the agent did not serve within 60 s; log {}",
-                agent.log.display()
+                self.log.display()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        agent
     }
 
     /// SIGTERM; the agent must drain and exit 0.
@@ -112,6 +141,26 @@ impl Drop for Agent {
 fn tool(var: &str, what: &str) -> String {
     std::env::var(var)
         .unwrap_or_else(|_| panic!("{var} is not set: ops/test (stack tier) {what} and sets it"))
+}
+
+/// Runs `cmd` to its end, killed (and failed) after `limit`: a runner that hangs must
+/// not hang the suite.
+fn run_within(mut cmd: Command, what: &str, limit: Duration) -> std::process::ExitStatus {
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run the {what}: {e}"));
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the {what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// A language's runner of the agent scenarios, in its own directory.
@@ -204,23 +253,87 @@ fn read_answered(path: &Path) -> Vec<Answered> {
         .collect()
 }
 
-/// Runs one language's scenarios against an agent of its own; the rewards it recorded.
-fn run_client(lang: &str, setup: &Setup, tag: &str, keys: &str, out: &Path) -> Vec<Answered> {
+/// A language's bench program (`REWARD_CLIENTS_BENCH`), in its own directory.
+fn bench_runner(lang: &str) -> Command {
+    match lang {
+        "go" => {
+            let mut c = Command::new(tool("REWARD_CLIENTS_GO", "checks the Go toolchain"));
+            c.current_dir(repo().join("clients/go"))
+                .env("GOFLAGS", "-buildvcs=false")
+                .args(["run", "./cmd/agent-bench"]);
+            c
+        }
+        "java" => {
+            let mut c = Command::new(tool("REWARD_CLIENTS_MVN", "checks the JDK and Maven"));
+            c.current_dir(repo().join("clients/java")).args([
+                "-q",
+                "-B",
+                "test",
+                "-Dgroups=bench",
+                "-Dexcluded.groups=",
+                "-Dtest=AgentBench",
+                "-Dsurefire.failIfNoSpecifiedTests=false",
+            ]);
+            c
+        }
+        "python" => {
+            let mut c = Command::new(tool(
+                "REWARD_CLIENTS_PYTHON",
+                "makes the Python client's virtualenv",
+            ));
+            c.current_dir(repo()).arg("clients/python/bench.py");
+            c
+        }
+        "typescript" => {
+            let mut c = Command::new(tool(
+                "REWARD_CLIENTS_NPM",
+                "installs the TypeScript client's packages",
+            ));
+            c.current_dir(repo().join("clients/typescript"))
+                .args(["run", "--silent", "bench"]);
+            c
+        }
+        other => panic!("no bench for {other}"),
+    }
+}
+
+/// Runs one language's scenarios (and, with `REWARD_CLIENTS_BENCH`, its bench) against
+/// an agent of its own; the rewards it recorded and the bench's figures.
+fn run_client(
+    lang: &str,
+    setup: &Setup,
+    tag: &str,
+    keys: &str,
+    out: &Path,
+) -> (Vec<Answered>, Option<serde_json::Value>) {
     let env = stack();
     let agent = Agent::start(setup, &env, lang);
-    let status = runner(lang)
-        .env("REWARD_AGENT_SOCKET", &agent.socket)
-        .env("REWARD_AGENT_BIN", env!("CARGO_BIN_EXE_reward-agent"))
-        .env("REWARD_AGENT_CONFIG", &agent.config)
-        .env("REWARD_TOKEN_KEYS", keys)
-        .env("CONFORMANCE_TAG", tag)
-        .env("CONFORMANCE_OUT", out)
-        // Outcomes, not speed: a call on a busy test machine gets 30 s before it is in
-        // doubt (and the scenarios that expect an answer would fail).
-        .env("CONFORMANCE_TIMEOUT_S", "30")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the {lang} runner: {e}"));
+    let with_agent = |mut c: Command| {
+        c.env("REWARD_AGENT_SOCKET", &agent.socket)
+            .env("REWARD_AGENT_BIN", agent_bin())
+            .env("REWARD_AGENT_CONFIG", &agent.config)
+            .env("REWARD_TOKEN_KEYS", keys)
+            .env("CONFORMANCE_TAG", tag)
+            .env("CONFORMANCE_OUT", out)
+            // Outcomes, not speed: a call on a busy test machine gets 30 s before it is
+            // in doubt (and the scenarios that expect an answer would fail).
+            .env("CONFORMANCE_TIMEOUT_S", "30");
+        c
+    };
+    let status = run_within(
+        with_agent(runner(lang)),
+        &format!("{lang} runner"),
+        Duration::from_secs(600),
+    );
     assert!(status.success(), "the {lang} client's scenarios failed");
+    let bench = std::env::var("REWARD_CLIENTS_BENCH").ok().map(|n| {
+        let mut bench = with_agent(bench_runner(lang));
+        bench.env("BENCH_REWARDS", &n);
+        let status = run_within(bench, &format!("{lang} bench"), Duration::from_secs(900));
+        assert!(status.success(), "the {lang} client's bench failed");
+        let path = out.join(format!("{lang}.bench.json"));
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    });
     agent.stop();
 
     let answered = read_answered(&out.join(format!("{lang}.sent.tsv")));
@@ -243,7 +356,11 @@ fn run_client(lang: &str, setup: &Setup, tag: &str, keys: &str, out: &Path) -> V
             .unwrap_or_else(|e| panic!("{lang}: the token of {} does not open: {e:?}", a.trade_no));
         assert_eq!(t.trade_no, a.trade_no);
     }
-    answered
+    let mut all = answered;
+    if bench.is_some() {
+        all.extend(read_answered(&out.join(format!("{lang}.bench.sent.tsv"))));
+    }
+    (all, bench)
 }
 
 #[test]
@@ -278,11 +395,32 @@ fn every_client_runs_the_shared_scenarios_and_each_answered_reward_is_credited_o
     let out = setup.dir.join("clients");
 
     let mut sent = String::new();
+    let mut benches = Vec::new();
+    let mut samples = Vec::new();
     for lang in LANGS {
-        for a in run_client(lang, &setup, &tag, keys, &out) {
+        let (answered, bench) = run_client(lang, &setup, &tag, keys, &out);
+        samples.push((
+            lang,
+            answered[0].user_id.clone(),
+            answered[0].activity_id.clone(),
+            answered[0].token.clone(),
+        ));
+        for a in answered {
             sent.push_str(&a.line);
             sent.push('\n');
         }
+        benches.extend(bench);
+    }
+    for b in &benches {
+        println!(
+            "client bench {:<10} {} rewards, {} senders: {:.0}/s, call p50 {:.2} ms, p99 {:.2} ms",
+            b["lang"].as_str().unwrap_or("?"),
+            b["rewards"],
+            b["concurrency"],
+            b["rate"].as_f64().unwrap_or(0.0),
+            b["p50_ms"].as_f64().unwrap_or(0.0),
+            b["p99_ms"].as_f64().unwrap_or(0.0),
+        );
     }
     std::fs::write(setup.dir.join("sent.tsv"), &sent).unwrap();
 
@@ -298,6 +436,31 @@ fn every_client_runs_the_shared_scenarios_and_each_answered_reward_is_credited_o
         }
         std::thread::sleep(Duration::from_secs(1));
     };
+    // A token from each language, legal and credited in the wallet API.
+    let wallet = std::fs::read_to_string(setup.wallet_credential_file()).unwrap();
+    let url = format!("http://{}/v1/tokens/validate", pipeline.http_addr());
+    for (lang, user, activity, token) in &samples {
+        let v: serde_json::Value = rt.block_on(async {
+            reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(wallet.trim())
+                .json(&serde_json::json!({"user_id": user, "activity_id": activity, "tokens": [token]}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        });
+        assert_eq!(
+            (
+                v["results"][0]["validity"].as_str(),
+                v["results"][0]["credited"].as_bool()
+            ),
+            (Some("legal"), Some(true)),
+            "{lang}: the wallet API on a token the client was answered: {v}"
+        );
+    }
     rt.block_on(pipeline.stop(Duration::from_secs(30)));
     println!("{}", books.table());
     assert!(

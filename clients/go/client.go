@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -76,13 +77,20 @@ func DialUnix(socketPath string, opts ...Option) (*Client, error) {
 	if socketPath == "" {
 		return nil, errors.New("rewardagent: empty socket path")
 	}
+	// unix:// takes an absolute path (a relative one would be read as an authority).
+	abs, err := filepath.Abs(socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("rewardagent: %w", err)
+	}
 	// Any plain host name as the HTTP/2 authority: the agent refuses a path there.
-	return dial("unix://"+socketPath, opts, grpc.WithAuthority("localhost"))
+	return dial("unix://"+abs, opts, grpc.WithAuthority("localhost"))
 }
 
 // DialTCP makes a client of the agent on loopback TCP (host:port), every call carrying
 // the agent's credential (the agent's REWARD_AGENT_TOKEN).
 func DialTCP(address, token string, opts ...Option) (*Client, error) {
+	// A credential read from a file often ends with a newline.
+	token = strings.TrimSpace(token)
 	if token == "" {
 		return nil, errors.New("rewardagent: the agent's TCP listener needs its credential")
 	}
@@ -173,19 +181,35 @@ func (c *Client) SendBatch(ctx context.Context, rewards []Reward) []Answer {
 // SendSettled sends r and resends it, with the same trade number, while its answer
 // may be resent (in doubt, back-pressure, a closing agent), for up to within; the
 // pause between tries starts at 50 ms and doubles up to 1 s, so an overloaded agent
-// is not sent more. It returns the last refusal if none settled the reward.
+// is not sent more. If none settled the reward it returns the last refusal, except
+// that once any try was in doubt the answer stays in doubt: a later refusal says
+// nothing of the earlier try, which may still be credited.
 func (c *Client) SendSettled(ctx context.Context, r Reward, within time.Duration) (Issued, error) {
 	until := time.Now().Add(within)
 	pause := 50 * time.Millisecond
+	var doubt *Error
+	settle := func(err error) error {
+		var e *Error
+		if doubt != nil && (!errors.As(err, &e) || e.Kind != KindInDoubt) {
+			return doubt
+		}
+		return err
+	}
 	for {
 		issued, err := c.Send(ctx, r)
+		if err == nil {
+			return issued, nil
+		}
 		var e *Error
-		if err == nil || !errors.As(err, &e) || !e.Resend() || time.Now().Add(pause).After(until) {
-			return issued, err
+		if errors.As(err, &e) && e.Kind == KindInDoubt {
+			doubt = e
+		}
+		if !errors.As(err, &e) || !e.Resend() || time.Now().Add(pause).After(until) {
+			return Issued{}, settle(err)
 		}
 		select {
 		case <-ctx.Done():
-			return Issued{}, err
+			return Issued{}, settle(err)
 		case <-time.After(pause):
 		}
 		pause = min(pause*2, time.Second)
@@ -260,6 +284,10 @@ func transport(err error, tradeNo string) *Error {
 func statusName(c codes.Code) string {
 	if c == codes.Canceled {
 		return "CANCELLED"
+	}
+	if c > codes.Unauthenticated {
+		// A number the protocol does not define: as every client names it.
+		return "UNKNOWN"
 	}
 	var b strings.Builder
 	name := c.String()

@@ -80,9 +80,11 @@ var kinds = map[rewardv1.AgentErrorCode]Kind{
 func refusal(e *rewardv1.AgentError, tradeNo string) *Error {
 	kind, known := kinds[e.GetCode()]
 	code := fmt.Sprintf("CODE_%d", int32(e.GetCode()))
-	if known {
+	if _, named := rewardv1.AgentErrorCode_name[int32(e.GetCode())]; named {
+		// Named in the .proto (AGENT_ERROR_CODE_UNSPECIFIED too), as every client names it.
 		code = e.GetCode().String()
-	} else {
+	}
+	if !known {
 		kind = KindInDoubt
 	}
 	return &Error{Kind: kind, Code: code, Message: e.GetMessage(), Field: e.GetField(), TradeNo: tradeNo}

@@ -83,6 +83,12 @@ func TestAFailedCallIsInDoubtUnlessTheAgentRefusedTheMessage(t *testing.T) {
 			t.Errorf("%v: got %+v", c.code, e)
 		}
 	}
+	if e := transport(status.Error(codes.Code(17), "x"), "t1"); e.Code != "UNKNOWN" || e.Kind != KindInDoubt {
+		t.Errorf("a status number the protocol does not define: got %+v", e)
+	}
+	if e := refusal(&rewardv1.AgentError{Code: 0}, "t1"); e.Code != "AGENT_ERROR_CODE_UNSPECIFIED" || e.Kind != KindInDoubt {
+		t.Errorf("code 0: got %+v", e)
+	}
 	e := transport(fmt.Errorf("not a status"), "t1")
 	if e.Kind != KindInDoubt {
 		t.Errorf("a plain error: got %+v", e)

@@ -23,7 +23,7 @@ use sdk::token::KeyRing;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
-use super::sdk_runs::sdk_toml;
+use super::sdk_runs::{pace, sdk_toml};
 use super::{BenchError, Paced, SdkSide};
 
 /// A running agent child and a client on its socket.
@@ -43,8 +43,10 @@ fn embedded(text: &str) -> String {
     let mut out = String::from("[sdk]\n");
     for line in text.lines() {
         let t = line.trim();
-        if t.starts_with('[') && t.ends_with(']') && !t.starts_with("[[") {
-            out.push_str(&format!("[sdk.{}\n", &t[1..]));
+        if let Some(name) = t.strip_prefix("[[").filter(|_| t.ends_with("]]")) {
+            out.push_str(&format!("[[sdk.{name}\n"));
+        } else if let Some(name) = t.strip_prefix('[').filter(|_| t.ends_with(']')) {
+            out.push_str(&format!("[sdk.{name}\n"));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -343,64 +345,27 @@ pub(super) async fn agent_paced_run(
     let agent = start_agent(env, side, tag, topic).await?;
     let total = ((rate * secs as f64) as u64).max(1);
     let reqs: Vec<SendRewardRequest> = rewards(tag, total).iter().map(request).collect();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<(u64, u64), String>>();
     let client = agent.client.clone();
-    let start = Instant::now();
-    let period = Duration::from_secs_f64(1.0 / rate);
-    let runtime = tokio::runtime::Handle::current();
-    // The same pacer as the in-process run (a blocking thread on the OS's sleep).
-    let pacer = tokio::task::spawn_blocking(move || {
-        for (i, r) in reqs.into_iter().enumerate() {
-            let due = start + period.mul_f64(i as f64);
-            let now = Instant::now();
-            if due > now + Duration::from_micros(50) {
-                std::thread::sleep(due - now);
-            }
-            let (mut client, tx) = (client.clone(), tx.clone());
-            runtime.spawn(async move {
-                let begun = Instant::now();
-                let out = match call_one(&mut client, r).await {
-                    Ok(true) => Ok((micros(due.elapsed()), micros(begun.elapsed()))),
-                    Ok(false) => Err("back-pressure".to_string()),
-                    Err(e) => Err(e),
-                };
-                let _ = tx.send(out);
-            });
-        }
-    });
-    let mut lat = Vec::with_capacity(total as usize);
-    let mut call = Vec::with_capacity(total as usize);
-    let mut refused = 0u64;
-    let mut first_refusal = None;
-    while let Some(r) = rx.recv().await {
-        match r {
-            Ok((from_schedule, own)) => {
-                lat.push(from_schedule);
-                call.push(own);
-            }
-            Err(e) => {
-                refused += 1;
-                first_refusal.get_or_insert(e);
+    let calls = pace(reqs, rate, move |r: SendRewardRequest| {
+        let mut client = client.clone();
+        async move {
+            match call_one(&mut client, r).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("back-pressure".to_string()),
+                Err(e) => Err(e),
             }
         }
-    }
-    pacer
-        .await
-        .map_err(|e| setup(format!("pacer thread: {e}")))?;
-    let sent_for = start.elapsed();
-    let accepted = lat.len() as u64;
-    wait_delivered(&agent, accepted, "agent-paced", Duration::from_secs(120)).await?;
-    finish(agent, "agent-paced").await?;
-    if let Some(e) = first_refusal {
-        eprintln!("[bench] agent paced run: {refused} calls refused, first: {e}");
-    }
-    Ok(Paced {
-        target_rate: rate,
-        achieved_rate: accepted as f64 / sent_for.as_secs_f64().max(1e-9),
-        latency: Percentiles::of(&mut lat),
-        call: Percentiles::of(&mut call),
-        refused,
     })
+    .await?;
+    wait_delivered(
+        &agent,
+        calls.accepted(),
+        "agent-paced",
+        Duration::from_secs(120),
+    )
+    .await?;
+    finish(agent, "agent-paced").await?;
+    Ok(calls.report(rate, "agent paced run"))
 }
 
 #[cfg(test)]

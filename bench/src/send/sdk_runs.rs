@@ -221,17 +221,74 @@ pub(super) async fn paced_run(
     secs: u64,
 ) -> Result<Paced, BenchError> {
     let sdk = start_sdk(env, side, tag, topic).await?;
-    let sdk_for_pacer = sdk.clone();
     let total = ((rate * secs as f64) as u64).max(1);
-    let reqs = rewards(tag, total);
+    let caller = sdk.clone();
+    let calls = pace(rewards(tag, total), rate, move |r: RewardRequest| {
+        let sdk = caller.clone();
+        async move {
+            sdk.send_reward(r)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await?;
+    wait_delivered(&sdk, calls.accepted(), "paced", Duration::from_secs(120)).await?;
+    finish(&sdk, "paced").await?;
+    Ok(calls.report(rate, "paced run"))
+}
+
+/// What a paced run's calls saw.
+pub(super) struct PacedCalls {
+    from_schedule: Vec<u64>,
+    own: Vec<u64>,
+    refused: u64,
+    first_refusal: Option<String>,
+    sent_for: Duration,
+}
+
+impl PacedCalls {
+    /// Calls answered (the run then waits for this many events delivered).
+    pub(super) fn accepted(&self) -> u64 {
+        self.own.len() as u64
+    }
+
+    /// The figures, with the first refusal printed if any.
+    pub(super) fn report(mut self, rate: f64, run: &str) -> Paced {
+        if let Some(e) = &self.first_refusal {
+            eprintln!("[bench] {run}: {} calls refused, first: {e}", self.refused);
+        }
+        Paced {
+            target_rate: rate,
+            achieved_rate: self.accepted() as f64 / self.sent_for.as_secs_f64().max(1e-9),
+            latency: Percentiles::of(&mut self.from_schedule),
+            call: Percentiles::of(&mut self.own),
+            refused: self.refused,
+        }
+    }
+}
+
+/// Calls `call` once for each item at `rate` a second, each spawned on the runtime when
+/// it is due, so a slow call never delays the next. The pacer is a blocking thread
+/// sleeping with the OS's timer (see the module doc for why not a tokio timer); each
+/// call is timed from its due moment and from its own start.
+pub(super) async fn pace<T, F, Fut>(
+    items: Vec<T>,
+    rate: f64,
+    call: F,
+) -> Result<PacedCalls, BenchError>
+where
+    T: Send + 'static,
+    F: Fn(T) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let total = items.len();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<(u64, u64), String>>();
     let start = Instant::now();
     let period = Duration::from_secs_f64(1.0 / rate);
     let runtime = tokio::runtime::Handle::current();
-    // The pacer: a blocking thread that sleeps with the OS's timer and spawns each call
-    // on the runtime when it is due (see the module doc for why not a tokio timer).
     let pacer = tokio::task::spawn_blocking(move || {
-        for (i, r) in reqs.into_iter().enumerate() {
+        for (i, item) in items.into_iter().enumerate() {
             let due = start + period.mul_f64(i as f64);
             let now = Instant::now();
             // Calls due within 50 µs go at once: one sleep a call would cost more than
@@ -239,48 +296,38 @@ pub(super) async fn paced_run(
             if due > now + Duration::from_micros(50) {
                 std::thread::sleep(due - now);
             }
-            let (sdk, tx) = (sdk_for_pacer.clone(), tx.clone());
+            let (call, tx) = (call.clone(), tx.clone());
             runtime.spawn(async move {
                 let begun = Instant::now();
-                let out = match sdk.send_reward(r).await {
-                    Ok(_) => Ok((micros(due.elapsed()), micros(begun.elapsed()))),
-                    Err(e) => Err(e.to_string()),
-                };
+                let out = call(item)
+                    .await
+                    .map(|()| (micros(due.elapsed()), micros(begun.elapsed())));
                 let _ = tx.send(out);
             });
         }
     });
-    let mut lat = Vec::with_capacity(total as usize);
-    let mut call = Vec::with_capacity(total as usize);
-    let mut refused = 0u64;
-    let mut first_refusal = None;
+    let mut out = PacedCalls {
+        from_schedule: Vec::with_capacity(total),
+        own: Vec::with_capacity(total),
+        refused: 0,
+        first_refusal: None,
+        sent_for: Duration::ZERO,
+    };
     while let Some(r) = rx.recv().await {
         match r {
             Ok((from_schedule, own)) => {
-                lat.push(from_schedule);
-                call.push(own);
+                out.from_schedule.push(from_schedule);
+                out.own.push(own);
             }
             Err(e) => {
-                refused += 1;
-                first_refusal.get_or_insert(e);
+                out.refused += 1;
+                out.first_refusal.get_or_insert(e);
             }
         }
     }
     pacer
         .await
         .map_err(|e| RunError::Setup(format!("pacer thread: {e}")))?;
-    let sent_for = start.elapsed();
-    let accepted = lat.len() as u64;
-    wait_delivered(&sdk, accepted, "paced", Duration::from_secs(120)).await?;
-    finish(&sdk, "paced").await?;
-    if let Some(e) = first_refusal {
-        eprintln!("[bench] paced run: {refused} calls refused, first: {e}");
-    }
-    Ok(Paced {
-        target_rate: rate,
-        achieved_rate: accepted as f64 / sent_for.as_secs_f64().max(1e-9),
-        latency: Percentiles::of(&mut lat),
-        call: Percentiles::of(&mut call),
-        refused,
-    })
+    out.sent_for = start.elapsed();
+    Ok(out)
 }

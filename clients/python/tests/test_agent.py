@@ -148,6 +148,8 @@ def test_an_agent_killed_mid_batch_loses_no_answered_reward(scenarios, tag, sent
     )
     log = open(tmp_path / "agent.log", "ab")
 
+    started: list[subprocess.Popen] = []
+
     def start() -> subprocess.Popen:
         p = subprocess.Popen(
             [need("REWARD_AGENT_BIN"), "--config", need("REWARD_AGENT_CONFIG")],
@@ -155,6 +157,7 @@ def test_an_agent_killed_mid_batch_loses_no_answered_reward(scenarios, tag, sent
             stdout=log,
             stderr=log,
         )
+        started.append(p)
         until = time.monotonic() + 60
         while time.monotonic() < until:
             if p.poll() is not None:
@@ -172,61 +175,67 @@ def test_an_agent_killed_mid_batch_loses_no_answered_reward(scenarios, tag, sent
     answered: dict[str, Issued] = {}
     unanswered: list[Reward] = []
     for_good: list[str] = []
-    proc = start()
-    client = AgentClient.unix(str(socket), timeout=30.0)
-
-    def settle(batch: list[Reward], answers) -> None:
-        # In a thread too: failures are collected, never raised where nobody sees them.
-        for r, a in zip(batch, answers):
-            if isinstance(a, Issued):
-                answered[r.trade_no] = a
-            elif a.resend:
-                unanswered.append(r)
-            else:
-                for_good.append(f"{r.trade_no}: {a}")
-
-    # The batches before the kill, one after another, as a service would send them.
-    for batch in batches[:cut_at]:
-        settle(batch, client.send_batch(batch))
-    # The rest from several senders at once; the agent is killed once one of them was
-    # answered, so the kill lands while the agent is taking batches, and the batches
-    # not sent by then find it gone.
-    todo = queue.SimpleQueue()
-    for b in batches[cut_at:]:
-        todo.put(b)
-    first_answer = threading.Event()
-
-    def sender() -> None:
-        while True:
-            try:
-                b = todo.get_nowait()
-            except queue.Empty:
-                return
-            settle(b, client.send_batch(b))
-            first_answer.set()
-
-    senders = [threading.Thread(target=sender) for _ in range(kill["senders"])]
-    for t in senders:
-        t.start()
-    assert first_answer.wait(timeout=120), "no batch answered within 120 s"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    for t in senders:
-        t.join(timeout=120)
-        assert not t.is_alive(), "a batch call did not return within 120 s of the kill"
-    client.close()
-    assert not for_good, f"refused for good while the agent was up or killed: {for_good[:5]}"
-    assert unanswered, "the kill cut no call: the scenario proved nothing"
-    client.close()
-    proc = start()
     try:
-        with AgentClient.unix(str(socket), timeout=10.0) as c:
-            for r in unanswered:
-                answered[r.trade_no] = c.send_settled(r, within=30.0)
+        proc = start()
+        client = AgentClient.unix(str(socket), timeout=30.0)
+
+        def settle(batch: list[Reward], answers) -> None:
+            # In a thread too: failures are collected, never raised where nobody sees them.
+            for r, a in zip(batch, answers):
+                if isinstance(a, Issued):
+                    answered[r.trade_no] = a
+                elif a.resend:
+                    unanswered.append(r)
+                else:
+                    for_good.append(f"{r.trade_no}: {a}")
+
+        # The batches before the kill, one after another, as a service would send them.
+        for batch in batches[:cut_at]:
+            settle(batch, client.send_batch(batch))
+        # The rest from several senders at once; the agent is killed once one of them was
+        # answered, so the kill lands while the agent is taking batches, and the batches
+        # not sent by then find it gone.
+        todo = queue.SimpleQueue()
+        for b in batches[cut_at:]:
+            todo.put(b)
+        first_answer = threading.Event()
+
+        def sender() -> None:
+            while True:
+                try:
+                    b = todo.get_nowait()
+                except queue.Empty:
+                    return
+                settle(b, client.send_batch(b))
+                first_answer.set()
+
+        senders = [threading.Thread(target=sender) for _ in range(kill["senders"])]
+        for t in senders:
+            t.start()
+        assert first_answer.wait(timeout=120), "no batch answered within 120 s"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for t in senders:
+            t.join(timeout=120)
+            assert not t.is_alive(), "a batch call did not return within 120 s of the kill"
+        client.close()
+        assert not for_good, f"refused for good while the agent was up or killed: {for_good[:5]}"
+        assert unanswered, "the kill cut no call: the scenario proved nothing"
+        client.close()
+        proc = start()
+        try:
+            with AgentClient.unix(str(socket), timeout=10.0) as c:
+                for r in unanswered:
+                    answered[r.trade_no] = c.send_settled(r, within=30.0)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, f"the agent did not stop cleanly; log {tmp_path / 'agent.log'}"
+        assert len(answered) == len(rewards)
+        by_trade = {r.trade_no: r for r in rewards}
+        for trade, issued in answered.items():
+            record(sent_log, by_trade[trade], issued)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, f"the agent did not stop cleanly; log {tmp_path / 'agent.log'}"
-    assert len(answered) == len(rewards)
-    by_trade = {r.trade_no: r for r in rewards}
-    for trade, issued in answered.items():
-        record(sent_log, by_trade[trade], issued)
+        # A failed test leaves no agent behind.
+        for p in started:
+            if p.poll() is None:
+                p.kill()

@@ -70,7 +70,7 @@ function request(r: Reward): SendRewardRequest {
   return {
     trade_no: r.tradeNo,
     user:
-      r.user === null
+      r.user == null
         ? null
         : { user_id: r.user.userId, device_id: r.user.deviceId ?? "", app_id: r.user.appId ?? "" },
     activity_id: r.activityId,
@@ -104,7 +104,8 @@ export function answer(reply: SendRewardReply__Output, tradeNo: string): Issued 
 /** A call that failed as a call. */
 export function transport(e: grpc.ServiceError | Error, tradeNo: string): RewardError {
   const code = "code" in e && typeof e.code === "number" ? e.code : grpc.status.UNKNOWN;
-  const name = grpc.status[code] ?? `STATUS_${code}`;
+  // A number the protocol does not define is UNKNOWN, as every client names it.
+  const name = grpc.status[code] ?? "UNKNOWN";
   const detail = ("details" in e && e.details) || e.message || name;
   if (code === grpc.status.UNAUTHENTICATED) {
     // TCP without the right credential: nothing was done.
@@ -123,11 +124,13 @@ export class AgentClient {
   /** A call's deadline in ms. */
   timeoutMs: number;
 
-  private constructor(
-    private readonly stub: RewardAgentClient,
-    private readonly metadata: grpc.Metadata,
-    options: ClientOptions,
-  ) {
+  readonly #stub: RewardAgentClient;
+  // A true private field: the credential never shows in a logged or inspected client.
+  readonly #metadata: grpc.Metadata;
+
+  private constructor(stub: RewardAgentClient, metadata: grpc.Metadata, options: ClientOptions) {
+    this.#stub = stub;
+    this.#metadata = metadata;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
@@ -143,6 +146,8 @@ export class AgentClient {
 
   /** The agent on loopback TCP (host:port), with its credential (REWARD_AGENT_TOKEN). */
   static tcp(address: string, token: string, options: ClientOptions = {}): AgentClient {
+    // A credential read from a file often ends with a newline.
+    token = (token ?? "").trim();
     if (!token) throw new TypeError("the agent's TCP listener needs its credential");
     const stub = new loaded.reward.v1.RewardAgent(address, grpc.credentials.createInsecure(), {
       "grpc.max_receive_message_length": 16 << 20,
@@ -154,7 +159,7 @@ export class AgentClient {
 
   /** Closes the connection; calls in flight end in doubt. */
   close(): void {
-    this.stub.close();
+    this.#stub.close();
   }
 
   /** Sends one reward: resolves once it is durable, rejects with a {@link RewardError}. */
@@ -164,11 +169,15 @@ export class AgentClient {
       try {
         req = request(reward);
       } catch (e) {
-        reject(e as Error);
+        reject(
+          e instanceof RewardError
+            ? e
+            : new InvalidReward("INVALID_REWARD", String(e), "", reward?.tradeNo ?? ""),
+        );
         return;
       }
       const deadline = Date.now() + (options.timeoutMs ?? this.timeoutMs);
-      this.stub.SendReward(req, this.metadata, { deadline }, (err, reply) => {
+      this.#stub.SendReward(req, this.#metadata, { deadline }, (err, reply) => {
         if (err || !reply) {
           reject(transport(err ?? new Error("no reply"), reward.tradeNo));
           return;
@@ -194,12 +203,14 @@ export class AgentClient {
         reqs.push(request(r));
         sent.push(i);
       } catch (e) {
-        answers[i] = e as RewardError;
+        // Never sent: refused here (a non-integer amount, a malformed reward object).
+        answers[i] =
+          e instanceof RewardError ? e : new InvalidReward("INVALID_REWARD", String(e), "", r?.tradeNo ?? "");
       }
     });
     const deadline = Date.now() + Math.max(options.timeoutMs ?? this.timeoutMs, 1000);
     return new Promise((resolve) => {
-      this.stub.SendRewards({ rewards: reqs }, this.metadata, { deadline }, (err, reply) => {
+      this.#stub.SendRewards({ rewards: reqs }, this.#metadata, { deadline }, (err, reply) => {
         sent.forEach((i, k) => {
           const tradeNo = rewards[i].tradeNo;
           if (err || !reply) answers[i] = transport(err ?? new Error("no reply"), tradeNo);
@@ -221,16 +232,22 @@ export class AgentClient {
    * Sends `reward` and resends it, with the same trade number, while its answer may
    * be resent (in doubt, back-pressure, a closing agent), for up to `withinMs`; the
    * pause between tries starts at 50 ms and doubles up to 1 s, so an overloaded agent
-   * is not sent more. Rejects with the last refusal if none settled it.
+   * is not sent more. Rejects with the last refusal if none settled it, except that
+   * once any try was in doubt the answer stays {@link InDoubt}: a later refusal says
+   * nothing of the earlier try, which may still be credited.
    */
   async sendSettled(reward: Reward, withinMs = 5000): Promise<Issued> {
     const until = Date.now() + withinMs;
     let pause = 50;
+    let doubt: InDoubt | undefined;
     for (;;) {
       try {
         return await this.send(reward);
       } catch (e) {
-        if (!(e instanceof RewardError) || !e.resend || Date.now() + pause >= until) throw e;
+        if (e instanceof InDoubt) doubt = e;
+        if (!(e instanceof RewardError) || !e.resend || Date.now() + pause >= until) {
+          throw doubt !== undefined && !(e instanceof InDoubt) ? doubt : e;
+        }
       }
       await new Promise((r) => setTimeout(r, pause));
       pause = Math.min(pause * 2, 1000);
@@ -240,7 +257,7 @@ export class AgentClient {
   /** Whether the agent takes rewards now. */
   serving(): Promise<boolean> {
     return new Promise((resolve) => {
-      this.stub.Health({}, this.metadata, { deadline: Date.now() + 1000 }, (err, reply) =>
+      this.#stub.Health({}, this.#metadata, { deadline: Date.now() + 1000 }, (err, reply) =>
         resolve(!err && reply?.serving === true),
       );
     });

@@ -255,23 +255,29 @@ test("an agent killed mid-batch loses no answered reward", async (t) => {
     await Promise.all(senders);
   } finally {
     client.close();
+    own.proc.kill("SIGKILL"); // killed above already unless the test failed before
   }
   assert.deepEqual(forGood, [], "refused for good while the agent was up or killed");
   assert.ok(unanswered.length > 0, "the kill cut no call: the scenario proved nothing");
 
   own = await OwnAgent.start(dir);
-  const c = AgentClient.unix(own.socket, { timeoutMs: 10_000 });
+  const restarted = own;
   try {
-    for (const r of unanswered) answered.set(r.tradeNo, await c.sendSettled(r, 30_000));
+    const c = AgentClient.unix(restarted.socket, { timeoutMs: 10_000 });
+    try {
+      for (const r of unanswered) answered.set(r.tradeNo, await c.sendSettled(r, 30_000));
+    } finally {
+      c.close();
+    }
+    const stopping = Date.now();
+    assert.equal(await restarted.stop("SIGTERM"), 0, `the agent did not stop cleanly; log ${restarted.log}`);
+    t.diagnostic(
+      `${rewards.length - unanswered.length} answered before the kill, ${unanswered.length} resent after it; ` +
+        `the restarted agent stopped in ${Date.now() - stopping} ms`,
+    );
   } finally {
-    c.close();
+    restarted.proc.kill("SIGKILL"); // a failed test leaves no agent behind (a no-op once it exited)
   }
-  const stopping = Date.now();
-  assert.equal(await own.stop("SIGTERM"), 0, `the agent did not stop cleanly; log ${own.log}`);
-  t.diagnostic(
-    `${rewards.length - unanswered.length} answered before the kill, ${unanswered.length} resent after it; ` +
-      `the restarted agent stopped in ${Date.now() - stopping} ms`,
-  );
   assert.equal(answered.size, rewards.length);
   for (const r of rewards) {
     const issued = answered.get(r.tradeNo);

@@ -47,6 +47,15 @@ impl Pipeline {
         Ok(Self { service, consumers })
     }
 
+    /// The service's HTTP address (host:port): the wallet API, `/metrics`.
+    pub fn http_addr(&self) -> String {
+        self.service
+            .ready
+            .split_once("HTTP on ")
+            .map(|(_, a)| a.trim().to_string())
+            .unwrap_or_default()
+    }
+
     /// Stops the consumers, then the service, each gracefully within `grace`.
     pub async fn stop(self, grace: Duration) {
         for c in self.consumers {

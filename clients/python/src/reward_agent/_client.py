@@ -46,7 +46,15 @@ class Issued:
     held_by: HeldBy
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
 def _request(r: Reward) -> agent_pb2.SendRewardRequest:
+    if not isinstance(r.amount, int) or r.amount not in _INT64:
+        # Not an integer protobuf can carry: nothing is sent.
+        raise InvalidReward(
+            "INVALID_REWARD", f"amount {r.amount!r} is not a 64-bit integer", "amount", r.trade_no
+        )
     user = None
     if r.user is not None:
         user = event_pb2.UserInfo(user_id=r.user.user_id, device_id=r.user.device_id, app_id=r.user.app_id)
@@ -115,6 +123,10 @@ class AgentClient:
     @classmethod
     def tcp(cls, address: str, token: str, timeout: float = DEFAULT_TIMEOUT_S) -> AgentClient:
         """The agent on loopback TCP, with its credential (``REWARD_AGENT_TOKEN``)."""
+        # A credential read from a file often ends with a newline.
+        token = (token or "").strip()
+        if not token:
+            raise ValueError("the agent's TCP listener needs its credential")
         return cls(grpc.insecure_channel(address), timeout, token)
 
     def __enter__(self) -> AgentClient:
@@ -144,9 +156,20 @@ class AgentClient:
     ) -> list[Issued | RewardError]:
         """Sends up to 1000 rewards in one call; one answer per reward, in order. A
         failed call answers every reward :class:`InDoubt`."""
+        requests, refused = [], {}
+        for i, r in enumerate(rewards):
+            try:
+                requests.append(_request(r))
+            except InvalidReward as e:
+                refused[i] = e
+        if refused:
+            # Refused here, the rest sent; answers put back in request order.
+            sent = [r for i, r in enumerate(rewards) if i not in refused]
+            answers = iter(self.send_batch(sent, timeout) if sent else [])
+            return [refused[i] if i in refused else next(answers) for i in range(len(rewards))]
         try:
             reply = self._stub.SendRewards(
-                agent_pb2.SendRewardsRequest(rewards=[_request(r) for r in rewards]),
+                agent_pb2.SendRewardsRequest(rewards=requests),
                 timeout=timeout or max(self.timeout, 1.0),
                 metadata=self._metadata,
             )
@@ -166,13 +189,20 @@ class AgentClient:
         may be resent (in doubt, back-pressure, a closing agent), for up to ``within``
         seconds, the pause between tries doubling up to 1 s (an agent that is slow
         because it is overloaded is not sent more). Raises the last refusal if none
-        settled it."""
+        settled it, except that once any try was in doubt the answer stays
+        :class:`InDoubt`: a later refusal says nothing of the earlier try, which may
+        still be credited."""
         until = time.monotonic() + within
+        doubt: InDoubt | None = None
         while True:
             try:
                 return self.send(reward)
             except RewardError as e:
+                if isinstance(e, InDoubt):
+                    doubt = e
                 if not e.resend or time.monotonic() + pause >= until:
+                    if doubt is not None and not isinstance(e, InDoubt):
+                        raise doubt from e
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 1.0)

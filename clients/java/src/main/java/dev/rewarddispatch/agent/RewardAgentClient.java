@@ -98,7 +98,9 @@ public final class RewardAgentClient implements AutoCloseable {
    * @return the client
    */
   public static RewardAgentClient tcp(String hostPort, String token, Duration timeout) {
-    if (token == null || token.isEmpty()) {
+    // A credential read from a file often ends with a newline.
+    token = token == null ? "" : token.strip();
+    if (token.isEmpty()) {
       throw new IllegalArgumentException("the agent's TCP listener needs its credential");
     }
     var channel =
@@ -200,27 +202,52 @@ public final class RewardAgentClient implements AutoCloseable {
   /**
    * Sends {@code reward} and resends it, with the same trade number, while its answer may be resent
    * (in doubt, back-pressure, a closing agent), for up to {@code within}; the pause between tries
-   * starts at 50 ms and doubles up to 1 s, so an overloaded agent is not sent more.
+   * starts at 50 ms and doubles up to 1 s, so an overloaded agent is not sent more. If none settled
+   * it, throws the last refusal, except that once any try was in doubt the answer stays {@link
+   * RewardException.InDoubt}: a later refusal says nothing of the earlier try, which may still be
+   * credited. An interrupt ends the tries the same way (the thread's interrupt flag set again).
    *
    * @param reward the reward
    * @param within how long to keep trying
    * @return the reward, durable
-   * @throws RewardException the last refusal, if none settled it
-   * @throws InterruptedException if interrupted while pausing
+   * @throws RewardException the last refusal (in doubt once any try was), if none settled it
    */
-  public Issued sendSettled(Reward reward, Duration within)
-      throws RewardException, InterruptedException {
+  public Issued sendSettled(Reward reward, Duration within) throws RewardException {
+    return settle(() -> send(reward), within);
+  }
+
+  /** One try of a settled send. */
+  @FunctionalInterface
+  interface Try {
+    Issued send() throws RewardException;
+  }
+
+  static Issued settle(Try once, Duration within) throws RewardException {
     Instant until = Instant.now().plus(within);
     long pauseMs = 50;
+    RewardException.InDoubt doubt = null;
     while (true) {
+      RewardException last;
       try {
-        return send(reward);
+        return once.send();
       } catch (RewardException e) {
-        if (!e.resend() || Instant.now().plusMillis(pauseMs).isAfter(until)) {
-          throw e;
+        last = e;
+        if (e instanceof RewardException.InDoubt d) {
+          doubt = d;
         }
       }
-      Thread.sleep(pauseMs);
+      boolean stop = !last.resend() || Instant.now().plusMillis(pauseMs).isAfter(until);
+      if (!stop) {
+        try {
+          Thread.sleep(pauseMs);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          stop = true;
+        }
+      }
+      if (stop) {
+        throw doubt != null && !(last instanceof RewardException.InDoubt) ? doubt : last;
+      }
       pauseMs = Math.min(pauseMs * 2, 1000);
     }
   }

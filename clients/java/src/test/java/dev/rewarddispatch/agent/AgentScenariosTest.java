@@ -338,27 +338,32 @@ class AgentScenariosTest {
     assertEquals(List.of(), new ArrayList<>(forGood), "refused for good");
     assertFalse(unanswered.isEmpty(), "the kill cut no call: the scenario proved nothing");
 
-    own = OwnAgent.start(dir);
-    try (var c = RewardAgentClient.unix(own.socket(), Duration.ofSeconds(10))) {
-      for (Reward r : unanswered) {
-        answered.put(r.tradeNo(), c.sendSettled(r, Duration.ofSeconds(30)));
+    OwnAgent restarted = OwnAgent.start(dir);
+    try {
+      try (var c = RewardAgentClient.unix(restarted.socket(), Duration.ofSeconds(10))) {
+        for (Reward r : unanswered) {
+          answered.put(r.tradeNo(), c.sendSettled(r, Duration.ofSeconds(30)));
+        }
       }
+      long stopping = System.nanoTime();
+      assertEquals(
+          0, restarted.stop(false), "the agent did not stop cleanly; log " + restarted.log());
+      System.out.printf(
+          "%d answered before the kill, %d resent after it; the restarted agent stopped in %d ms%n",
+          total - unanswered.size(),
+          unanswered.size(),
+          TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopping));
+      assertEquals(total, answered.size());
+      Map<String, Issued> inOrder = new LinkedHashMap<>();
+      for (Reward r : rewards) {
+        inOrder.put(r.tradeNo(), answered.get(r.tradeNo()));
+        record(r, answered.get(r.tradeNo()));
+      }
+      assertEquals(
+          Collections.nCopies(total, true), inOrder.values().stream().map(i -> i != null).toList());
+    } finally {
+      restarted.proc().destroyForcibly(); // a failed test leaves no agent behind
     }
-    long stopping = System.nanoTime();
-    assertEquals(0, own.stop(false), "the agent did not stop cleanly; log " + own.log());
-    System.out.printf(
-        "%d answered before the kill, %d resent after it; the restarted agent stopped in %d ms%n",
-        total - unanswered.size(),
-        unanswered.size(),
-        TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopping));
-    assertEquals(total, answered.size());
-    Map<String, Issued> inOrder = new LinkedHashMap<>();
-    for (Reward r : rewards) {
-      inOrder.put(r.tradeNo(), answered.get(r.tradeNo()));
-      record(r, answered.get(r.tradeNo()));
-    }
-    assertEquals(
-        Collections.nCopies(total, true), inOrder.values().stream().map(i -> i != null).toList());
     try (var files = Files.walk(dir)) {
       files.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
     }
