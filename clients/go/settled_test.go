@@ -44,7 +44,7 @@ func TestASettledSendStaysInDoubtOnceATryWasInDoubt(t *testing.T) {
 	} {
 		s := &scripted{answers: []func() (*rewardv1.SendRewardReply, error){lost, later}}
 		c := &Client{stub: s, Timeout: time.Second}
-		_, err := c.SendSettled(context.Background(), Reward{TradeNo: "t1"}, 200*time.Millisecond)
+		_, err := c.SendSettled(context.Background(), Reward{TradeNo: "t1"}, 2*time.Second)
 		var e *Error
 		if !errors.As(err, &e) || e.Kind != KindInDoubt || !e.Resend() {
 			t.Errorf("%s after an in-doubt try: got %v, want in doubt", name, err)

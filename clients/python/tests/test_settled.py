@@ -28,7 +28,7 @@ def reward() -> Reward:
 def test_a_settled_send_stays_in_doubt_once_a_try_was_in_doubt(later):
     c = Scripted([refusal("SENT_IN_DOUBT", "m", "", "t1"), refusal(later, "m", "", "t1")])
     with pytest.raises(InDoubt):
-        c.send_settled(reward(), within=0.3, pause=0.01)
+        c.send_settled(reward(), within=2.0, pause=0.01)
     assert c.calls >= 2
 
 

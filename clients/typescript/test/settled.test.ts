@@ -30,7 +30,7 @@ function scripted(codes: string[]): { client: AgentClient; calls: () => number }
 for (const later of ["TOO_MANY_TOKENS", "BACKPRESSURE"]) {
   test(`a settled send stays in doubt once a try was in doubt (then ${later})`, async () => {
     const s = scripted(["SENT_IN_DOUBT", later]);
-    await assert.rejects(s.client.sendSettled(reward, 300), InDoubt);
+    await assert.rejects(s.client.sendSettled(reward, 2000), InDoubt);
     assert.ok(s.calls() >= 2);
     s.client.close();
   });
